@@ -1,0 +1,335 @@
+//! The typed data layer: per-user reads and writes inside one transaction.
+//!
+//! [`UserData`] borrows a [`Txn`] and the keys of one user; every method is one or a few
+//! key-value operations in that transaction, so callers compose several into one atomic
+//! write. Invariants kept here: a record's expiry-index entry is written and removed in the
+//! same transaction as the record; forgetting a user leaves no key of theirs anywhere.
+
+use crate::codec::{decode, encode};
+use crate::error::Result;
+use crate::keyspace::{Keyspace, UserKeys};
+use crate::kv::{RangeOptions, Txn};
+use crate::model::{
+    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, SessionRow, Timestamp, Turn,
+    UserHeader,
+};
+
+/// One user's data inside one transaction.
+pub struct UserData<'t> {
+    txn: &'t mut Txn,
+    keyspace: &'t Keyspace,
+    keys: UserKeys,
+    tenant: &'t str,
+    user: &'t str,
+}
+
+/// What [`UserData::forget`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForgetReport {
+    /// Memory records removed.
+    pub records: usize,
+    /// Expiry-index entries removed.
+    pub expiry_entries: usize,
+}
+
+impl<'t> UserData<'t> {
+    /// The data of (`tenant`, `user`) in `txn`.
+    pub fn new(txn: &'t mut Txn, keyspace: &'t Keyspace, tenant: &'t str, user: &'t str) -> Self {
+        let keys = keyspace.user(tenant, user);
+        UserData {
+            txn,
+            keyspace,
+            keys,
+            tenant,
+            user,
+        }
+    }
+
+    /// The user's keys.
+    pub fn keys(&self) -> &UserKeys {
+        &self.keys
+    }
+
+    /// The user header, if the user has written anything.
+    pub fn header(&mut self) -> Result<Option<UserHeader>> {
+        self.get("user header", &self.keys.header())
+    }
+
+    /// Writes the user header.
+    pub fn put_header(&mut self, header: &UserHeader) -> Result<()> {
+        self.put("user header", &self.keys.header(), header)
+    }
+
+    /// Appends a turn to its session: assigns the next sequence number from the header,
+    /// updates the session row, and returns the sequence number.
+    pub fn append_turn(&mut self, mut turn: Turn) -> Result<u64> {
+        let mut header = self.header()?.unwrap_or_default();
+        header.created_at.get_or_insert(turn.created_at);
+        let seq = header.next_turn_seq;
+        header.next_turn_seq += 1;
+        turn.seq = seq;
+        let session_key = self.keys.session(&turn.session_id);
+        let session = match self.get::<SessionRow>("session", &session_key)? {
+            Some(mut row) => {
+                row.last_turn_at = turn.created_at;
+                row.turn_count += 1;
+                row
+            }
+            None => SessionRow {
+                session_id: turn.session_id.clone(),
+                opened_at: turn.created_at,
+                last_turn_at: turn.created_at,
+                turn_count: 1,
+            },
+        };
+        self.put("session", &session_key, &session)?;
+        self.put("turn", &self.keys.turn(&turn.session_id, seq), &turn)?;
+        self.put_header(&header)?;
+        Ok(seq)
+    }
+
+    /// The last `limit` turns of a session, oldest first (0 = all).
+    pub fn last_turns(&mut self, session: &str, limit: usize) -> Result<Vec<Turn>> {
+        let range = self.keys.turns(session);
+        let rows = self
+            .txn
+            .get_range(&range.begin, &range.end, RangeOptions::last(limit))?;
+        let mut turns = rows
+            .iter()
+            .map(|(_, v)| decode::<Turn>("turn", v))
+            .collect::<Result<Vec<_>>>()?;
+        turns.reverse();
+        Ok(turns)
+    }
+
+    /// Removes the turns of a session with sequence numbers below `below_seq`; returns how many.
+    pub fn clear_turns_before(&mut self, session: &str, below_seq: u64) -> Result<usize> {
+        let range = self.keys.turns(session);
+        let end = self.keys.turn(session, below_seq);
+        let n = self
+            .txn
+            .get_range(&range.begin, &end, RangeOptions::default())?
+            .len();
+        self.txn.clear_range(&range.begin, &end)?;
+        Ok(n)
+    }
+
+    /// Removes a whole session (its row and turns); returns the number of turns removed.
+    pub fn delete_session(&mut self, session: &str) -> Result<usize> {
+        let range = self.keys.turns(session);
+        let n = self
+            .txn
+            .get_range(&range.begin, &range.end, RangeOptions::default())?
+            .len();
+        self.txn.clear_range(&range.begin, &range.end)?;
+        self.txn.clear(&self.keys.session(session))?;
+        Ok(n)
+    }
+
+    /// Every session row of the user, by session id.
+    pub fn sessions(&mut self) -> Result<Vec<SessionRow>> {
+        let range = self.keys.sessions();
+        self.decode_range("session", &range.begin, &range.end)
+    }
+
+    /// A memory record.
+    pub fn record(&mut self, kind: MemoryKind, memory_id: &str) -> Result<Option<MemoryRecord>> {
+        self.get("memory record", &self.keys.record(kind, memory_id))
+    }
+
+    /// Writes a memory record, keeping its expiry-index entry in step: the old entry (if the
+    /// record existed with another expiry) is removed and the new one written.
+    pub fn put_record(&mut self, record: &MemoryRecord) -> Result<()> {
+        let key = self.keys.record(record.kind, &record.memory_id);
+        let old = self.get::<MemoryRecord>("memory record", &key)?;
+        let old_expiry = old.and_then(|r| r.expires_at);
+        if old_expiry != record.expires_at {
+            if let Some(at) = old_expiry {
+                self.txn.clear(&self.expiry_key(at, &record.memory_id))?;
+            }
+            if let Some(at) = record.expires_at {
+                let entry = encode("expiry entry", &record.kind)?;
+                self.txn
+                    .set(&self.expiry_key(at, &record.memory_id), &entry)?;
+            }
+        }
+        self.put("memory record", &key, record)
+    }
+
+    /// Removes a record, its embedding and its expiry entry; returns whether it existed.
+    pub fn remove_record(&mut self, kind: MemoryKind, memory_id: &str) -> Result<bool> {
+        let Some(record) = self.record(kind, memory_id)? else {
+            return Ok(false);
+        };
+        if let Some(at) = record.expires_at {
+            self.txn.clear(&self.expiry_key(at, memory_id))?;
+        }
+        self.txn.clear(&self.keys.record(kind, memory_id))?;
+        self.txn.clear(&self.keys.embedding(memory_id))?;
+        Ok(true)
+    }
+
+    /// All records of one kind, by memory id.
+    pub fn records(&mut self, kind: MemoryKind) -> Result<Vec<MemoryRecord>> {
+        let range = self.keys.records(kind);
+        self.decode_range("memory record", &range.begin, &range.end)
+    }
+
+    /// Writes one version of an intent.
+    pub fn put_intent(&mut self, intent: &Intent) -> Result<()> {
+        self.put(
+            "intent",
+            &self.keys.intent(&intent.intent_type, intent.version),
+            intent,
+        )
+    }
+
+    /// The versions of an intent type, oldest first.
+    pub fn intents(&mut self, intent_type: &str) -> Result<Vec<Intent>> {
+        let range = self.keys.intents(intent_type);
+        self.decode_range("intent", &range.begin, &range.end)
+    }
+
+    /// Writes the embedding of a memory.
+    pub fn put_embedding(&mut self, memory_id: &str, embedding: &Embedding) -> Result<()> {
+        self.put("embedding", &self.keys.embedding(memory_id), embedding)
+    }
+
+    /// The embedding of a memory.
+    pub fn embedding(&mut self, memory_id: &str) -> Result<Option<Embedding>> {
+        self.get("embedding", &self.keys.embedding(memory_id))
+    }
+
+    /// Every embedding of the user, as (memory id, embedding), for index rebuilds.
+    pub fn embeddings(&mut self) -> Result<Vec<(String, Embedding)>> {
+        let range = self.keys.embeddings();
+        let rows = self
+            .txn
+            .get_range(&range.begin, &range.end, RangeOptions::default())?;
+        rows.iter()
+            .map(|(k, v)| {
+                let id = self
+                    .keys
+                    .parse_embedding(k)
+                    .ok_or_else(|| crate::Error::Decode {
+                        what: "embedding key",
+                        reason: "not an embedding key".into(),
+                    })?;
+                Ok((id, decode("embedding", v)?))
+            })
+            .collect()
+    }
+
+    /// The stored outcome of an acknowledged request, if it was seen before.
+    pub fn idempotency(&mut self, request_id: &str) -> Result<Option<IdempotencyEntry>> {
+        self.get("idempotency entry", &self.keys.idempotency(request_id))
+    }
+
+    /// Records the outcome of a request, in the same transaction as its effects.
+    pub fn put_idempotency(&mut self, request_id: &str, entry: &IdempotencyEntry) -> Result<()> {
+        self.put(
+            "idempotency entry",
+            &self.keys.idempotency(request_id),
+            entry,
+        )
+    }
+
+    /// Removes every key of this user and the expiry-index entries that point at them.
+    pub fn forget(&mut self) -> Result<ForgetReport> {
+        let mut report = ForgetReport::default();
+        let records = self.keys.all_records();
+        for (_, value) in
+            self.txn
+                .get_range(&records.begin, &records.end, RangeOptions::default())?
+        {
+            let record: MemoryRecord = decode("memory record", &value)?;
+            report.records += 1;
+            if let Some(at) = record.expires_at {
+                self.txn.clear(&self.expiry_key(at, &record.memory_id))?;
+                report.expiry_entries += 1;
+            }
+        }
+        let all = self.keys.all();
+        self.txn.clear_range(&all.begin, &all.end)?;
+        Ok(report)
+    }
+
+    fn expiry_key(&self, at: Timestamp, memory_id: &str) -> Vec<u8> {
+        self.keyspace.expiry(at, self.tenant, self.user, memory_id)
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(
+        &mut self,
+        what: &'static str,
+        key: &[u8],
+    ) -> Result<Option<T>> {
+        self.txn.get(key)?.map(|v| decode(what, &v)).transpose()
+    }
+
+    fn put<T: serde::Serialize>(
+        &mut self,
+        what: &'static str,
+        key: &[u8],
+        value: &T,
+    ) -> Result<()> {
+        self.txn.set(key, &encode(what, value)?)
+    }
+
+    fn decode_range<T: serde::de::DeserializeOwned>(
+        &mut self,
+        what: &'static str,
+        begin: &[u8],
+        end: &[u8],
+    ) -> Result<Vec<T>> {
+        let rows = self.txn.get_range(begin, end, RangeOptions::default())?;
+        rows.iter().map(|(_, v)| decode(what, v)).collect()
+    }
+}
+
+/// An expiry-index entry found by [`expired`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredRef {
+    /// When the record expired.
+    pub expires_at: Timestamp,
+    /// Tenant of the record.
+    pub tenant: String,
+    /// User of the record.
+    pub user: String,
+    /// Kind of the record.
+    pub kind: MemoryKind,
+    /// The record.
+    pub memory_id: String,
+}
+
+/// Up to `limit` expiry-index entries with `expires_at < now`, oldest first, for sweeps.
+pub fn expired(
+    txn: &mut Txn,
+    keyspace: &Keyspace,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<ExpiredRef>> {
+    let range = keyspace.expiries_before(now);
+    let rows = txn.get_range(&range.begin, &range.end, RangeOptions::first(limit))?;
+    rows.iter()
+        .map(|(k, v)| {
+            let (expires_at, tenant, user, memory_id) =
+                keyspace
+                    .parse_expiry(k)
+                    .ok_or_else(|| crate::Error::Decode {
+                        what: "expiry key",
+                        reason: "not an expiry key".into(),
+                    })?;
+            let kind = decode("expiry entry", v)?;
+            Ok(ExpiredRef {
+                expires_at,
+                tenant,
+                user,
+                kind,
+                memory_id,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+//! The key layout of DESIGN.md section 3, encoded with the FoundationDB tuple layer under one
+//! root prefix, so that SQLite and FoundationDB hold byte-identical keys.
+//!
+//! ```text
+//! ("node", node_id)                               membership row
+//! ("shard", shard_id)                             shard lease: owner, epoch
+//! ("u", tenant, user, "hdr")                      user header
+//! ("u", tenant, user, "sess", session)            session row
+//! ("u", tenant, user, "turn", session, seq)       conversation turns
+//! ("u", tenant, user, "rec", kind, memory_id)     memory records
+//! ("u", tenant, user, "intent", type, version)    versioned intents
+//! ("u", tenant, user, "vec", memory_id)           embeddings
+//! ("u", tenant, user, "idem", request_id)         idempotency keys
+//! ("exp", expires_at, tenant, user, memory_id)    expiry index
+//! ```
+//!
+//! Everything of a user sits under `("u", tenant, user)`; the expiry index is the only place
+//! outside that prefix that names a user. This module only builds byte strings; it reads and
+//! writes nothing.
+
+use foundationdb_tuple::{Subspace, TuplePack};
+
+use crate::model::{MemoryKind, Timestamp};
+
+/// A half-open key range `[begin, end)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRange {
+    /// First key of the range (inclusive).
+    pub begin: Vec<u8>,
+    /// End of the range (exclusive).
+    pub end: Vec<u8>,
+}
+
+impl KeyRange {
+    fn of(subspace: &Subspace) -> Self {
+        let (begin, end) = subspace.range();
+        KeyRange { begin, end }
+    }
+
+    /// Whether `key` lies in the range.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        key >= self.begin.as_slice() && key < self.end.as_slice()
+    }
+}
+
+/// The root of Engram's keys. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyspace {
+    root: Subspace,
+}
+
+impl Keyspace {
+    /// Keys under the tuple-encoded root name (e.g. `"engram"`), so several deployments can
+    /// share one store.
+    pub fn new(root: &str) -> Self {
+        Keyspace {
+            root: Subspace::all().subspace(&(root,)),
+        }
+    }
+
+    /// Every key of this keyspace.
+    pub fn all(&self) -> KeyRange {
+        KeyRange::of(&self.root)
+    }
+
+    /// The membership row of a node.
+    pub fn node(&self, node_id: &str) -> Vec<u8> {
+        self.root.pack(&("node", node_id))
+    }
+
+    /// All membership rows.
+    pub fn nodes(&self) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("node",)))
+    }
+
+    /// The lease row of a shard.
+    pub fn shard(&self, shard: u32) -> Vec<u8> {
+        self.root.pack(&("shard", shard))
+    }
+
+    /// All shard rows.
+    pub fn shards(&self) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("shard",)))
+    }
+
+    /// The keys of one user.
+    pub fn user(&self, tenant: &str, user: &str) -> UserKeys {
+        UserKeys {
+            space: self.root.subspace(&("u", tenant, user)),
+        }
+    }
+
+    /// An entry of the expiry index.
+    pub fn expiry(&self, at: Timestamp, tenant: &str, user: &str, memory_id: &str) -> Vec<u8> {
+        self.root.pack(&("exp", at.0, tenant, user, memory_id))
+    }
+
+    /// Expiry entries with `expires_at < before`, oldest first.
+    pub fn expiries_before(&self, before: Timestamp) -> KeyRange {
+        let all = self.root.subspace(&("exp",));
+        KeyRange {
+            begin: all.range().0,
+            end: all.pack(&(before.0,)),
+        }
+    }
+
+    /// Decodes an expiry-index key into (expires_at, tenant, user, memory_id).
+    pub fn parse_expiry(&self, key: &[u8]) -> Option<(Timestamp, String, String, String)> {
+        let (tag, at, tenant, user, id): (String, i64, String, String, String) =
+            self.root.unpack(key).ok()?;
+        (tag == "exp").then_some((Timestamp(at), tenant, user, id))
+    }
+
+    /// Decodes a membership key into its node id.
+    pub fn parse_node(&self, key: &[u8]) -> Option<String> {
+        let (tag, id): (String, String) = self.root.unpack(key).ok()?;
+        (tag == "node").then_some(id)
+    }
+}
+
+/// The keys under `("u", tenant, user)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserKeys {
+    space: Subspace,
+}
+
+impl UserKeys {
+    /// Every key of this user.
+    pub fn all(&self) -> KeyRange {
+        KeyRange::of(&self.space)
+    }
+
+    /// The user header.
+    pub fn header(&self) -> Vec<u8> {
+        self.space.pack(&("hdr",))
+    }
+
+    /// A session row.
+    pub fn session(&self, session: &str) -> Vec<u8> {
+        self.space.pack(&("sess", session))
+    }
+
+    /// All session rows, ordered by session id.
+    pub fn sessions(&self) -> KeyRange {
+        self.range(&("sess",))
+    }
+
+    /// A conversation turn.
+    pub fn turn(&self, session: &str, seq: u64) -> Vec<u8> {
+        self.space.pack(&("turn", session, seq))
+    }
+
+    /// The turns of one session, ordered by sequence number.
+    pub fn turns(&self, session: &str) -> KeyRange {
+        self.range(&("turn", session))
+    }
+
+    /// A memory record.
+    pub fn record(&self, kind: MemoryKind, memory_id: &str) -> Vec<u8> {
+        self.space.pack(&("rec", kind.as_str(), memory_id))
+    }
+
+    /// The records of one kind, ordered by memory id.
+    pub fn records(&self, kind: MemoryKind) -> KeyRange {
+        self.range(&("rec", kind.as_str()))
+    }
+
+    /// All records of every kind.
+    pub fn all_records(&self) -> KeyRange {
+        self.range(&("rec",))
+    }
+
+    /// One version of an intent.
+    pub fn intent(&self, intent_type: &str, version: Timestamp) -> Vec<u8> {
+        self.space.pack(&("intent", intent_type, version.0))
+    }
+
+    /// The versions of one intent type, oldest first.
+    pub fn intents(&self, intent_type: &str) -> KeyRange {
+        self.range(&("intent", intent_type))
+    }
+
+    /// All intents of every type.
+    pub fn all_intents(&self) -> KeyRange {
+        self.range(&("intent",))
+    }
+
+    /// The embedding of a memory.
+    pub fn embedding(&self, memory_id: &str) -> Vec<u8> {
+        self.space.pack(&("vec", memory_id))
+    }
+
+    /// All embeddings of this user.
+    pub fn embeddings(&self) -> KeyRange {
+        self.range(&("vec",))
+    }
+
+    /// The idempotency entry of a request.
+    pub fn idempotency(&self, request_id: &str) -> Vec<u8> {
+        self.space.pack(&("idem", request_id))
+    }
+
+    /// Decodes an embedding key into its memory id.
+    pub fn parse_embedding(&self, key: &[u8]) -> Option<String> {
+        let (tag, id): (String, String) = self.space.unpack(key).ok()?;
+        (tag == "vec").then_some(id)
+    }
+
+    /// Decodes a turn key into (session, sequence number).
+    pub fn parse_turn(&self, key: &[u8]) -> Option<(String, u64)> {
+        let (tag, session, seq): (String, String, u64) = self.space.unpack(key).ok()?;
+        (tag == "turn").then_some((session, seq))
+    }
+
+    fn range<T: TuplePack>(&self, prefix: &T) -> KeyRange {
+        KeyRange::of(&self.space.subspace(prefix))
+    }
+}
+
+#[cfg(test)]
+mod tests;

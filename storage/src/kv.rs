@@ -1,0 +1,235 @@
+//! The ordered key-value seam, modelled on FoundationDB's transaction API.
+//!
+//! Backends implement [`Engine`] and [`EngineTxn`] (thin adapters, no logic); everything
+//! above them talks to [`Txn`], which enforces FoundationDB's size limits identically for
+//! every backend. Retries live in [`crate::Store`], not here.
+
+use crate::error::{Error, Result};
+
+/// A key and its value, as returned by range reads.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// Whether a transaction may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnMode {
+    /// Reads only; any write fails with [`Error::ReadOnly`].
+    Read,
+    /// Reads and writes.
+    Write,
+}
+
+/// Options of a range read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeOptions {
+    /// At most this many pairs; 0 means no limit.
+    pub limit: usize,
+    /// Descending key order (the last `limit` keys of the range).
+    pub reverse: bool,
+}
+
+impl RangeOptions {
+    /// The first `limit` pairs in ascending order.
+    pub fn first(limit: usize) -> Self {
+        RangeOptions {
+            limit,
+            reverse: false,
+        }
+    }
+
+    /// The last `limit` pairs, in descending order.
+    pub fn last(limit: usize) -> Self {
+        RangeOptions {
+            limit,
+            reverse: true,
+        }
+    }
+}
+
+/// FoundationDB's limits, enforced for every backend so that code tested on SQLite
+/// cannot exceed them in production.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest key in bytes (FoundationDB: 10,000).
+    pub max_key: usize,
+    /// Largest value in bytes (FoundationDB: 100,000).
+    pub max_value: usize,
+    /// Largest total of mutation bytes in one transaction (FoundationDB: 10,000,000).
+    pub max_txn: usize,
+    /// Above this many mutation bytes a transaction logs a warning (FoundationDB advises 1 MB).
+    pub warn_txn: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_key: 10_000,
+            max_value: 100_000,
+            max_txn: 10_000_000,
+            warn_txn: 1_000_000,
+        }
+    }
+}
+
+/// A storage backend: something that opens transactions.
+pub trait Engine: Send + Sync + 'static {
+    /// Opens one transaction attempt.
+    fn begin(&self, mode: TxnMode) -> Result<Box<dyn EngineTxn>>;
+
+    /// A short name for logs and metrics ("sqlite", "fdb").
+    fn name(&self) -> &'static str;
+}
+
+/// One attempt of a transaction in a backend. Dropping it without [`EngineTxn::commit`]
+/// rolls it back: nothing it wrote becomes visible. A transaction stays on the thread that
+/// opened it.
+///
+/// Keys and values are opaque bytes ordered by unsigned byte comparison.
+pub trait EngineTxn {
+    /// The value at `key`, seeing this transaction's own writes.
+    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Pairs with `begin <= key < end`, seeing this transaction's own writes.
+    fn get_range(&mut self, begin: &[u8], end: &[u8], opts: RangeOptions) -> Result<Vec<KeyValue>>;
+    /// Sets `key` to `value`.
+    fn set(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Removes `key`.
+    fn clear(&mut self, key: &[u8]) -> Result<()>;
+    /// Removes every key with `begin <= key < end`.
+    fn clear_range(&mut self, begin: &[u8], end: &[u8]) -> Result<()>;
+    /// Adds `delta` to the little-endian 64-bit integer at `key` (absent counts as 0;
+    /// shorter values are zero-extended, longer ones truncated, as FoundationDB's ADD does).
+    fn atomic_add(&mut self, key: &[u8], delta: i64) -> Result<()>;
+    /// Makes every write of this transaction durable and visible, or fails with nothing visible.
+    fn commit(self: Box<Self>) -> Result<()>;
+}
+
+/// The transaction handed to [`crate::Store::run`] closures: a backend transaction plus the
+/// size accounting and read-only guard that every backend shares.
+pub struct Txn {
+    inner: Box<dyn EngineTxn>,
+    mode: TxnMode,
+    limits: Limits,
+    written: usize,
+    warned: bool,
+}
+
+impl Txn {
+    pub(crate) fn new(inner: Box<dyn EngineTxn>, mode: TxnMode, limits: Limits) -> Self {
+        Txn {
+            inner,
+            mode,
+            limits,
+            written: 0,
+            warned: false,
+        }
+    }
+
+    /// The value at `key`.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_key(key)?;
+        self.inner.get(key)
+    }
+
+    /// Pairs with `begin <= key < end` in the order and number `opts` asks for.
+    pub fn get_range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        opts: RangeOptions,
+    ) -> Result<Vec<KeyValue>> {
+        self.check_key(begin)?;
+        self.check_key(end)?;
+        if begin >= end {
+            return Ok(Vec::new());
+        }
+        self.inner.get_range(begin, end, opts)
+    }
+
+    /// Sets `key` to `value`.
+    pub fn set(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        if value.len() > self.limits.max_value {
+            return Err(Error::ValueTooLarge {
+                len: value.len(),
+                limit: self.limits.max_value,
+            });
+        }
+        self.account(key.len() + value.len())?;
+        self.inner.set(key, value)
+    }
+
+    /// Removes `key`.
+    pub fn clear(&mut self, key: &[u8]) -> Result<()> {
+        self.check_key(key)?;
+        self.account(key.len())?;
+        self.inner.clear(key)
+    }
+
+    /// Removes every key with `begin <= key < end`.
+    pub fn clear_range(&mut self, begin: &[u8], end: &[u8]) -> Result<()> {
+        self.check_key(begin)?;
+        self.check_key(end)?;
+        if begin >= end {
+            return Ok(());
+        }
+        self.account(begin.len() + end.len())?;
+        self.inner.clear_range(begin, end)
+    }
+
+    /// Adds `delta` to the little-endian 64-bit counter at `key`.
+    pub fn atomic_add(&mut self, key: &[u8], delta: i64) -> Result<()> {
+        self.check_key(key)?;
+        self.account(key.len() + 8)?;
+        self.inner.atomic_add(key, delta)
+    }
+
+    /// Mutation bytes written so far, as FoundationDB would count them (keys plus values).
+    pub fn size(&self) -> usize {
+        self.written
+    }
+
+    /// Commits this attempt: every write becomes durable and visible, or none does.
+    /// Only for transactions opened with [`crate::Store::begin`].
+    pub fn commit(self) -> Result<()> {
+        self.inner.commit()
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<()> {
+        if key.len() > self.limits.max_key {
+            return Err(Error::KeyTooLarge {
+                len: key.len(),
+                limit: self.limits.max_key,
+            });
+        }
+        Ok(())
+    }
+
+    fn account(&mut self, bytes: usize) -> Result<()> {
+        if self.mode == TxnMode::Read {
+            return Err(Error::ReadOnly);
+        }
+        self.written += bytes;
+        if self.written > self.limits.max_txn {
+            return Err(Error::TransactionTooLarge {
+                size: self.written,
+                limit: self.limits.max_txn,
+            });
+        }
+        if self.written > self.limits.warn_txn && !self.warned {
+            self.warned = true;
+            tracing::warn!(
+                size = self.written,
+                advised = self.limits.warn_txn,
+                "transaction exceeds the advised size"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Decodes a counter written by [`Txn::atomic_add`].
+pub fn decode_counter(value: &[u8]) -> i64 {
+    let mut bytes = [0u8; 8];
+    let n = value.len().min(8);
+    bytes[..n].copy_from_slice(&value[..n]);
+    i64::from_le_bytes(bytes)
+}

@@ -1,0 +1,59 @@
+//! Engram's storage: an ordered key-value seam with serializable transactions (modelled on
+//! FoundationDB), its backends, the keyspace, and the typed data layer above it.
+//!
+//! Layers, bottom up:
+//! - [`kv`]: the seam. [`kv::Engine`] / [`kv::EngineTxn`] are implemented by [`sqlite`] (the
+//!   embedded default) and `fdb` (cargo feature `fdb`); callers use [`Txn`], which enforces
+//!   FoundationDB's size limits for every backend.
+//! - [`Store`]: runs a closure as a transaction on a blocking thread, retrying conflicts and
+//!   busy errors with backoff up to a bound.
+//! - [`keyspace`] and [`codec`]: tuple-encoded keys under a root prefix and versioned values.
+//! - [`data`] and [`cluster`]: typed reads and writes of users' memory and of cluster rows.
+//!
+//! Architecture invariants:
+//! - This is the only crate that talks to SQLite or FoundationDB. It knows nothing of actors,
+//!   HTTP, JSON wire types or configuration files.
+//! - Every operation runs inside a caller-supplied transaction; nothing here holds a
+//!   transaction open across anything but storage calls (never across inference or network).
+//! - Time is always passed in ([`model::Timestamp`]); this crate never reads a clock for data.
+
+pub mod cluster;
+pub mod codec;
+pub mod data;
+mod error;
+#[cfg(feature = "fdb")]
+pub mod fdb;
+pub mod keyspace;
+pub mod kv;
+pub mod model;
+pub mod sqlite;
+mod store;
+
+pub use error::{Error, Result};
+pub use keyspace::{KeyRange, Keyspace};
+pub use kv::{Limits, RangeOptions, Txn, TxnMode};
+pub use store::{RetryPolicy, Store, StoreStats};
+
+use std::sync::Arc;
+
+impl Store {
+    /// Opens the SQLite store at `path`.
+    pub fn sqlite(path: &std::path::Path, options: sqlite::SqliteOptions) -> Result<Store> {
+        Ok(Store::new(Arc::new(sqlite::SqliteEngine::open(
+            path, options,
+        )?)))
+    }
+
+    /// A private in-memory SQLite store, for unit tests.
+    pub fn in_memory() -> Result<Store> {
+        Ok(Store::new(Arc::new(sqlite::SqliteEngine::in_memory()?)))
+    }
+}
+
+#[cfg(feature = "fdb")]
+impl Store {
+    /// Connects to FoundationDB.
+    pub fn fdb(options: fdb::FdbOptions) -> Result<Store> {
+        Ok(Store::new(Arc::new(fdb::FdbEngine::open(options)?)))
+    }
+}

@@ -1,0 +1,292 @@
+//! The stored types of the memory model (DESIGN.md section 1) and of cluster bookkeeping.
+//!
+//! These are plain data with serde derives; their encoding is [`crate::codec`]'s business and
+//! their keys are [`crate::keyspace`]'s. Behaviour (formation, conflicts, decay) lives in
+//! `actors`, not here.
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch, UTC. Time always comes from the caller (an injected
+/// clock), never from this crate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// This time plus `millis` (saturating).
+    pub fn plus_millis(self, millis: i64) -> Self {
+        Timestamp(self.0.saturating_add(millis))
+    }
+}
+
+/// The four memory layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum MemoryKind {
+    /// Session-level working memory (summaries of turns).
+    Working,
+    /// Stable preferences and identity facts.
+    Profile,
+    /// Summaries of successful interactions.
+    Episodic,
+    /// Corrections the user accepted.
+    Correction,
+}
+
+impl MemoryKind {
+    /// Every kind, in key order of [`MemoryKind::as_str`].
+    pub const ALL: [MemoryKind; 4] = [
+        MemoryKind::Correction,
+        MemoryKind::Episodic,
+        MemoryKind::Profile,
+        MemoryKind::Working,
+    ];
+
+    /// The stable name used in keys and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Working => "working",
+            MemoryKind::Profile => "profile",
+            MemoryKind::Episodic => "episodic",
+            MemoryKind::Correction => "correction",
+        }
+    }
+
+    /// Parses [`MemoryKind::as_str`]'s names.
+    pub fn parse(name: &str) -> Option<Self> {
+        MemoryKind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+/// Lifecycle of a memory record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MemoryStatus {
+    /// Formed but not yet confirmed; not used in contexts until activated.
+    Candidate,
+    /// In use.
+    Active,
+    /// Superseded or hidden; kept for audit, never shown.
+    Suppressed,
+    /// Past its TTL.
+    Expired,
+    /// Deleted by request; kept only as a tombstone until swept.
+    Deleted,
+}
+
+/// How much personal data a text holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PiiLevel {
+    /// No personal data.
+    None,
+    /// Indirect identifiers.
+    Low,
+    /// Contact data and the like.
+    Medium,
+    /// Identity documents, bank cards.
+    High,
+}
+
+/// What a reader may see of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RedactionLevel {
+    /// The full text.
+    Full,
+    /// A summary with personal data masked.
+    Summary,
+    /// Only a reference (id and kind).
+    ReferenceOnly,
+}
+
+/// Why a memory exists (formation is trigger-based and auditable).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Trigger {
+    /// A turn the gateway marked successful.
+    SuccessfulTurn,
+    /// Explicit feedback (like or dislike) on a turn.
+    Feedback,
+    /// A clarification the user accepted.
+    Clarification,
+    /// The same choice made repeatedly.
+    RepeatedChoice,
+    /// An explicit statement of preference or fact.
+    ExplicitStatement,
+    /// Written directly through the API.
+    Api,
+}
+
+/// A memory record with every field of DESIGN.md section 1 except the embedding, which is
+/// stored beside it under the `vec` key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryRecord {
+    /// Unique within the user.
+    pub memory_id: String,
+    /// Owning tenant.
+    pub tenant: String,
+    /// Owning end user.
+    pub user_id: String,
+    /// Session it was formed in, if any.
+    pub session_id: Option<String>,
+    /// Turn it was formed from, if any.
+    pub turn_id: Option<u64>,
+    /// Trace id of the request that formed it.
+    pub trace_id: Option<String>,
+    /// Layer.
+    pub kind: MemoryKind,
+    /// Scope ("global" by default).
+    pub scope: String,
+    /// Namespace ("default" by default).
+    pub namespace: String,
+    /// The text shown in contexts.
+    pub summary_text: String,
+    /// Structured payload, as JSON text.
+    pub payload: String,
+    /// Route of the request that formed it.
+    pub source_route: Option<String>,
+    /// Agent that formed it.
+    pub source_agent: Option<String>,
+    /// Belief that the memory is right, 0..=1.
+    pub confidence: f32,
+    /// Importance, 0..=1; decays per kind.
+    pub salience: f32,
+    /// Lifecycle status.
+    pub status: MemoryStatus,
+    /// Personal data held.
+    pub pii_level: PiiLevel,
+    /// What readers may see.
+    pub redaction_level: RedactionLevel,
+    /// Why it exists.
+    pub trigger: Trigger,
+    /// When it was written.
+    pub created_at: Timestamp,
+    /// When it was last confirmed by new evidence.
+    pub last_seen_at: Timestamp,
+    /// When it was last put in a context.
+    pub last_accessed_at: Option<Timestamp>,
+    /// When it expires (indexed for sweeps).
+    pub expires_at: Option<Timestamp>,
+    /// Since when the fact held in the world.
+    pub valid_from: Option<Timestamp>,
+    /// Until when the fact held in the world (set when superseded).
+    pub valid_to: Option<Timestamp>,
+}
+
+/// One conversation turn: the user's message and the assistant's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Turn {
+    /// Session of the turn.
+    pub session_id: String,
+    /// Sequence number, unique and increasing per user.
+    pub seq: u64,
+    /// Request that wrote it.
+    pub request_id: String,
+    /// Trace id of the request.
+    pub trace_id: Option<String>,
+    /// Route the gateway chose.
+    pub route: Option<String>,
+    /// The user's text.
+    pub user_text: String,
+    /// The assistant's text (capped by the memory model).
+    pub assistant_text: String,
+    /// Entities mentioned (tables, columns, metrics, business entities).
+    pub entities: Vec<String>,
+    /// When it happened.
+    pub created_at: Timestamp,
+}
+
+/// Per-session bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRow {
+    /// Session id.
+    pub session_id: String,
+    /// First turn's time.
+    pub opened_at: Timestamp,
+    /// Last turn's time.
+    pub last_turn_at: Timestamp,
+    /// Turns written.
+    pub turn_count: u32,
+}
+
+/// The user header: counters and key references.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserHeader {
+    /// Next turn sequence number.
+    pub next_turn_seq: u64,
+    /// Next memory sequence number (for memory ids).
+    pub next_memory_seq: u64,
+    /// Id of the user's data key (encryption at rest), once one exists.
+    pub data_key_id: Option<u32>,
+    /// When the user was first seen.
+    pub created_at: Option<Timestamp>,
+}
+
+/// One version of a distilled intent. Versions are never overwritten.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    /// Intent type ("appointment", "complaint", ...).
+    pub intent_type: String,
+    /// Version time.
+    pub version: Timestamp,
+    /// Extracted fields, as JSON text.
+    pub fields: String,
+    /// Whether this version is current.
+    pub active: bool,
+    /// Turn it was distilled from.
+    pub source_turn: Option<u64>,
+}
+
+/// A stored embedding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Embedding {
+    /// The model that produced it (vectors of different models never mix).
+    pub model: String,
+    /// The vector.
+    pub vector: Vec<f32>,
+}
+
+/// The stored outcome of an acknowledged write, keyed by request id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotencyEntry {
+    /// When the write was acknowledged.
+    pub at: Timestamp,
+    /// The response to replay, opaque to storage.
+    #[serde(with = "serde_bytes")]
+    pub response: Vec<u8>,
+}
+
+/// The lease row of a shard: who may write it, and under which epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardLease {
+    /// Owning node id; `None` when released.
+    pub owner: Option<String>,
+    /// Bumped on every acquisition.
+    pub epoch: u64,
+    /// When the current owner acquired it.
+    pub acquired_at: Timestamp,
+}
+
+/// Membership status of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemberStatus {
+    /// Serving.
+    Active,
+    /// Handing off its shards before leaving.
+    Draining,
+    /// Left the cluster cleanly.
+    Left,
+}
+
+/// A node's membership row; liveness rides on `heartbeat_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Node id.
+    pub node_id: String,
+    /// HTTP gateway address.
+    pub http_addr: String,
+    /// Cluster transport address.
+    pub cluster_addr: String,
+    /// Process start time.
+    pub started_at: Timestamp,
+    /// Last heartbeat.
+    pub heartbeat_at: Timestamp,
+    /// Status.
+    pub status: MemberStatus,
+}

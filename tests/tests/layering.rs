@@ -1,0 +1,87 @@
+//! The dependency rule of the workspace (DESIGN.md section 2), checked with `cargo metadata`:
+//! storage and inference depend on no workspace crate, actors on both, node wires everything,
+//! and nothing depends on node.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = meta["packages"].as_array().unwrap();
+    let names: BTreeSet<String> = packages
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_owned())
+        .collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                // Normal and build dependencies only: dev-dependencies do not ship.
+                .filter(|d| d["kind"].is_null() || d["kind"] == "build")
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .filter(|n| names.contains(n))
+                .collect();
+            (p["name"].as_str().unwrap().to_owned(), deps)
+        })
+        .collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn crates_depend_only_in_the_allowed_direction() {
+    let deps = workspace_deps();
+    assert_eq!(
+        deps.keys().cloned().collect::<BTreeSet<_>>(),
+        set(&[
+            "engram-actors",
+            "engram-inference",
+            "engram-node",
+            "engram-storage",
+            "engram-tests"
+        ])
+    );
+    assert_eq!(
+        deps["engram-storage"],
+        set(&[]),
+        "storage depends on no workspace crate"
+    );
+    assert_eq!(
+        deps["engram-inference"],
+        set(&[]),
+        "inference depends on no workspace crate"
+    );
+    assert_eq!(
+        deps["engram-actors"],
+        set(&["engram-inference", "engram-storage"])
+    );
+    assert_eq!(
+        deps["engram-node"],
+        set(&["engram-actors", "engram-inference", "engram-storage"])
+    );
+    for (name, d) in &deps {
+        assert!(!d.contains("engram-node"), "{name} depends on node");
+    }
+}

@@ -6,5 +6,5 @@
 //! - A user actor's state is a cache of storage: killing any actor or node at any moment loses
 //!   no acknowledged write.
 //! - Per-user actors stay local to their node; only the shard-region actor is remote-capable.
-//!
-//! The actors are not built yet: this crate is the seam they will fill.
+
+pub mod model;

@@ -1,0 +1,12 @@
+//! The memory model (DESIGN.md section 1) as pure functions over stored types: policies,
+//! entity extraction, text measures, formation, conflict resolution and context assembly.
+//!
+//! Nothing here does I/O or reads a clock: the user actor loads what it needs, calls these
+//! functions with the current time, and writes the outcome in one transaction.
+
+pub mod conflict;
+pub mod context;
+pub mod entities;
+pub mod formation;
+pub mod policy;
+pub mod text;

@@ -1,0 +1,363 @@
+//! Context assembly with no LLM call: the working memory of the session (the last 6 turns raw,
+//! older turns as extractive summaries), the profile / episodic / correction slots filled by
+//! ranking and capped by the route's budget, the entities mentioned, and a token budget that
+//! drops the oldest summaries first and says so. The result has a structured form and a
+//! rendered text block ready to put in a prompt.
+//!
+//! Ranking here is lexical overlap with the query plus recency and decayed salience; the
+//! hybrid retrieval of the inference issue (dense + BM25) replaces `rank`.
+
+use std::collections::HashSet;
+
+use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Turn};
+use serde::Serialize;
+
+use super::entities::EntityExtractor;
+use super::policy::{DAY_MS, RAW_TURNS, Route, decayed_salience};
+use super::text::{count_tokens, extractive_summary};
+
+/// The instruction that closes every rendered context.
+pub const NO_INVENTION: &str = "Do not invent memories that are not listed.";
+
+/// What a context is assembled for.
+#[derive(Debug, Clone)]
+pub struct ContextRequest<'a> {
+    /// The question about to be sent to the LLM, if any.
+    pub query: Option<&'a str>,
+    /// The route, which sets the slot budgets.
+    pub route: Route,
+    /// Token budget of the whole rendered context.
+    pub token_budget: usize,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// A raw turn in the context.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextTurn {
+    /// Sequence number.
+    pub seq: u64,
+    /// The user's text.
+    pub user: String,
+    /// The assistant's text.
+    pub assistant: String,
+}
+
+/// An older turn, summarised.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextSummary {
+    /// Sequence number of the turn.
+    pub seq: u64,
+    /// The summary.
+    pub text: String,
+    /// How it was made ("extractive" until a summarising model exists).
+    pub method: &'static str,
+}
+
+/// A memory in a slot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ContextMemory {
+    /// The memory.
+    pub memory_id: String,
+    /// Its text.
+    pub text: String,
+    /// Its ranking score.
+    pub score: f32,
+    /// Corrected SQL, for corrections.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrected_sql: Option<String>,
+}
+
+/// The assembled context.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryContext {
+    /// Route it was assembled for.
+    pub route: &'static str,
+    /// The last turns of the session, oldest first.
+    pub recent_turns: Vec<ContextTurn>,
+    /// Summaries of older turns, oldest first.
+    pub summaries: Vec<ContextSummary>,
+    /// Profile slot.
+    pub profile: Vec<ContextMemory>,
+    /// Episodic slot.
+    pub episodic: Vec<ContextMemory>,
+    /// Correction slot.
+    pub corrections: Vec<ContextMemory>,
+    /// Entities mentioned in the session and the query.
+    pub entities: Vec<String>,
+    /// Estimated tokens of `text`.
+    pub tokens: usize,
+    /// The budget it was fitted to.
+    pub token_budget: usize,
+    /// Whether anything was dropped to fit the budget.
+    pub truncated: bool,
+    /// What was dropped, in words.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+    /// The rendered block for the prompt.
+    pub text: String,
+}
+
+/// Assembles the context of a session. `turns` are the session's turns, oldest first;
+/// `records` are the user's memory records of every kind (filtered here by status, expiry
+/// and kind).
+pub fn assemble(
+    request: &ContextRequest<'_>,
+    turns: &[Turn],
+    records: &[MemoryRecord],
+    extractor: &EntityExtractor,
+) -> MemoryContext {
+    let split = turns.len().saturating_sub(RAW_TURNS);
+    let (older, recent) = turns.split_at(split);
+    let mut summaries: Vec<ContextSummary> = older
+        .iter()
+        .map(|t| ContextSummary {
+            seq: t.seq,
+            text: extractive_summary(&t.user_text, &t.assistant_text, &t.entities),
+            method: "extractive",
+        })
+        .collect();
+    let mut recent_turns: Vec<ContextTurn> = recent
+        .iter()
+        .map(|t| ContextTurn {
+            seq: t.seq,
+            user: t.user_text.clone(),
+            assistant: t.assistant_text.clone(),
+        })
+        .collect();
+
+    let query_tokens: HashSet<String> = request
+        .query
+        .map(|q| extractor.tokens(q).into_iter().collect())
+        .unwrap_or_default();
+    let budget = request.route.budget();
+    let mut profile = rank(
+        records,
+        MemoryKind::Profile,
+        &query_tokens,
+        request.now,
+        extractor,
+        budget.profile,
+    );
+    let mut episodic = rank(
+        records,
+        MemoryKind::Episodic,
+        &query_tokens,
+        request.now,
+        extractor,
+        budget.episodic,
+    );
+    let mut corrections = rank(
+        records,
+        MemoryKind::Correction,
+        &query_tokens,
+        request.now,
+        extractor,
+        budget.correction,
+    );
+
+    let mut entities: Vec<String> = Vec::new();
+    for e in turns.iter().flat_map(|t| t.entities.iter().cloned()).chain(
+        request
+            .query
+            .map(|q| extractor.extract(q))
+            .unwrap_or_default(),
+    ) {
+        if !entities.contains(&e) {
+            entities.push(e);
+        }
+    }
+
+    let mut dropped = Vec::new();
+    let mut dropped_summaries = 0;
+    let mut text = render(
+        request.route,
+        &recent_turns,
+        &summaries,
+        &profile,
+        &episodic,
+        &corrections,
+        &entities,
+        &[],
+    );
+    // Over budget: the oldest summaries go first, then the lowest-ranked memories (episodic,
+    // then profile, then corrections), then the oldest raw turns.
+    while count_tokens(&text) > request.token_budget {
+        if !summaries.is_empty() {
+            summaries.remove(0);
+            dropped_summaries += 1;
+        } else if episodic.pop().is_some() {
+            dropped.push("an episodic memory".to_owned());
+        } else if profile.pop().is_some() {
+            dropped.push("a profile memory".to_owned());
+        } else if corrections.pop().is_some() {
+            dropped.push("a correction".to_owned());
+        } else if recent_turns.len() > 1 {
+            recent_turns.remove(0);
+            dropped.push("a recent turn".to_owned());
+        } else {
+            break;
+        }
+        let note = drop_note(dropped_summaries, &dropped, request.token_budget);
+        text = render(
+            request.route,
+            &recent_turns,
+            &summaries,
+            &profile,
+            &episodic,
+            &corrections,
+            &entities,
+            &note,
+        );
+    }
+    if dropped_summaries > 0 {
+        dropped.insert(0, format!("{dropped_summaries} oldest turn summaries"));
+    }
+    MemoryContext {
+        route: request.route.as_str(),
+        recent_turns,
+        summaries,
+        profile,
+        episodic,
+        corrections,
+        entities,
+        tokens: count_tokens(&text),
+        token_budget: request.token_budget,
+        truncated: !dropped.is_empty(),
+        dropped,
+        text,
+    }
+}
+
+fn drop_note(summaries: usize, others: &[String], budget: usize) -> Vec<String> {
+    let mut parts = Vec::new();
+    if summaries > 0 {
+        parts.push(format!("{summaries} oldest turn summaries"));
+    }
+    if !others.is_empty() {
+        parts.push(format!("{} further items", others.len()));
+    }
+    vec![format!(
+        "(Context truncated to fit {budget} tokens: dropped {}.)",
+        parts.join(" and ")
+    )]
+}
+
+/// Whether a record may appear in a context at `now`.
+pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
+    matches!(
+        record.status,
+        MemoryStatus::Active | MemoryStatus::Candidate
+    ) && record.expires_at.is_none_or(|at| at > now)
+}
+
+fn rank(
+    records: &[MemoryRecord],
+    kind: MemoryKind,
+    query: &HashSet<String>,
+    now: Timestamp,
+    extractor: &EntityExtractor,
+    cap: usize,
+) -> Vec<ContextMemory> {
+    if cap == 0 {
+        return Vec::new();
+    }
+    let mut scored: Vec<(f32, &MemoryRecord)> = records
+        .iter()
+        .filter(|r| r.kind == kind && is_live(r, now))
+        .map(|r| {
+            let overlap = if query.is_empty() {
+                0.0
+            } else {
+                let words: HashSet<String> =
+                    extractor.tokens(&r.summary_text).into_iter().collect();
+                query.intersection(&words).count() as f32 / query.len() as f32
+            };
+            let age_days = (now.0 - r.last_seen_at.0).max(0) as f32 / DAY_MS as f32;
+            let recency = 1.0 / (1.0 + age_days / 7.0);
+            let salience = decayed_salience(kind, r.salience, r.last_seen_at, now);
+            (0.6 * overlap + 0.2 * recency + 0.2 * salience, r)
+        })
+        .collect();
+    // Best first; ties go to the newest (corrections are listed newest first).
+    scored.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(b.1.created_at.cmp(&a.1.created_at))
+    });
+    scored
+        .into_iter()
+        .take(cap)
+        .map(|(score, r)| ContextMemory {
+            memory_id: r.memory_id.clone(),
+            text: r.summary_text.clone(),
+            score,
+            corrected_sql: serde_json::from_str::<serde_json::Value>(&r.payload)
+                .ok()
+                .and_then(|p| {
+                    p.get("corrected_sql")
+                        .and_then(|s| s.as_str())
+                        .map(str::to_owned)
+                }),
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn render(
+    route: Route,
+    recent: &[ContextTurn],
+    summaries: &[ContextSummary],
+    profile: &[ContextMemory],
+    episodic: &[ContextMemory],
+    corrections: &[ContextMemory],
+    entities: &[String],
+    notes: &[String],
+) -> String {
+    use std::fmt::Write;
+    let mut out = format!("## User memory (route {})\n", route.as_str());
+    let mut section = |title: &str, items: &mut dyn Iterator<Item = String>| {
+        let items: Vec<String> = items.collect();
+        if !items.is_empty() {
+            let _ = writeln!(out, "### {title}");
+            for item in items {
+                let _ = writeln!(out, "- {item}");
+            }
+        }
+    };
+    section(
+        "Preferences and facts",
+        &mut profile.iter().map(|m| m.text.clone()),
+    );
+    section(
+        "Corrections (newest first; follow them)",
+        &mut corrections.iter().map(|m| match &m.corrected_sql {
+            Some(sql) => format!("{} (corrected SQL: {sql})", m.text),
+            None => m.text.clone(),
+        }),
+    );
+    section(
+        "Past interactions",
+        &mut episodic.iter().map(|m| m.text.clone()),
+    );
+    section(
+        "Earlier in this session (extractive summaries)",
+        &mut summaries.iter().map(|s| s.text.clone()),
+    );
+    section(
+        "Recent turns",
+        &mut recent
+            .iter()
+            .map(|t| format!("user: {}\n  assistant: {}", t.user, t.assistant)),
+    );
+    if !entities.is_empty() {
+        let _ = writeln!(out, "### Entities mentioned\n{}", entities.join(", "));
+    }
+    for note in notes {
+        let _ = writeln!(out, "{note}");
+    }
+    out.push_str(NO_INVENTION);
+    out
+}
+
+#[cfg(test)]
+mod tests;

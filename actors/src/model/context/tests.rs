@@ -1,0 +1,233 @@
+//! Tests of context assembly and its token budget.
+
+use std::sync::LazyLock;
+
+use engram_storage::model::{
+    MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Trigger, Turn,
+};
+use proptest::prelude::*;
+
+use super::*;
+
+static EXTRACTOR: LazyLock<EntityExtractor> = LazyLock::new(EntityExtractor::default);
+
+fn turns(n: u64) -> Vec<Turn> {
+    (0..n)
+        .map(|i| Turn {
+            session_id: "s".into(),
+            seq: i,
+            request_id: format!("r{i}"),
+            trace_id: None,
+            route: None,
+            user_text: format!("Question {i} about GMV in dw_orders for East China"),
+            assistant_text: format!(
+                "The GMV was {i}00 yuan last month, up 3% on the month before it."
+            ),
+            entities: vec!["GMV".into(), "dw_orders".into()],
+            created_at: Timestamp(i as i64),
+        })
+        .collect()
+}
+
+fn rec(id: &str, kind: MemoryKind, text: &str, status: MemoryStatus, created: i64) -> MemoryRecord {
+    MemoryRecord {
+        memory_id: id.into(),
+        tenant: "t".into(),
+        user_id: "u".into(),
+        session_id: None,
+        turn_id: None,
+        trace_id: None,
+        kind,
+        scope: "global".into(),
+        namespace: "default".into(),
+        summary_text: text.into(),
+        payload: "{}".into(),
+        source_route: None,
+        source_agent: None,
+        confidence: 0.5,
+        salience: 0.5,
+        status,
+        pii_level: PiiLevel::None,
+        redaction_level: RedactionLevel::Full,
+        trigger: Trigger::Api,
+        created_at: Timestamp(created),
+        last_seen_at: Timestamp(created),
+        last_accessed_at: None,
+        expires_at: None,
+        valid_from: None,
+        valid_to: None,
+    }
+}
+
+fn request(budget: usize) -> ContextRequest<'static> {
+    ContextRequest {
+        query: Some("GMV chart for East China"),
+        route: Route::Nl2sqlQuery,
+        token_budget: budget,
+        now: Timestamp(1_000),
+    }
+}
+
+#[test]
+fn last_six_turns_raw_and_older_ones_summarised() {
+    let ctx = assemble(&request(5_000), &turns(10), &[], &EXTRACTOR);
+    assert_eq!(
+        ctx.recent_turns.iter().map(|t| t.seq).collect::<Vec<_>>(),
+        [4, 5, 6, 7, 8, 9]
+    );
+    assert_eq!(
+        ctx.summaries.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    assert!(
+        ctx.summaries
+            .iter()
+            .all(|s| s.method == "extractive" && s.text.chars().count() <= 60)
+    );
+    assert!(!ctx.truncated);
+    assert!(ctx.text.ends_with(NO_INVENTION));
+    assert!(
+        ctx.entities.contains(&"GMV".to_string())
+            && ctx.entities.contains(&"dw_orders".to_string())
+    );
+}
+
+#[test]
+fn slots_follow_route_budgets_and_skip_dead_records() {
+    let mut records = vec![
+        rec(
+            "p1",
+            MemoryKind::Profile,
+            "prefers line charts",
+            MemoryStatus::Active,
+            1,
+        ),
+        rec(
+            "p2",
+            MemoryKind::Profile,
+            "prefers bar charts",
+            MemoryStatus::Suppressed,
+            2,
+        ),
+        rec(
+            "p3",
+            MemoryKind::Profile,
+            "usually asks about East China",
+            MemoryStatus::Candidate,
+            3,
+        ),
+        rec(
+            "p4",
+            MemoryKind::Profile,
+            "likes tables",
+            MemoryStatus::Deleted,
+            4,
+        ),
+        rec(
+            "c1",
+            MemoryKind::Correction,
+            "GMV excludes refunds",
+            MemoryStatus::Active,
+            5,
+        ),
+        rec(
+            "c2",
+            MemoryKind::Correction,
+            "use dw_orders not orders",
+            MemoryStatus::Active,
+            6,
+        ),
+        rec(
+            "e1",
+            MemoryKind::Episodic,
+            "asked about GMV",
+            MemoryStatus::Candidate,
+            7,
+        ),
+    ];
+    let mut expired = rec(
+        "p5",
+        MemoryKind::Profile,
+        "expired",
+        MemoryStatus::Active,
+        1,
+    );
+    expired.expires_at = Some(Timestamp(999));
+    records.push(expired);
+    let ctx = assemble(&request(5_000), &turns(2), &records, &EXTRACTOR);
+    let ids = |m: &[ContextMemory]| m.iter().map(|m| m.memory_id.clone()).collect::<Vec<_>>();
+    let mut profile = ids(&ctx.profile);
+    profile.sort();
+    assert_eq!(profile, ["p1", "p3"]);
+    assert_eq!(ids(&ctx.corrections).len(), 2);
+    assert_eq!(ids(&ctx.episodic), ["e1"]);
+    let kpi = assemble(
+        &ContextRequest {
+            route: Route::KpiLookup,
+            ..request(5_000)
+        },
+        &turns(2),
+        &records,
+        &EXTRACTOR,
+    );
+    assert!(kpi.episodic.is_empty(), "kpi_lookup has no episodic slot");
+    assert_eq!(kpi.corrections.len(), 1);
+}
+
+#[test]
+fn relevant_memories_rank_first() {
+    let records = vec![
+        rec(
+            "p1",
+            MemoryKind::Profile,
+            "prefers dark dashboards",
+            MemoryStatus::Active,
+            1,
+        ),
+        rec(
+            "p2",
+            MemoryKind::Profile,
+            "usually asks about East China GMV",
+            MemoryStatus::Active,
+            1,
+        ),
+    ];
+    let ctx = assemble(&request(5_000), &[], &records, &EXTRACTOR);
+    assert_eq!(ctx.profile[0].memory_id, "p2");
+}
+
+#[test]
+fn over_budget_drops_oldest_summaries_first_and_says_so() {
+    let all = assemble(&request(100_000), &turns(20), &[], &EXTRACTOR);
+    let budget = all.tokens - 30;
+    let ctx = assemble(&request(budget), &turns(20), &[], &EXTRACTOR);
+    assert!(
+        ctx.truncated && ctx.tokens <= budget,
+        "{} > {budget}",
+        ctx.tokens
+    );
+    assert_eq!(
+        ctx.recent_turns.len(),
+        6,
+        "raw turns stay while summaries can go"
+    );
+    assert!(ctx.summaries.len() < 14);
+    assert_eq!(
+        ctx.summaries.last().unwrap().seq,
+        13,
+        "the newest summaries stay"
+    );
+    assert!(ctx.dropped[0].contains("oldest turn summaries"));
+    assert!(ctx.text.contains("Context truncated to fit"));
+}
+
+proptest! {
+    #[test]
+    fn the_rendered_context_fits_any_reasonable_budget(n in 0u64..20, budget in 150usize..3000) {
+        let records: Vec<_> = (0..10).map(|i| rec(&format!("m{i}"), MemoryKind::ALL[i % 4], "prefers monthly GMV by region in 华东", MemoryStatus::Active, i as i64)).collect();
+        let ctx = assemble(&request(budget), &turns(n), &records, &EXTRACTOR);
+        prop_assert!(ctx.tokens <= budget || (ctx.summaries.is_empty() && ctx.profile.is_empty() && ctx.recent_turns.len() <= 1));
+        prop_assert_eq!(ctx.tokens, count_tokens(&ctx.text));
+        prop_assert!(ctx.text.ends_with(NO_INVENTION));
+    }
+}

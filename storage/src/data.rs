@@ -10,8 +10,8 @@ use crate::error::Result;
 use crate::keyspace::{Keyspace, UserKeys};
 use crate::kv::{RangeOptions, Txn};
 use crate::model::{
-    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, SessionRow, Timestamp, Turn,
-    UserHeader,
+    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow,
+    Timestamp, Turn, UserHeader, WindowRule,
 };
 
 /// One user's data inside one transaction.
@@ -61,8 +61,9 @@ impl<'t> UserData<'t> {
     }
 
     /// Appends a turn to its session: assigns the next sequence number from the header,
-    /// updates the session row, and returns the sequence number.
-    pub fn append_turn(&mut self, mut turn: Turn) -> Result<u64> {
+    /// updates the session row (opening a new working-memory window when `rule` says the
+    /// current one is closed), and returns the updated session row.
+    pub fn append_turn(&mut self, turn: &mut Turn, rule: WindowRule) -> Result<SessionRow> {
         let mut header = self.header()?.unwrap_or_default();
         header.created_at.get_or_insert(turn.created_at);
         let seq = header.next_turn_seq;
@@ -71,8 +72,14 @@ impl<'t> UserData<'t> {
         let session_key = self.keys.session(&turn.session_id);
         let session = match self.get::<SessionRow>("session", &session_key)? {
             Some(mut row) => {
+                let idle = turn.created_at.0 - row.last_turn_at.0 > rule.idle_ms;
+                if idle || row.window_turns >= rule.max_turns {
+                    row.window_start_seq = seq;
+                    row.window_turns = 0;
+                }
                 row.last_turn_at = turn.created_at;
                 row.turn_count += 1;
+                row.window_turns += 1;
                 row
             }
             None => SessionRow {
@@ -80,12 +87,53 @@ impl<'t> UserData<'t> {
                 opened_at: turn.created_at,
                 last_turn_at: turn.created_at,
                 turn_count: 1,
+                window_start_seq: seq,
+                window_turns: 1,
             },
         };
         self.put("session", &session_key, &session)?;
-        self.put("turn", &self.keys.turn(&turn.session_id, seq), &turn)?;
+        self.put("turn", &self.keys.turn(&turn.session_id, seq), turn)?;
         self.put_header(&header)?;
-        Ok(seq)
+        Ok(session)
+    }
+
+    /// One session row.
+    pub fn session(&mut self, session: &str) -> Result<Option<SessionRow>> {
+        self.get("session", &self.keys.session(session))
+    }
+
+    /// The turns of a session with sequence numbers from `from_seq`, oldest first.
+    pub fn turns_from(&mut self, session: &str, from_seq: u64) -> Result<Vec<Turn>> {
+        let range = self.keys.turns(session);
+        self.decode_range("turn", &self.keys.turn(session, from_seq), &range.end)
+    }
+
+    /// Writes a review flag.
+    pub fn put_flag(&mut self, flag: &ReviewFlag) -> Result<()> {
+        self.put("review flag", &self.keys.flag(&flag.flag_id), flag)
+    }
+
+    /// Removes a review flag.
+    pub fn remove_flag(&mut self, flag_id: &str) -> Result<()> {
+        self.txn.clear(&self.keys.flag(flag_id))
+    }
+
+    /// All review flags of the user.
+    pub fn flags(&mut self) -> Result<Vec<ReviewFlag>> {
+        let range = self.keys.flags();
+        self.decode_range("review flag", &range.begin, &range.end)
+    }
+
+    /// Adds one to the count of a choice and returns the new count.
+    pub fn count_choice(&mut self, topic: &str, value: &str) -> Result<u64> {
+        let key = self.keys.choice(topic, value);
+        let n = self
+            .txn
+            .get(&key)?
+            .map_or(0, |v| crate::kv::decode_counter(&v))
+            + 1;
+        self.txn.set(&key, &n.to_le_bytes())?;
+        Ok(n as u64)
     }
 
     /// The last `limit` turns of a session, oldest first (0 = all).

@@ -11,6 +11,8 @@
 //! ("u", tenant, user, "intent", type, version)    versioned intents
 //! ("u", tenant, user, "vec", memory_id)           embeddings
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
+//! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
+//! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
 //! ("exp", expires_at, tenant, user, memory_id)    expiry index
 //! ```
 //!
@@ -198,6 +200,21 @@ impl UserKeys {
     /// The idempotency entry of a request.
     pub fn idempotency(&self, request_id: &str) -> Vec<u8> {
         self.space.pack(&("idem", request_id))
+    }
+
+    /// A contradiction flagged for review.
+    pub fn flag(&self, flag_id: &str) -> Vec<u8> {
+        self.space.pack(&("flag", flag_id))
+    }
+
+    /// All review flags of this user.
+    pub fn flags(&self) -> KeyRange {
+        self.range(&("flag",))
+    }
+
+    /// The counter of a repeated choice.
+    pub fn choice(&self, topic: &str, value: &str) -> Vec<u8> {
+        self.space.pack(&("choice", topic, value))
     }
 
     /// Decodes an embedding key into its memory id.

@@ -203,6 +203,35 @@ pub struct SessionRow {
     pub last_turn_at: Timestamp,
     /// Turns written.
     pub turn_count: u32,
+    /// First turn of the current working-memory window (a window closes after a number of
+    /// turns or a time idle, and the next turn opens a new one).
+    pub window_start_seq: u64,
+    /// Turns in the current window.
+    pub window_turns: u32,
+}
+
+/// When a session's working-memory window closes (the memory model's policy, passed in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowRule {
+    /// Turns per window.
+    pub max_turns: u32,
+    /// Idle time after which the next turn opens a new window, in milliseconds.
+    pub idle_ms: i64,
+}
+
+/// A contradiction between memories that could not be resolved automatically.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewFlag {
+    /// Flag id (the id of the memory that was held back).
+    pub flag_id: String,
+    /// The new memory, stored suppressed until a reviewer decides.
+    pub memory_id: String,
+    /// The memory it contradicts.
+    pub conflicts_with: String,
+    /// Why it could not be resolved.
+    pub reason: String,
+    /// When it was flagged.
+    pub created_at: Timestamp,
 }
 
 /// The user header: counters and key references.

@@ -11,8 +11,11 @@ use std::time::Duration;
 use engram_storage::kv::decode_counter;
 use engram_storage::{Error, RangeOptions, Store, TxnMode};
 
+/// One check of the suite: it runs against a store under a key prefix.
+pub type Check = fn(&Store, &[u8]);
+
 /// Each check of the suite, by name, for runners that iterate (the two-process worker).
-pub const CHECKS: &[(&str, fn(&Store, &[u8]))] = &[
+pub const CHECKS: &[(&str, Check)] = &[
     ("read_your_writes", read_your_writes),
     (
         "range_reads_follow_byte_order",

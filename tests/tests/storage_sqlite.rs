@@ -106,12 +106,13 @@ fn a_lock_held_past_the_bound_gives_up_with_a_clear_error() {
     let err = store
         .run_blocking(|txn| txn.set(b"mine", b"1"))
         .unwrap_err();
-    match &err {
-        Error::RetriesExhausted {
-            attempts: 3, last, ..
-        } => assert!(matches!(**last, Error::Busy), "{err}"),
-        other => panic!("expected RetriesExhausted after busy errors, got {other}"),
-    }
+    let Error::RetriesExhausted {
+        attempts: 3, last, ..
+    } = &err
+    else {
+        panic!("expected RetriesExhausted after busy errors, got {err}");
+    };
+    assert!(matches!(**last, Error::Busy), "{err}");
     assert!(
         err.to_string()
             .starts_with("transaction gave up after 3 attempts"),

@@ -98,13 +98,31 @@ pub struct MemoryContext {
     pub text: String,
 }
 
-/// Assembles the context of a session. `turns` are the session's turns, oldest first;
-/// `records` are the user's memory records of every kind (filtered here by status, expiry
-/// and kind).
+/// A memory record with its search words, computed once when the record is loaded or written
+/// rather than on every context read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexedRecord {
+    /// The record.
+    pub record: MemoryRecord,
+    /// The words of its text, as [`EntityExtractor::tokens`] splits them.
+    pub words: HashSet<String>,
+}
+
+impl IndexedRecord {
+    /// Indexes `record`.
+    pub fn new(record: MemoryRecord, extractor: &EntityExtractor) -> Self {
+        let words = extractor.tokens(&record.summary_text).into_iter().collect();
+        IndexedRecord { record, words }
+    }
+}
+
+/// Assembles the context of a session. `turns` are the session's current window, oldest
+/// first; `records` are the user's memory records of every kind (filtered here by status,
+/// expiry and kind).
 pub fn assemble(
     request: &ContextRequest<'_>,
     turns: &[Turn],
-    records: &[MemoryRecord],
+    records: &[&IndexedRecord],
     extractor: &EntityExtractor,
 ) -> MemoryContext {
     let split = turns.len().saturating_sub(RAW_TURNS);
@@ -131,30 +149,18 @@ pub fn assemble(
         .map(|q| extractor.tokens(q).into_iter().collect())
         .unwrap_or_default();
     let budget = request.route.budget();
-    let mut profile = rank(
-        records,
-        MemoryKind::Profile,
-        &query_tokens,
-        request.now,
-        extractor,
-        budget.profile,
-    );
-    let mut episodic = rank(
-        records,
-        MemoryKind::Episodic,
-        &query_tokens,
-        request.now,
-        extractor,
-        budget.episodic,
-    );
-    let mut corrections = rank(
-        records,
-        MemoryKind::Correction,
-        &query_tokens,
-        request.now,
-        extractor,
-        budget.correction,
-    );
+    let rank_kind = |kind, cap| {
+        rank(
+            records.iter().copied(),
+            kind,
+            &query_tokens,
+            request.now,
+            cap,
+        )
+    };
+    let mut profile = rank_kind(MemoryKind::Profile, budget.profile);
+    let mut episodic = rank_kind(MemoryKind::Episodic, budget.episodic);
+    let mut corrections = rank_kind(MemoryKind::Correction, budget.correction);
 
     let mut entities: Vec<String> = Vec::new();
     for e in turns.iter().flat_map(|t| t.entities.iter().cloned()).chain(
@@ -251,27 +257,25 @@ pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
     ) && record.expires_at.is_none_or(|at| at > now)
 }
 
-fn rank(
-    records: &[MemoryRecord],
+fn rank<'r>(
+    records: impl IntoIterator<Item = &'r IndexedRecord>,
     kind: MemoryKind,
     query: &HashSet<String>,
     now: Timestamp,
-    extractor: &EntityExtractor,
     cap: usize,
 ) -> Vec<ContextMemory> {
     if cap == 0 {
         return Vec::new();
     }
     let mut scored: Vec<(f32, &MemoryRecord)> = records
-        .iter()
-        .filter(|r| r.kind == kind && is_live(r, now))
-        .map(|r| {
+        .into_iter()
+        .filter(|r| r.record.kind == kind && is_live(&r.record, now))
+        .map(|indexed| {
+            let r = &indexed.record;
             let overlap = if query.is_empty() {
                 0.0
             } else {
-                let words: HashSet<String> =
-                    extractor.tokens(&r.summary_text).into_iter().collect();
-                query.intersection(&words).count() as f32 / query.len() as f32
+                query.intersection(&indexed.words).count() as f32 / query.len() as f32
             };
             let age_days = (now.0 - r.last_seen_at.0).max(0) as f32 / DAY_MS as f32;
             let recency = 1.0 / (1.0 + age_days / 7.0);

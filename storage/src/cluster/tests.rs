@@ -26,17 +26,16 @@ fn taking_a_shard_bumps_the_epoch_and_fences_the_previous_owner() {
             txn.set(b"stale", b"write")
         })
         .unwrap_err();
-    match err {
-        Error::Fenced {
-            shard: 7,
-            epoch: 1,
-            holder,
-            holder_epoch: 2,
-        } => {
-            assert_eq!(holder.as_deref(), Some("n2"));
-        }
-        other => panic!("expected Fenced, got {other}"),
-    }
+    let Error::Fenced {
+        shard: 7,
+        epoch: 1,
+        holder,
+        holder_epoch: 2,
+    } = err
+    else {
+        panic!("expected Fenced, got {err}");
+    };
+    assert_eq!(holder.as_deref(), Some("n2"));
     assert_eq!(store.read_blocking(|txn| txn.get(b"stale")).unwrap(), None);
     // Same node, stale epoch: also fenced.
     assert!(matches!(

@@ -5,7 +5,12 @@ use proptest::prelude::*;
 use super::{UserData, expired};
 use crate::model::{
     Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel,
-    RedactionLevel, Timestamp, Trigger, Turn,
+    RedactionLevel, ReviewFlag, Timestamp, Trigger, Turn, WindowRule,
+};
+
+const RULE: WindowRule = WindowRule {
+    max_turns: 20,
+    idle_ms: 1_000,
 };
 use crate::{Keyspace, RangeOptions, Store};
 
@@ -69,10 +74,10 @@ fn turns_get_increasing_sequence_numbers_and_read_back_in_order() {
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
     for i in 0..10 {
         let session = if i % 2 == 0 { "a" } else { "b" };
-        let seq = with_user(&store, &ks, "alice", |u| {
-            u.append_turn(turn(session, &format!("t{i}"), i))
+        let row = with_user(&store, &ks, "alice", |u| {
+            u.append_turn(&mut turn(session, &format!("t{i}"), i), RULE)
         });
-        assert_eq!(seq, i as u64);
+        assert_eq!(row.turn_count as i64, i / 2 + 1);
     }
     let last = with_user(&store, &ks, "alice", |u| u.last_turns("a", 3));
     let texts: Vec<_> = last.iter().map(|t| t.user_text.as_str()).collect();
@@ -101,6 +106,52 @@ fn turns_get_increasing_sequence_numbers_and_read_back_in_order() {
         5
     );
     assert_eq!(with_user(&store, &ks, "alice", |u| u.sessions()).len(), 1);
+}
+
+#[test]
+fn session_windows_close_after_max_turns_or_idle_time() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    let rule = WindowRule {
+        max_turns: 3,
+        idle_ms: 100,
+    };
+    let times = [0, 10, 20, 30, 40, 500, 510];
+    let rows: Vec<_> = times
+        .iter()
+        .map(|&at| {
+            with_user(&store, &ks, "alice", |u| {
+                u.append_turn(&mut turn("s", "x", at), rule)
+            })
+        })
+        .collect();
+    let windows: Vec<_> = rows
+        .iter()
+        .map(|r| (r.window_start_seq, r.window_turns))
+        .collect();
+    // Turns 0-2 fill a window, 3-4 open the next, 5 comes after an idle gap.
+    assert_eq!(
+        windows,
+        [(0, 1), (0, 2), (0, 3), (3, 1), (3, 2), (5, 1), (5, 2)]
+    );
+    assert_eq!(rows[6].turn_count, 7);
+    let window = with_user(&store, &ks, "alice", |u| u.turns_from("s", 5));
+    assert_eq!(window.iter().map(|t| t.seq).collect::<Vec<_>>(), [5, 6]);
+    assert_eq!(
+        with_user(&store, &ks, "alice", |u| u.session("s")).unwrap(),
+        rows[6]
+    );
+    assert_eq!(
+        with_user(&store, &ks, "alice", |u| u.count_choice("k", "v")),
+        1
+    );
+    assert_eq!(
+        with_user(&store, &ks, "alice", |u| u.count_choice("k", "v")),
+        2
+    );
+    assert_eq!(
+        with_user(&store, &ks, "alice", |u| u.count_choice("k", "w")),
+        1
+    );
 }
 
 #[test]
@@ -228,7 +279,15 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
     for user in ["alice", "alicia", "bob"] {
         with_user(&store, &ks, user, |u| {
-            u.append_turn(turn("s1", "hello", 1))?;
+            u.append_turn(&mut turn("s1", "hello", 1), RULE)?;
+            u.put_flag(&ReviewFlag {
+                flag_id: "m2".into(),
+                memory_id: "m2".into(),
+                conflicts_with: "m1".into(),
+                reason: "test".into(),
+                created_at: Timestamp(1),
+            })?;
+            u.count_choice("chart_type", "line")?;
             for (id, kind, expires) in [
                 ("m1", MemoryKind::Profile, Some(100)),
                 ("m2", MemoryKind::Episodic, Some(200)),

@@ -48,13 +48,11 @@ fn retries_give_up_after_the_bound_with_the_last_error() {
         })
         .unwrap_err();
     assert_eq!(attempts.load(Ordering::SeqCst), 4);
-    match err {
-        Error::RetriesExhausted { attempts, last, .. } => {
-            assert_eq!(attempts, 4);
-            assert!(matches!(*last, Error::Conflict), "last error: {last}");
-        }
-        other => panic!("expected RetriesExhausted, got {other}"),
-    }
+    let Error::RetriesExhausted { attempts, last, .. } = err else {
+        panic!("expected RetriesExhausted, got {err}");
+    };
+    assert_eq!(attempts, 4);
+    assert!(matches!(*last, Error::Conflict), "last error: {last}");
     assert_eq!(store.stats().exhausted.load(Ordering::Relaxed), 1);
 }
 

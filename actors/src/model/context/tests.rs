@@ -29,7 +29,17 @@ fn turns(n: u64) -> Vec<Turn> {
         .collect()
 }
 
-fn rec(id: &str, kind: MemoryKind, text: &str, status: MemoryStatus, created: i64) -> MemoryRecord {
+fn rec(
+    id: &str,
+    kind: MemoryKind,
+    text: &str,
+    status: MemoryStatus,
+    created: i64,
+) -> IndexedRecord {
+    IndexedRecord::new(raw(id, kind, text, status, created), &EXTRACTOR)
+}
+
+fn raw(id: &str, kind: MemoryKind, text: &str, status: MemoryStatus, created: i64) -> MemoryRecord {
     MemoryRecord {
         memory_id: id.into(),
         tenant: "t".into(),
@@ -152,9 +162,14 @@ fn slots_follow_route_budgets_and_skip_dead_records() {
         MemoryStatus::Active,
         1,
     );
-    expired.expires_at = Some(Timestamp(999));
+    expired.record.expires_at = Some(Timestamp(999));
     records.push(expired);
-    let ctx = assemble(&request(5_000), &turns(2), &records, &EXTRACTOR);
+    let ctx = assemble(
+        &request(5_000),
+        &turns(2),
+        &records.iter().collect::<Vec<_>>(),
+        &EXTRACTOR,
+    );
     let ids = |m: &[ContextMemory]| m.iter().map(|m| m.memory_id.clone()).collect::<Vec<_>>();
     let mut profile = ids(&ctx.profile);
     profile.sort();
@@ -167,7 +182,7 @@ fn slots_follow_route_budgets_and_skip_dead_records() {
             ..request(5_000)
         },
         &turns(2),
-        &records,
+        &records.iter().collect::<Vec<_>>(),
         &EXTRACTOR,
     );
     assert!(kpi.episodic.is_empty(), "kpi_lookup has no episodic slot");
@@ -176,7 +191,7 @@ fn slots_follow_route_budgets_and_skip_dead_records() {
 
 #[test]
 fn relevant_memories_rank_first() {
-    let records = vec![
+    let records = [
         rec(
             "p1",
             MemoryKind::Profile,
@@ -192,7 +207,12 @@ fn relevant_memories_rank_first() {
             1,
         ),
     ];
-    let ctx = assemble(&request(5_000), &[], &records, &EXTRACTOR);
+    let ctx = assemble(
+        &request(5_000),
+        &[],
+        &records.iter().collect::<Vec<_>>(),
+        &EXTRACTOR,
+    );
     assert_eq!(ctx.profile[0].memory_id, "p2");
 }
 
@@ -225,7 +245,7 @@ proptest! {
     #[test]
     fn the_rendered_context_fits_any_reasonable_budget(n in 0u64..20, budget in 150usize..3000) {
         let records: Vec<_> = (0..10).map(|i| rec(&format!("m{i}"), MemoryKind::ALL[i % 4], "prefers monthly GMV by region in 华东", MemoryStatus::Active, i as i64)).collect();
-        let ctx = assemble(&request(budget), &turns(n), &records, &EXTRACTOR);
+        let ctx = assemble(&request(budget), &turns(n), &records.iter().collect::<Vec<_>>(), &EXTRACTOR);
         prop_assert!(ctx.tokens <= budget || (ctx.summaries.is_empty() && ctx.profile.is_empty() && ctx.recent_turns.len() <= 1));
         prop_assert_eq!(ctx.tokens, count_tokens(&ctx.text));
         prop_assert!(ctx.text.ends_with(NO_INVENTION));

@@ -1,0 +1,352 @@
+//! The node's configuration: the sections of `cluster.toml`, their defaults, loading (the TOML
+//! file, then `ENGRAM__SECTION__KEY` environment overrides) and validation.
+//!
+//! `cluster.toml` at the workspace root is the reference: it holds every setting with its
+//! default value, and a test checks that it parses, validates and equals [`Config::default`].
+//! Unknown keys are rejected by name ([`ConfigError::UnknownKey`]), so a typo never silently
+//! falls back to a default.
+//!
+//! This module only describes and checks settings; it opens no store, binds no socket and
+//! reads no secret (the cluster cookie is named by path here and read by whoever uses it).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use engram_storage::RetryPolicy;
+use engram_storage::sqlite::{SqliteOptions, Synchronous};
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::{Deserialize, Serialize};
+
+mod error;
+mod validate;
+
+pub use error::{ConfigError, Problem};
+
+/// Prefix of environment overrides: `ENGRAM__HTTP__LISTEN` sets `[http] listen`.
+pub const ENV_PREFIX: &str = "ENGRAM__";
+
+/// The whole configuration of one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Config {
+    /// `[node]`: identity and local files.
+    pub node: NodeConfig,
+    /// `[http]`: the HTTP/JSON gateway.
+    pub http: HttpConfig,
+    /// `[cluster]`: transport, shards and liveness.
+    pub cluster: ClusterConfig,
+    /// `[storage]`: the backend and its settings.
+    pub storage: StorageConfig,
+    /// `[log]`: logging.
+    pub log: LogConfig,
+}
+
+/// `[node]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's id, unique in the cluster: letters, digits, `-` and `_`.
+    pub id: String,
+    /// Directory of the node's local files; relative to the working directory.
+    pub data_dir: PathBuf,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            id: "node-1".to_owned(),
+            data_dir: PathBuf::from("data"),
+        }
+    }
+}
+
+/// `[http]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Socket address the gateway listens on (`ip:port`).
+    pub listen: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: "127.0.0.1:8080".to_owned(),
+        }
+    }
+}
+
+/// `[cluster]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Socket address of the cluster transport (`ip:port`).
+    pub listen: String,
+    /// Transport addresses (`host:port`) of nodes to dial at start.
+    pub seeds: Vec<String>,
+    /// File holding the cluster's shared secret; `None` until the transport needs one.
+    /// The secret itself never appears in the configuration.
+    pub cookie_file: Option<PathBuf>,
+    /// Number of shards, fixed for the life of the cluster.
+    pub shards: u32,
+    /// How often the node writes its heartbeat.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat_interval: Duration,
+    /// Age of the last heartbeat after which a node is presumed dead and its shards may be
+    /// taken over.
+    #[serde(with = "humantime_serde")]
+    pub lease_timeout: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            listen: "127.0.0.1:7000".to_owned(),
+            seeds: Vec::new(),
+            cookie_file: None,
+            shards: 1024,
+            heartbeat_interval: Duration::from_secs(1),
+            lease_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Which storage backend the node uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// The embedded SQLite file (the default).
+    #[default]
+    Sqlite,
+    /// FoundationDB; needs a binary built with the `fdb` feature.
+    Fdb,
+}
+
+/// `[storage]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StorageConfig {
+    /// The backend.
+    pub backend: Backend,
+    /// Root of every key, so that several deployments can share one store.
+    pub root_prefix: String,
+    /// `[storage.sqlite]`.
+    pub sqlite: SqliteConfig,
+    /// `[storage.fdb]`.
+    pub fdb: FdbConfig,
+    /// `[storage.retry]`.
+    pub retry: RetryConfig,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            backend: Backend::Sqlite,
+            root_prefix: "engram".to_owned(),
+            sqlite: SqliteConfig::default(),
+            fdb: FdbConfig::default(),
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+/// `[storage.sqlite]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SqliteConfig {
+    /// The database file; a relative path is relative to `node.data-dir`.
+    pub path: PathBuf,
+    /// Durability of commits.
+    pub synchronous: SynchronousMode,
+    /// How long a writer waits for another process's lock before retrying.
+    #[serde(with = "humantime_serde")]
+    pub busy_timeout: Duration,
+    /// Idle read connections kept open.
+    pub read_pool: usize,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        SqliteConfig {
+            path: PathBuf::from("engram.sqlite"),
+            synchronous: SynchronousMode::Full,
+            busy_timeout: Duration::from_secs(5),
+            read_pool: 8,
+        }
+    }
+}
+
+/// SQLite's `PRAGMA synchronous`, as written in `cluster.toml`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SynchronousMode {
+    /// fsync every commit: no acknowledged write is lost, even on power loss.
+    #[default]
+    Full,
+    /// fsync at checkpoints: survives process crashes, not power loss.
+    Normal,
+    /// Never fsync: benchmarks only.
+    Off,
+}
+
+impl From<SynchronousMode> for Synchronous {
+    fn from(mode: SynchronousMode) -> Self {
+        match mode {
+            SynchronousMode::Full => Synchronous::Full,
+            SynchronousMode::Normal => Synchronous::Normal,
+            SynchronousMode::Off => Synchronous::Off,
+        }
+    }
+}
+
+/// `[storage.fdb]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FdbConfig {
+    /// The cluster file; `None` uses FoundationDB's lookup (`FDB_CLUSTER_FILE`, then
+    /// `/etc/foundationdb/fdb.cluster`).
+    pub cluster_file: Option<PathBuf>,
+    /// Per-transaction timeout (FoundationDB ends transactions after 5 s regardless).
+    #[serde(with = "humantime_serde")]
+    pub transaction_timeout: Duration,
+    /// Per-transaction retry limit inside the FoundationDB client.
+    pub retry_limit: u32,
+}
+
+impl Default for FdbConfig {
+    fn default() -> Self {
+        FdbConfig {
+            cluster_file: None,
+            transaction_timeout: Duration::from_secs(5),
+            retry_limit: 50,
+        }
+    }
+}
+
+/// `[storage.retry]`: how conflicting or busy transactions are retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RetryConfig {
+    /// Give up after this many attempts.
+    pub max_attempts: u32,
+    /// Give up once this much time has passed since the first attempt.
+    #[serde(with = "humantime_serde")]
+    pub max_elapsed: Duration,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        let policy = RetryPolicy::default();
+        RetryConfig {
+            max_attempts: policy.max_attempts,
+            max_elapsed: policy.max_elapsed,
+        }
+    }
+}
+
+/// Output format of the logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct LogConfig {
+    /// An `EnvFilter` directive (`info`, `engram_node=debug,info`); `RUST_LOG` overrides it.
+    pub level: String,
+    /// Output format.
+    pub format: LogFormat,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_owned(),
+            format: LogFormat::Text,
+        }
+    }
+}
+
+impl Config {
+    /// Loads the file at `path`, then applies `ENGRAM__SECTION__KEY` environment overrides.
+    /// Does not validate; call [`Config::validate`].
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        if !path.is_file() {
+            return Err(ConfigError::Read {
+                path: path.to_owned(),
+                reason: "no such file".to_owned(),
+            });
+        }
+        Config::extract(&Config::figment(path))
+    }
+
+    /// The providers [`Config::load`] reads, lowest precedence first.
+    ///
+    /// `Toml::file_exact` rather than `Toml::file`: the latter searches parent directories, and
+    /// a node must not pick up a stray `cluster.toml` from above its working directory.
+    pub fn figment(path: &Path) -> Figment {
+        // Environment names cannot hold `-`: `ENGRAM__STORAGE__ROOT_PREFIX` means
+        // `storage.root-prefix`. `split` runs first, so `__` is already `.` when `_` becomes `-`.
+        let env = Env::prefixed(ENV_PREFIX)
+            .split("__")
+            .map(|key| key.as_str().replace('_', "-").into());
+        Figment::from(Toml::file_exact(path)).merge(env)
+    }
+
+    /// Extracts a configuration from `figment`, naming any unknown key.
+    pub fn extract(figment: &Figment) -> Result<Config, ConfigError> {
+        figment
+            .extract()
+            .map_err(|err| ConfigError::from_figment(&err))
+    }
+
+    /// The SQLite file: `storage.sqlite.path`, relative paths resolved against `node.data-dir`.
+    pub fn sqlite_path(&self) -> PathBuf {
+        self.node.data_dir.join(&self.storage.sqlite.path)
+    }
+}
+
+impl SqliteConfig {
+    /// The storage crate's options for these settings.
+    pub fn options(&self) -> SqliteOptions {
+        SqliteOptions {
+            synchronous: self.synchronous.into(),
+            busy_timeout: self.busy_timeout,
+            read_pool: self.read_pool,
+        }
+    }
+}
+
+#[cfg(feature = "fdb")]
+impl FdbConfig {
+    /// The storage crate's options for these settings.
+    pub fn options(&self) -> engram_storage::fdb::FdbOptions {
+        engram_storage::fdb::FdbOptions {
+            cluster_file: self.cluster_file.clone(),
+            timeout: self.transaction_timeout,
+            retry_limit: self.retry_limit,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The storage crate's retry policy: these bounds, the crate's default backoff.
+    pub fn policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.max_attempts,
+            max_elapsed: self.max_elapsed,
+            ..RetryPolicy::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+//! [`Config::validate`] (settings that cannot work: the node refuses to start) and
+//! [`Config::advice`] (settings that work but are probably not what the operator wants: the
+//! node logs a warning and starts).
+//!
+//! Validation reads nothing outside the configuration: it does not resolve host names, look
+//! at files or bind sockets.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use humantime_serde::re::humantime::format_duration;
+
+use super::{Backend, Config, ConfigError, Problem};
+
+/// Shards each node should hold at least (DESIGN.md section 4).
+const MIN_SHARDS_PER_NODE: u32 = 10;
+
+/// FoundationDB ends every transaction after this long.
+const FDB_MAX_TRANSACTION: Duration = Duration::from_secs(5);
+
+impl Config {
+    /// Checks that the settings can work, alone and together, and says in words what is
+    /// wrong with each one that cannot.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut problem = |key: &'static str, message: String| {
+            problems.push(Problem { key, message });
+        };
+
+        let id = &self.node.id;
+        if id.is_empty() {
+            problem("node.id", "must not be empty".to_owned());
+        } else if let Some(c) = id
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+        {
+            problem(
+                "node.id",
+                format!("{id:?} contains {c:?}; use only letters, digits, `-` and `_`"),
+            );
+        }
+        if self.node.data_dir.as_os_str().is_empty() {
+            problem("node.data-dir", "must not be empty".to_owned());
+        }
+
+        let http = parse_listen(&self.http.listen);
+        if let Err(message) = &http {
+            problem("http.listen", message.clone());
+        }
+        let cluster = parse_listen(&self.cluster.listen);
+        if let Err(message) = &cluster {
+            problem("cluster.listen", message.clone());
+        }
+        if let (Ok(http), Ok(cluster)) = (http, cluster)
+            && http == cluster
+            && http.port() != 0
+        {
+            problem(
+                "cluster.listen",
+                format!("is the same address as http.listen ({http}); give each its own port"),
+            );
+        }
+        for seed in &self.cluster.seeds {
+            if let Err(message) = check_seed(seed) {
+                problem("cluster.seeds", message);
+            }
+        }
+
+        if self.cluster.shards == 0 {
+            problem("cluster.shards", "must be at least 1".to_owned());
+        }
+        let heartbeat = self.cluster.heartbeat_interval;
+        let lease = self.cluster.lease_timeout;
+        if heartbeat.is_zero() {
+            problem(
+                "cluster.heartbeat-interval",
+                "must be longer than 0s".to_owned(),
+            );
+        }
+        if lease <= heartbeat.saturating_mul(2) {
+            problem(
+                "cluster.lease-timeout",
+                format!(
+                    "must be more than twice cluster.heartbeat-interval, so that one late \
+                     heartbeat does not cost a live node its shards (lease-timeout is {}, \
+                     heartbeat-interval is {})",
+                    format_duration(lease),
+                    format_duration(heartbeat),
+                ),
+            );
+        }
+
+        match self.storage.backend {
+            Backend::Sqlite => {}
+            Backend::Fdb => {
+                if !cfg!(feature = "fdb") {
+                    problem(
+                        "storage.backend",
+                        "is \"fdb\" but this engram-node was built without FoundationDB support; \
+                         rebuild it with `--features fdb` or set backend = \"sqlite\""
+                            .to_owned(),
+                    );
+                }
+            }
+        }
+        if self.storage.root_prefix.is_empty() {
+            problem("storage.root-prefix", "must not be empty".to_owned());
+        }
+        if self.storage.sqlite.path.as_os_str().is_empty() {
+            problem("storage.sqlite.path", "must not be empty".to_owned());
+        }
+        if self.storage.fdb.transaction_timeout.is_zero() {
+            problem(
+                "storage.fdb.transaction-timeout",
+                "must be longer than 0s".to_owned(),
+            );
+        }
+        if self.storage.retry.max_attempts == 0 {
+            problem(
+                "storage.retry.max-attempts",
+                "must be at least 1".to_owned(),
+            );
+        }
+        if self.storage.retry.max_elapsed.is_zero() {
+            problem(
+                "storage.retry.max-elapsed",
+                "must be longer than 0s".to_owned(),
+            );
+        }
+
+        if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
+            problem(
+                "log.level",
+                format!("{:?} is not a log filter: {err}", self.log.level),
+            );
+        }
+
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+
+    /// Settings that work but are probably unintended, one sentence each. The node logs them
+    /// as warnings and starts anyway.
+    pub fn advice(&self) -> Vec<String> {
+        let mut advice = Vec::new();
+        // The seeds are a lower bound of the cluster's size.
+        let nodes = u32::try_from(self.cluster.seeds.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
+        let shards = self.cluster.shards;
+        if shards > 0 && shards < nodes.saturating_mul(MIN_SHARDS_PER_NODE) {
+            advice.push(format!(
+                "cluster.shards = {shards} leaves fewer than {MIN_SHARDS_PER_NODE} shards per node \
+                 for a cluster of {nodes} node(s); the shard count is fixed for the life of the \
+                 cluster, so size it for the largest cluster you expect"
+            ));
+        }
+        match self.storage.backend {
+            Backend::Fdb if self.storage.fdb.transaction_timeout > FDB_MAX_TRANSACTION => {
+                advice.push(format!(
+                    "storage.fdb.transaction-timeout = {} has no effect beyond the 5s \
+                     FoundationDB allows a transaction",
+                    format_duration(self.storage.fdb.transaction_timeout),
+                ));
+            }
+            Backend::Fdb | Backend::Sqlite => {}
+        }
+        advice
+    }
+}
+
+/// Parses a listen address, explaining a failure.
+fn parse_listen(addr: &str) -> Result<SocketAddr, String> {
+    addr.parse().map_err(|_| {
+        format!("{addr:?} is not a socket address; write ip:port, e.g. \"127.0.0.1:7000\" or \"[::1]:7000\"")
+    })
+}
+
+/// Checks that a seed is `host:port` (hosts are resolved when the node dials them).
+fn check_seed(seed: &str) -> Result<(), String> {
+    if seed.parse::<SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    match seed.rsplit_once(':') {
+        Some((host, port))
+            if !host.is_empty()
+                && !host.contains(':')
+                && port.parse::<u16>().is_ok_and(|p| p != 0) =>
+        {
+            Ok(())
+        }
+        Some(_) | None => Err(format!(
+            "{seed:?} is not host:port with a port from 1 to 65535, e.g. \"10.0.0.2:7000\" or \"node-2:7000\""
+        )),
+    }
+}

@@ -1,0 +1,129 @@
+//! The life of one node process: register in the membership table, prove the store works,
+//! serve until SIGTERM or Ctrl-C, then record that the node left.
+//!
+//! Start-up writes this node's membership row (status `Active`) and reads it back in a
+//! separate transaction: a node that cannot write and read its own row does not start.
+//! Shutdown rewrites the row with status `Left`, so that peers can tell a clean leave from a
+//! crash (a crashed node's row stays `Active` with a stale heartbeat).
+//!
+//! Not here yet: periodic heartbeats, shards, the gateway and the transport; they hang off
+//! [`run`] as they arrive.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use engram_storage::model::{Member, MemberStatus, Timestamp};
+use engram_storage::{Keyspace, Store, cluster};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tracing::info;
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// Runs the node until a shutdown signal, then leaves the cluster cleanly.
+pub async fn run(config: Config) -> Result<()> {
+    // Before anything else, so that a signal sent during start-up is not fatal.
+    let mut shutdown = Shutdown::install()?;
+
+    let store = crate::store::open(&config).await?;
+    let keyspace = Keyspace::new(&config.storage.root_prefix);
+    let node = config.node.id.clone();
+    let started_at = now();
+    let member = Member {
+        node_id: node.clone(),
+        http_addr: config.http.listen.clone(),
+        cluster_addr: config.cluster.listen.clone(),
+        started_at,
+        heartbeat_at: started_at,
+        status: MemberStatus::Active,
+    };
+    register(&store, &keyspace, member.clone()).await?;
+    info!(
+        node = %node,
+        backend = store.backend(),
+        http = %config.http.listen,
+        cluster = %config.cluster.listen,
+        shards = config.cluster.shards,
+        "node started"
+    );
+
+    let signal = shutdown.wait().await;
+    info!(node = %node, signal, "shutting down");
+
+    let left = Member {
+        heartbeat_at: now(),
+        status: MemberStatus::Left,
+        ..member
+    };
+    store
+        .run(move |txn| cluster::put_member(txn, &keyspace, &left))
+        .await
+        .map_err(Error::storage("marking the membership row as left"))?;
+    crate::store::close(store, config.storage.backend);
+    info!(node = %node, "node stopped");
+    Ok(())
+}
+
+/// Writes `member` and reads it back in a second transaction: the start-up self-check.
+async fn register(store: &Store, keyspace: &Keyspace, member: Member) -> Result<()> {
+    let written = member.clone();
+    let ks = keyspace.clone();
+    store
+        .run(move |txn| cluster::put_member(txn, &ks, &written))
+        .await
+        .map_err(Error::storage("writing the membership row"))?;
+    let ks = keyspace.clone();
+    let node = member.node_id.clone();
+    let read = store
+        .read(move |txn| cluster::member(txn, &ks, &node))
+        .await
+        .map_err(Error::storage("reading the membership row back"))?;
+    match read {
+        Some(read) if read == member => Ok(()),
+        Some(_) => Err(Error::SelfCheck(format!(
+            "membership row of {} read back differs from the one written",
+            member.node_id
+        ))),
+        None => Err(Error::SelfCheck(format!(
+            "membership row of {} is missing right after it was written",
+            member.node_id
+        ))),
+    }
+}
+
+/// The wall clock as a storage timestamp. Only membership bookkeeping reads it here; the
+/// memory model gets an injected clock.
+fn now() -> Timestamp {
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    Timestamp(i64::try_from(millis).unwrap_or(i64::MAX))
+}
+
+/// The shutdown signals, registered up front.
+struct Shutdown {
+    term: Signal,
+    interrupt: Signal,
+}
+
+impl Shutdown {
+    fn install() -> Result<Self> {
+        let install = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|source| Error::Io {
+                step: format!("installing the {name} handler"),
+                source,
+            })
+        };
+        Ok(Shutdown {
+            term: install(SignalKind::terminate(), "SIGTERM")?,
+            interrupt: install(SignalKind::interrupt(), "SIGINT")?,
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT (Ctrl-C) and says which arrived.
+    async fn wait(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+        }
+    }
+}

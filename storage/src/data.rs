@@ -7,11 +7,11 @@
 
 use crate::codec::{decode, encode};
 use crate::error::Result;
-use crate::keyspace::{Keyspace, UserKeys};
+use crate::keyspace::{ExpiryTarget, Keyspace, UserKeys};
 use crate::kv::{RangeOptions, Txn};
 use crate::model::{
     Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow,
-    Timestamp, Turn, UserHeader, WindowRule,
+    SessionRule, Timestamp, Turn, UserHeader,
 };
 
 /// One user's data inside one transaction.
@@ -63,7 +63,8 @@ impl<'t> UserData<'t> {
     /// Appends a turn to its session: assigns the next sequence number from the header,
     /// updates the session row (opening a new working-memory window when `rule` says the
     /// current one is closed), and returns the updated session row.
-    pub fn append_turn(&mut self, turn: &mut Turn, rule: WindowRule) -> Result<SessionRow> {
+    pub fn append_turn(&mut self, turn: &mut Turn, rule: SessionRule) -> Result<SessionRow> {
+        debug_assert!(rule.max_turns > 0);
         let mut header = self.header()?.unwrap_or_default();
         header.created_at.get_or_insert(turn.created_at);
         let seq = header.next_turn_seq;
@@ -82,14 +83,22 @@ impl<'t> UserData<'t> {
                 row.window_turns += 1;
                 row
             }
-            None => SessionRow {
-                session_id: turn.session_id.clone(),
-                opened_at: turn.created_at,
-                last_turn_at: turn.created_at,
-                turn_count: 1,
-                window_start_seq: seq,
-                window_turns: 1,
-            },
+            None => {
+                let retain_until = turn.created_at.plus_millis(rule.retention_ms);
+                let target = ExpiryTarget::Session {
+                    session_id: turn.session_id.clone(),
+                };
+                self.txn.set(&self.expiry_key(retain_until, &target), b"")?;
+                SessionRow {
+                    session_id: turn.session_id.clone(),
+                    opened_at: turn.created_at,
+                    last_turn_at: turn.created_at,
+                    turn_count: 1,
+                    window_start_seq: seq,
+                    window_turns: 1,
+                    retain_until,
+                }
+            }
         };
         self.put("session", &session_key, &session)?;
         self.put("turn", &self.keys.turn(&turn.session_id, seq), turn)?;
@@ -162,8 +171,17 @@ impl<'t> UserData<'t> {
         Ok(n)
     }
 
-    /// Removes a whole session (its row and turns); returns the number of turns removed.
-    pub fn delete_session(&mut self, session: &str) -> Result<usize> {
+    /// Removes a whole session (its row, turns and expiry entry); returns the number of turns
+    /// removed, or `None` if the session does not exist.
+    pub fn delete_session(&mut self, session: &str) -> Result<Option<usize>> {
+        let Some(row) = self.session(session)? else {
+            return Ok(None);
+        };
+        let target = ExpiryTarget::Session {
+            session_id: session.to_owned(),
+        };
+        self.txn
+            .clear(&self.expiry_key(row.retain_until, &target))?;
         let range = self.keys.turns(session);
         let n = self
             .txn
@@ -171,7 +189,47 @@ impl<'t> UserData<'t> {
             .len();
         self.txn.clear_range(&range.begin, &range.end)?;
         self.txn.clear(&self.keys.session(session))?;
-        Ok(n)
+        Ok(Some(n))
+    }
+
+    /// Applies raw-turn retention to a session: removes its turns created before `cutoff`,
+    /// re-indexes the session at its oldest remaining turn plus `retention_ms`, and removes the
+    /// session when no turn is left. Returns the number of turns removed.
+    pub fn apply_retention(
+        &mut self,
+        session: &str,
+        cutoff: Timestamp,
+        retention_ms: i64,
+    ) -> Result<usize> {
+        let Some(mut row) = self.session(session)? else {
+            return Ok(0);
+        };
+        let turns = self.turns_from(session, 0)?;
+        let keep_from = turns
+            .iter()
+            .position(|t| t.created_at >= cutoff)
+            .unwrap_or(turns.len());
+        if keep_from == turns.len() {
+            return Ok(self.delete_session(session)?.unwrap_or(0));
+        }
+        let target = ExpiryTarget::Session {
+            session_id: session.to_owned(),
+        };
+        self.txn
+            .clear(&self.expiry_key(row.retain_until, &target))?;
+        if keep_from > 0 {
+            self.clear_turns_before(session, turns[keep_from].seq)?;
+        }
+        row.retain_until = turns[keep_from].created_at.plus_millis(retention_ms);
+        self.txn
+            .set(&self.expiry_key(row.retain_until, &target), b"")?;
+        self.put("session", &self.keys.session(session), &row)?;
+        Ok(keep_from)
+    }
+
+    /// The turn of a session with sequence number `seq`.
+    pub fn turn(&mut self, session: &str, seq: u64) -> Result<Option<Turn>> {
+        self.get("turn", &self.keys.turn(session, seq))
     }
 
     /// Every session row of the user, by session id.
@@ -192,13 +250,15 @@ impl<'t> UserData<'t> {
         let old = self.get::<MemoryRecord>("memory record", &key)?;
         let old_expiry = old.and_then(|r| r.expires_at);
         if old_expiry != record.expires_at {
+            let target = ExpiryTarget::Record {
+                kind: record.kind,
+                memory_id: record.memory_id.clone(),
+            };
             if let Some(at) = old_expiry {
-                self.txn.clear(&self.expiry_key(at, &record.memory_id))?;
+                self.txn.clear(&self.expiry_key(at, &target))?;
             }
             if let Some(at) = record.expires_at {
-                let entry = encode("expiry entry", &record.kind)?;
-                self.txn
-                    .set(&self.expiry_key(at, &record.memory_id), &entry)?;
+                self.txn.set(&self.expiry_key(at, &target), b"")?;
             }
         }
         self.put("memory record", &key, record)
@@ -210,7 +270,11 @@ impl<'t> UserData<'t> {
             return Ok(false);
         };
         if let Some(at) = record.expires_at {
-            self.txn.clear(&self.expiry_key(at, memory_id))?;
+            let target = ExpiryTarget::Record {
+                kind,
+                memory_id: memory_id.to_owned(),
+            };
+            self.txn.clear(&self.expiry_key(at, &target))?;
         }
         self.txn.clear(&self.keys.record(kind, memory_id))?;
         self.txn.clear(&self.keys.embedding(memory_id))?;
@@ -293,17 +357,29 @@ impl<'t> UserData<'t> {
             let record: MemoryRecord = decode("memory record", &value)?;
             report.records += 1;
             if let Some(at) = record.expires_at {
-                self.txn.clear(&self.expiry_key(at, &record.memory_id))?;
+                let target = ExpiryTarget::Record {
+                    kind: record.kind,
+                    memory_id: record.memory_id,
+                };
+                self.txn.clear(&self.expiry_key(at, &target))?;
                 report.expiry_entries += 1;
             }
+        }
+        for session in self.sessions()? {
+            let target = ExpiryTarget::Session {
+                session_id: session.session_id,
+            };
+            self.txn
+                .clear(&self.expiry_key(session.retain_until, &target))?;
+            report.expiry_entries += 1;
         }
         let all = self.keys.all();
         self.txn.clear_range(&all.begin, &all.end)?;
         Ok(report)
     }
 
-    fn expiry_key(&self, at: Timestamp, memory_id: &str) -> Vec<u8> {
-        self.keyspace.expiry(at, self.tenant, self.user, memory_id)
+    fn expiry_key(&self, at: Timestamp, target: &ExpiryTarget) -> Vec<u8> {
+        self.keyspace.expiry(at, self.tenant, self.user, target)
     }
 
     fn get<T: serde::de::DeserializeOwned>(
@@ -343,10 +419,8 @@ pub struct ExpiredRef {
     pub tenant: String,
     /// User of the record.
     pub user: String,
-    /// Kind of the record.
-    pub kind: MemoryKind,
-    /// The record.
-    pub memory_id: String,
+    /// What expired.
+    pub target: ExpiryTarget,
 }
 
 /// Up to `limit` expiry-index entries with `expires_at < now`, oldest first, for sweeps.
@@ -359,21 +433,19 @@ pub fn expired(
     let range = keyspace.expiries_before(now);
     let rows = txn.get_range(&range.begin, &range.end, RangeOptions::first(limit))?;
     rows.iter()
-        .map(|(k, v)| {
-            let (expires_at, tenant, user, memory_id) =
+        .map(|(k, _)| {
+            let (expires_at, tenant, user, target) =
                 keyspace
                     .parse_expiry(k)
                     .ok_or_else(|| crate::Error::Decode {
                         what: "expiry key",
                         reason: "not an expiry key".into(),
                     })?;
-            let kind = decode("expiry entry", v)?;
             Ok(ExpiredRef {
                 expires_at,
                 tenant,
                 user,
-                kind,
-                memory_id,
+                target,
             })
         })
         .collect()

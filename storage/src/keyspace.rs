@@ -13,7 +13,8 @@
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
-//! ("exp", expires_at, tenant, user, memory_id)    expiry index
+//! ("exp", at, tenant, user, "rec", kind, id)      expiry index: a memory record's TTL
+//! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
 //! ```
 //!
 //! Everything of a user sits under `("u", tenant, user)`; the expiry index is the only place
@@ -23,6 +24,23 @@
 use foundationdb_tuple::{Subspace, TuplePack};
 
 use crate::model::{MemoryKind, Timestamp};
+
+/// What an expiry-index entry points at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ExpiryTarget {
+    /// A memory record, whose TTL ran out.
+    Record {
+        /// Its layer.
+        kind: MemoryKind,
+        /// Its id.
+        memory_id: String,
+    },
+    /// A session, whose oldest raw turns passed the retention period.
+    Session {
+        /// Its id.
+        session_id: String,
+    },
+}
 
 /// A half-open key range `[begin, end)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,8 +111,22 @@ impl Keyspace {
     }
 
     /// An entry of the expiry index.
-    pub fn expiry(&self, at: Timestamp, tenant: &str, user: &str, memory_id: &str) -> Vec<u8> {
-        self.root.pack(&("exp", at.0, tenant, user, memory_id))
+    pub fn expiry(
+        &self,
+        at: Timestamp,
+        tenant: &str,
+        user: &str,
+        target: &ExpiryTarget,
+    ) -> Vec<u8> {
+        match target {
+            ExpiryTarget::Record { kind, memory_id } => {
+                self.root
+                    .pack(&("exp", at.0, tenant, user, "rec", kind.as_str(), memory_id))
+            }
+            ExpiryTarget::Session { session_id } => self
+                .root
+                .pack(&("exp", at.0, tenant, user, "sess", session_id)),
+        }
     }
 
     /// Expiry entries with `expires_at < before`, oldest first.
@@ -106,11 +138,31 @@ impl Keyspace {
         }
     }
 
-    /// Decodes an expiry-index key into (expires_at, tenant, user, memory_id).
-    pub fn parse_expiry(&self, key: &[u8]) -> Option<(Timestamp, String, String, String)> {
-        let (tag, at, tenant, user, id): (String, i64, String, String, String) =
+    /// Decodes an expiry-index key into (expires_at, tenant, user, target).
+    pub fn parse_expiry(&self, key: &[u8]) -> Option<(Timestamp, String, String, ExpiryTarget)> {
+        if let Ok((tag, at, tenant, user, rec, kind, id)) =
+            self.root
+                .unpack::<(String, i64, String, String, String, String, String)>(key)
+        {
+            let kind = MemoryKind::parse(&kind)?;
+            return (tag == "exp" && rec == "rec").then_some((
+                Timestamp(at),
+                tenant,
+                user,
+                ExpiryTarget::Record {
+                    kind,
+                    memory_id: id,
+                },
+            ));
+        }
+        let (tag, at, tenant, user, sess, id): (String, i64, String, String, String, String) =
             self.root.unpack(key).ok()?;
-        (tag == "exp").then_some((Timestamp(at), tenant, user, id))
+        (tag == "exp" && sess == "sess").then_some((
+            Timestamp(at),
+            tenant,
+            user,
+            ExpiryTarget::Session { session_id: id },
+        ))
     }
 
     /// Decodes a membership key into its node id.

@@ -208,15 +208,20 @@ pub struct SessionRow {
     pub window_start_seq: u64,
     /// Turns in the current window.
     pub window_turns: u32,
+    /// When the oldest raw turn of the session passes the retention period (indexed for sweeps).
+    pub retain_until: Timestamp,
 }
 
-/// When a session's working-memory window closes (the memory model's policy, passed in).
+/// The session rules of the memory model, passed in: when a working-memory window closes and
+/// how long raw turns are kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowRule {
+pub struct SessionRule {
     /// Turns per window.
     pub max_turns: u32,
     /// Idle time after which the next turn opens a new window, in milliseconds.
     pub idle_ms: i64,
+    /// How long raw turns are kept, in milliseconds.
+    pub retention_ms: i64,
 }
 
 /// A contradiction between memories that could not be resolved automatically.

@@ -5,13 +5,15 @@ use proptest::prelude::*;
 use super::{UserData, expired};
 use crate::model::{
     Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel,
-    RedactionLevel, ReviewFlag, Timestamp, Trigger, Turn, WindowRule,
+    RedactionLevel, ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
 };
 
-const RULE: WindowRule = WindowRule {
+const RULE: SessionRule = SessionRule {
     max_turns: 20,
     idle_ms: 1_000,
+    retention_ms: 1_000_000,
 };
+use crate::keyspace::ExpiryTarget;
 use crate::{Keyspace, RangeOptions, Store};
 
 pub(crate) fn record(id: &str, kind: MemoryKind, expires_at: Option<i64>) -> MemoryRecord {
@@ -103,7 +105,11 @@ fn turns_get_increasing_sequence_numbers_and_read_back_in_order() {
     );
     assert_eq!(
         with_user(&store, &ks, "alice", |u| u.delete_session("b")),
-        5
+        Some(5)
+    );
+    assert_eq!(
+        with_user(&store, &ks, "alice", |u| u.delete_session("b")),
+        None
     );
     assert_eq!(with_user(&store, &ks, "alice", |u| u.sessions()).len(), 1);
 }
@@ -111,9 +117,10 @@ fn turns_get_increasing_sequence_numbers_and_read_back_in_order() {
 #[test]
 fn session_windows_close_after_max_turns_or_idle_time() {
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
-    let rule = WindowRule {
+    let rule = SessionRule {
         max_turns: 3,
         idle_ms: 100,
+        retention_ms: 1_000_000,
     };
     let times = [0, 10, 20, 30, 40, 500, 510];
     let rows: Vec<_> = times
@@ -155,6 +162,60 @@ fn session_windows_close_after_max_turns_or_idle_time() {
 }
 
 #[test]
+fn retention_removes_old_turns_and_reindexes_the_session() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    let rule = SessionRule {
+        max_turns: 20,
+        idle_ms: 1_000_000,
+        retention_ms: 100,
+    };
+    for at in [0, 10, 50, 200] {
+        with_user(&store, &ks, "alice", |u| {
+            u.append_turn(&mut turn("s", "x", at), rule)
+        });
+    }
+    let due = |now| {
+        store
+            .read_blocking(|txn| expired(txn, &ks, Timestamp(now), 100))
+            .unwrap()
+    };
+    assert!(due(100).is_empty());
+    let found = due(101);
+    assert_eq!(
+        found[0].target,
+        ExpiryTarget::Session {
+            session_id: "s".into()
+        }
+    );
+    // A sweep at 160 keeps turns created at or after 60.
+    let removed = with_user(&store, &ks, "alice", |u| {
+        u.apply_retention("s", Timestamp(60), 100)
+    });
+    assert_eq!(removed, 3);
+    let left = with_user(&store, &ks, "alice", |u| u.turns_from("s", 0));
+    assert_eq!(
+        left.iter().map(|t| t.created_at.0).collect::<Vec<_>>(),
+        [200]
+    );
+    assert!(
+        due(300).is_empty(),
+        "re-indexed at the oldest remaining turn plus retention"
+    );
+    assert_eq!(due(301).len(), 1);
+    // When every turn is past retention the session goes.
+    assert_eq!(
+        with_user(&store, &ks, "alice", |u| u.apply_retention(
+            "s",
+            Timestamp(1_000),
+            100
+        )),
+        1
+    );
+    assert!(with_user(&store, &ks, "alice", |u| u.sessions()).is_empty());
+    assert!(due(i64::MAX).is_empty());
+}
+
+#[test]
 fn expiry_index_follows_the_record_in_the_same_transaction() {
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
     let mut rec = record("m1", MemoryKind::Episodic, Some(5_000));
@@ -167,13 +228,13 @@ fn expiry_index_follows_the_record_in_the_same_transaction() {
     assert!(due(5_000).is_empty(), "not due at its own expiry instant");
     let found = due(5_001);
     assert_eq!(found.len(), 1);
+    let target = ExpiryTarget::Record {
+        kind: MemoryKind::Episodic,
+        memory_id: "m1".into(),
+    };
     assert_eq!(
-        (
-            found[0].kind,
-            found[0].memory_id.as_str(),
-            found[0].user.as_str()
-        ),
-        (MemoryKind::Episodic, "m1", "alice")
+        (&found[0].target, found[0].user.as_str()),
+        (&target, "alice")
     );
 
     rec.expires_at = Some(Timestamp(9_000));
@@ -322,7 +383,11 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
         });
     }
     let report = with_user(&store, &ks, "alice", |u| u.forget());
-    assert_eq!((report.records, report.expiry_entries), (3, 2));
+    assert_eq!(
+        (report.records, report.expiry_entries),
+        (3, 3),
+        "2 records and 1 session"
+    );
 
     // Scan the whole store: no key may name alice, and the other users are intact.
     let all = store
@@ -349,7 +414,7 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
     let due = store
         .read_blocking(|txn| expired(txn, &ks, Timestamp(i64::MAX), 100))
         .unwrap();
-    assert_eq!(due.len(), 4, "alicia's and bob's expiry entries stay");
+    assert_eq!(due.len(), 6, "alicia's and bob's expiry entries stay");
 }
 
 proptest! {

@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 
-use super::Keyspace;
+use super::{ExpiryTarget, Keyspace};
 use crate::model::{MemoryKind, Timestamp};
 
 fn ks() -> Keyspace {
@@ -33,15 +33,21 @@ proptest! {
     fn intent_versions_and_expiry_times_sort_numerically(a: i64, b: i64) {
         let user = ks().user("t", "u");
         prop_assert_eq!(user.intent("renewal", Timestamp(a)).cmp(&user.intent("renewal", Timestamp(b))), a.cmp(&b));
-        let (ea, eb) = (ks().expiry(Timestamp(a), "t", "u", "m"), ks().expiry(Timestamp(b), "t", "u", "m"));
+        let target = ExpiryTarget::Record { kind: MemoryKind::Profile, memory_id: "m".into() };
+        let (ea, eb) = (ks().expiry(Timestamp(a), "t", "u", &target), ks().expiry(Timestamp(b), "t", "u", &target));
         prop_assert_eq!(ea.cmp(&eb), a.cmp(&b));
         prop_assert_eq!(ks().expiries_before(Timestamp(b)).contains(&ea), a < b);
     }
 
     #[test]
-    fn expiry_keys_round_trip(at: i64, tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}") {
-        let key = ks().expiry(Timestamp(at), &tenant, &user, &id);
-        prop_assert_eq!(ks().parse_expiry(&key), Some((Timestamp(at), tenant, user, id)));
+    fn expiry_keys_round_trip(at: i64, tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", session: bool) {
+        let target = if session {
+            ExpiryTarget::Session { session_id: id }
+        } else {
+            ExpiryTarget::Record { kind: MemoryKind::Episodic, memory_id: id }
+        };
+        let key = ks().expiry(Timestamp(at), &tenant, &user, &target);
+        prop_assert_eq!(ks().parse_expiry(&key), Some((Timestamp(at), tenant, user, target)));
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Timestamp {
-        let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
         Timestamp(i64::try_from(millis).unwrap_or(i64::MAX))
     }
 }
@@ -36,7 +38,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock showing `at`.
     pub fn new(at: Timestamp) -> Arc<Self> {
-        Arc::new(ManualClock { now: AtomicI64::new(at.0) })
+        Arc::new(ManualClock {
+            now: AtomicI64::new(at.0),
+        })
     }
 
     /// Moves the clock forward by `millis`.

@@ -1,10 +1,23 @@
-//! Engram's actors: per-user memory actors, shard regions, placement and membership, and the
-//! memory model (formation, conflicts, decay, context assembly).
+//! Engram's actors: per-user memory actors under per-shard supervisors, the node's directory
+//! of them, and the memory model (formation, conflicts, decay, context assembly).
 //!
 //! Architecture invariants:
 //! - Depends on `storage` and `inference`, never on `node`; knows no HTTP or JSON wire types.
 //! - A user actor's state is a cache of storage: killing any actor or node at any moment loses
 //!   no acknowledged write.
-//! - Per-user actors stay local to their node; only the shard-region actor is remote-capable.
+//! - All writes of a user go through that user's actor, one at a time, each one storage
+//!   transaction that also records its request id, acknowledged only after the commit.
+//! - Per-user actors stay local to their node; only the shard-region actor (cluster issue) is
+//!   remote-capable.
+//! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
 
+pub mod clock;
+pub mod directory;
+mod error;
 pub mod model;
+pub mod placement;
+pub mod services;
+pub mod supervisor;
+pub mod user;
+
+pub use error::{Error, Result};

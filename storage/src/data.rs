@@ -307,6 +307,11 @@ impl<'t> UserData<'t> {
         self.put("embedding", &self.keys.embedding(memory_id), embedding)
     }
 
+    /// Removes the embedding of a memory.
+    pub fn remove_embedding(&mut self, memory_id: &str) -> Result<()> {
+        self.txn.clear(&self.keys.embedding(memory_id))
+    }
+
     /// The embedding of a memory.
     pub fn embedding(&mut self, memory_id: &str) -> Result<Option<Embedding>> {
         self.get("embedding", &self.keys.embedding(memory_id))

@@ -1,0 +1,82 @@
+//! The node-wide handles every user actor shares: storage, the clock, the entity extractor,
+//! settings and counters. Passed explicitly (no process-global state), so a test can run
+//! several nodes' worth of actors in one process.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use engram_storage::{Keyspace, Store};
+
+use crate::clock::SharedClock;
+use crate::model::entities::EntityExtractor;
+use crate::model::policy::DAY_MS;
+
+/// Settings of the user actors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// A user actor idle this long is stopped; its state is reloaded from storage on next use.
+    pub idle_timeout: Duration,
+    /// How long raw turns are kept, in milliseconds.
+    pub retention_ms: i64,
+    /// Number of shards (users are grouped under one supervisor per shard).
+    pub shards: u32,
+    /// Restarts of one user's actor allowed within `restart_window` before the supervisor
+    /// leaves it stopped (the next request starts it again).
+    pub max_restarts: u32,
+    /// The window of `max_restarts`.
+    pub restart_window: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            idle_timeout: Duration::from_secs(300),
+            retention_ms: 30 * DAY_MS,
+            shards: 1024,
+            max_restarts: 3,
+            restart_window: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counters of the actor layer, exported as metrics by the node.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// User actors started (first use or after passivation).
+    pub actors_started: AtomicU64,
+    /// User actors stopped for being idle.
+    pub passivations: AtomicU64,
+    /// User actors that failed.
+    pub failures: AtomicU64,
+    /// User actors restarted by their supervisor.
+    pub restarts: AtomicU64,
+    /// Requests retried because the user's actor stopped while they were queued.
+    pub redeliveries: AtomicU64,
+}
+
+/// What every user actor of a node shares.
+#[derive(Clone)]
+pub struct Services {
+    /// The store.
+    pub store: Store,
+    /// The key layout.
+    pub keyspace: Keyspace,
+    /// The injected clock.
+    pub clock: SharedClock,
+    /// The entity extractor (jieba with the business lexicon).
+    pub extractor: Arc<EntityExtractor>,
+    /// Settings.
+    pub settings: Settings,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("store", &self.store)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,199 @@
+//! The requests a user actor serves and the acknowledgements it returns. These are the
+//! actor-level forms; the gateway maps its JSON wire types onto them. Acknowledgements are
+//! serialisable because they are stored as the replayable outcome of a request id.
+
+use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, SessionRow, Timestamp, Turn};
+use serde::{Deserialize, Serialize};
+
+use crate::model::policy::Route;
+
+/// A conversation turn sent by a gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnRequest {
+    /// Idempotency key of the write.
+    pub request_id: String,
+    /// Explicit session; `None` writes to the user's default stream.
+    pub session_id: Option<String>,
+    /// The user's text.
+    pub user_text: String,
+    /// The assistant's answer (capped at 2,000 characters when stored).
+    pub assistant_text: String,
+    /// The route the gateway took.
+    pub route: Option<Route>,
+    /// Whether the turn succeeded; failed turns are not written.
+    pub success: bool,
+    /// Trace id for correlation.
+    pub trace_id: Option<String>,
+    /// Choices the user made in this turn (`topic`, `value`), counted towards preferences.
+    pub choices: Vec<(String, String)>,
+}
+
+/// A memory formed or touched by a write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryChange {
+    /// The memory.
+    pub memory_id: String,
+    /// Its layer.
+    pub kind: MemoryKind,
+    /// What happened: `created`, `reinforced`, `superseded` or `flagged`.
+    pub action: String,
+}
+
+/// The outcome of a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnAck {
+    /// Whether the turn was written (failed turns are not).
+    pub written: bool,
+    /// The session it was written to.
+    pub session_id: String,
+    /// Its sequence number.
+    pub seq: Option<u64>,
+    /// Entities found in it.
+    pub entities: Vec<String>,
+    /// Memories formed or touched.
+    pub memories: Vec<MemoryChange>,
+    /// True when this is the stored outcome of an earlier identical request.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+/// Feedback on an earlier turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedbackRequest {
+    /// Idempotency key of the write.
+    pub request_id: String,
+    /// Session of the turn.
+    pub session_id: Option<String>,
+    /// Sequence number of the turn.
+    pub turn_seq: u64,
+    /// Like or dislike.
+    pub liked: bool,
+    /// The SQL the user says is right.
+    pub corrected_sql: Option<String>,
+    /// The user's explanation.
+    pub comment: Option<String>,
+    /// Trace id for correlation.
+    pub trace_id: Option<String>,
+}
+
+/// The outcome of feedback.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeedbackAck {
+    /// Memories formed or touched.
+    pub memories: Vec<MemoryChange>,
+    /// True when this is the stored outcome of an earlier identical request.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+/// A request for a memory context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextQuery {
+    /// Session whose working memory to include; `None` is the default stream.
+    pub session_id: Option<String>,
+    /// The question about to be asked.
+    pub query: Option<String>,
+    /// The route, which sets slot budgets.
+    pub route: Route,
+    /// Token budget.
+    pub token_budget: usize,
+}
+
+/// A direct write of a memory record (write a candidate, or upsert by id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryWrite {
+    /// Idempotency key of the write.
+    pub request_id: String,
+    /// Upsert this id; `None` creates a new memory.
+    pub memory_id: Option<String>,
+    /// Layer.
+    pub kind: MemoryKind,
+    /// Text.
+    pub text: String,
+    /// Structured payload (a JSON object).
+    pub payload: serde_json::Value,
+    /// `Candidate` or `Active`.
+    pub status: MemoryStatus,
+    /// Namespace.
+    pub namespace: String,
+    /// Scope.
+    pub scope: String,
+    /// Confidence, 0..=1.
+    pub confidence: f32,
+    /// Salience, 0..=1.
+    pub salience: f32,
+    /// Since when the fact held.
+    pub valid_from: Option<Timestamp>,
+    /// Until when the fact held.
+    pub valid_to: Option<Timestamp>,
+    /// Session it relates to.
+    pub session_id: Option<String>,
+    /// Route that wrote it.
+    pub source_route: Option<String>,
+    /// Agent that wrote it.
+    pub source_agent: Option<String>,
+    /// Trace id for correlation.
+    pub trace_id: Option<String>,
+}
+
+/// A status change of a memory (activate, suppress, delete).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusChange {
+    /// Idempotency key of the write.
+    pub request_id: String,
+    /// The memory.
+    pub memory_id: String,
+    /// The new status: `Active`, `Suppressed` or `Deleted`.
+    pub status: MemoryStatus,
+}
+
+/// The outcome of a memory write or status change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryAck {
+    /// The record as stored.
+    pub memory: MemoryRecord,
+    /// What happened: `created`, `updated`, `reinforced`, `superseded`, `flagged`.
+    pub action: String,
+    /// True when this is the stored outcome of an earlier identical request.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+/// The outcome of deleting a session's memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearAck {
+    /// Turns deleted.
+    pub deleted: usize,
+    /// True when this is the stored outcome of an earlier identical request.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+/// The outcome of forgetting a user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForgetAck {
+    /// Memory records removed.
+    pub records: usize,
+    /// Expiry-index entries removed.
+    pub expiry_entries: usize,
+}
+
+/// What a sweep did to one user.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// Records marked expired.
+    pub expired: usize,
+    /// Records purged (expired or deleted ones past their grace period).
+    pub purged: usize,
+    /// Raw turns removed by retention.
+    pub turns_removed: usize,
+}
+
+/// A session with its turns, for the seed-compatible session endpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionMemory {
+    /// The session.
+    pub session: SessionRow,
+    /// Its newest turns, oldest first.
+    pub turns: Vec<Turn>,
+}

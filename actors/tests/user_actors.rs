@@ -1,0 +1,463 @@
+//! The user actors end to end on a real SQLite file: serialised writes, idempotent retries
+//! across passivation and restarts, supervision, formation, context, sweeps and forgetting.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use engram_actors::Error;
+use engram_actors::clock::{ManualClock, SharedClock};
+use engram_actors::directory::Directory;
+use engram_actors::model::entities::EntityExtractor;
+use engram_actors::model::policy::{DAY_MS, Route};
+use engram_actors::placement::UserKey;
+use engram_actors::services::{Metrics, Services, Settings};
+use engram_actors::user::UserMsg;
+use engram_actors::user::api::{
+    ContextQuery, FeedbackRequest, MemoryWrite, StatusChange, TurnRequest,
+};
+use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
+use engram_storage::sqlite::SqliteOptions;
+use engram_storage::{Keyspace, RangeOptions, Store};
+use tempfile::TempDir;
+
+struct Node {
+    directory: Arc<Directory>,
+    clock: Arc<ManualClock>,
+    store: Store,
+}
+
+fn extractor() -> Arc<EntityExtractor> {
+    static EXTRACTOR: std::sync::OnceLock<Arc<EntityExtractor>> = std::sync::OnceLock::new();
+    EXTRACTOR
+        .get_or_init(|| Arc::new(EntityExtractor::default()))
+        .clone()
+}
+
+fn node(dir: &TempDir, settings: Settings) -> Node {
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+    let services = Services {
+        store: store.clone(),
+        keyspace: Keyspace::new("engram"),
+        clock: clock.clone() as SharedClock,
+        extractor: extractor(),
+        settings,
+        metrics: Arc::new(Metrics::default()),
+    };
+    Node {
+        directory: Directory::new(services),
+        clock,
+        store,
+    }
+}
+
+fn turn(request_id: &str, session: &str, user_text: &str) -> TurnRequest {
+    TurnRequest {
+        request_id: request_id.into(),
+        session_id: Some(session.into()),
+        user_text: user_text.into(),
+        assistant_text: "The GMV of East China last month was 1,234 yuan.".into(),
+        route: Some(Route::Nl2sqlQuery),
+        success: true,
+        trace_id: None,
+        choices: Vec::new(),
+    }
+}
+
+fn alice() -> UserKey {
+    UserKey::new("acme", "alice")
+}
+
+async fn append(
+    node: &Node,
+    key: &UserKey,
+    req: TurnRequest,
+) -> engram_actors::Result<engram_actors::user::api::TurnAck> {
+    node.directory
+        .call(key, move |reply| UserMsg::Turn(req.clone(), reply))
+        .await
+}
+
+async fn context(
+    node: &Node,
+    key: &UserKey,
+    session: &str,
+    query: &str,
+) -> engram_actors::model::context::MemoryContext {
+    let q = ContextQuery {
+        session_id: Some(session.into()),
+        query: Some(query.into()),
+        route: Route::Nl2sqlQuery,
+        token_budget: 1200,
+    };
+    node.directory
+        .call(key, move |reply| UserMsg::Context(q.clone(), reply))
+        .await
+        .unwrap()
+}
+
+async fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + deadline;
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_of_one_user_are_serialised_without_loss_or_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = Arc::new(node(&dir, Settings::default()));
+    let tasks: Vec<_> = (0..100)
+        .map(|i| {
+            let node = node.clone();
+            tokio::spawn(async move {
+                append(
+                    &node,
+                    &alice(),
+                    turn(&format!("req-{i}"), "s1", &format!("question {i}")),
+                )
+                .await
+                .unwrap()
+            })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for t in tasks {
+        seqs.push(t.await.unwrap().seq.unwrap());
+    }
+    seqs.sort();
+    assert_eq!(
+        seqs,
+        (0..100).collect::<Vec<u64>>(),
+        "every turn got its own sequence number"
+    );
+    // And each turn is stored once.
+    let ks = Keyspace::new("engram");
+    let turns = node
+        .store
+        .read(move |txn| {
+            let range = ks.user("acme", "alice").turns("s1");
+            txn.get_range(&range.begin, &range.end, RangeOptions::default())
+        })
+        .await
+        .unwrap();
+    assert_eq!(turns.len(), 100);
+    assert_eq!(node.directory.alive(), 1, "one actor served them all");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_request_returns_the_original_result_even_after_passivation_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        idle_timeout: Duration::from_millis(100),
+        ..Settings::default()
+    };
+    let first = {
+        let node = node(&dir, settings.clone());
+        let ack = append(&node, &alice(), turn("req-1", "s1", "I prefer line charts"))
+            .await
+            .unwrap();
+        assert!(!ack.replayed && ack.written);
+        let again = append(&node, &alice(), turn("req-1", "s1", "I prefer line charts"))
+            .await
+            .unwrap();
+        assert!(again.replayed);
+        assert_eq!((again.seq, &again.memories), (ack.seq, &ack.memories));
+        // Passivation: the actor stops when idle, and a retry still replays.
+        wait_until("the actor is passivated", Duration::from_secs(5), || {
+            node.directory.alive() == 0
+        })
+        .await;
+        assert_eq!(
+            node.directory
+                .services()
+                .metrics
+                .passivations
+                .load(Ordering::Relaxed),
+            1
+        );
+        let after = append(&node, &alice(), turn("req-1", "s1", "I prefer line charts"))
+            .await
+            .unwrap();
+        assert!(after.replayed);
+        assert_eq!(after.seq, ack.seq);
+        node.directory.shutdown(Duration::from_secs(5)).await;
+        ack
+    };
+    // A new process over the same file: still replayed, still one turn.
+    let node = node(&dir, settings);
+    let after_restart = append(&node, &alice(), turn("req-1", "s1", "I prefer line charts"))
+        .await
+        .unwrap();
+    assert!(after_restart.replayed);
+    assert_eq!(after_restart.seq, first.seq);
+    let next = append(&node, &alice(), turn("req-2", "s1", "and now?"))
+        .await
+        .unwrap();
+    assert_eq!(next.seq, Some(1), "the retry wrote nothing");
+    // Reusing a request id for another kind of request is refused.
+    let status = StatusChange {
+        request_id: "req-1".into(),
+        memory_id: "m00000000".into(),
+        status: MemoryStatus::Active,
+    };
+    let err = node
+        .directory
+        .call(&alice(), move |r| UserMsg::SetStatus(status.clone(), r))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidInput {
+                field: "request_id",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_actor_is_restarted_from_storage_and_its_siblings_carry_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(
+        &dir,
+        Settings {
+            shards: 1,
+            ..Settings::default()
+        },
+    );
+    let bob = UserKey::new("acme", "bob");
+    append(&node, &alice(), turn("a1", "s", "I prefer bar charts"))
+        .await
+        .unwrap();
+    append(&node, &bob, turn("b1", "s", "hello")).await.unwrap();
+    let bob_actor = node.directory.running(&bob).unwrap().get_id();
+    let alice_actor = node.directory.running(&alice()).unwrap().get_id();
+    node.directory.tell(&alice(), UserMsg::Fail).await.unwrap();
+    let metrics = node.directory.services().metrics.clone();
+    wait_until("alice's actor is restarted", Duration::from_secs(5), || {
+        metrics.restarts.load(Ordering::Relaxed) == 1
+    })
+    .await;
+    let restarted = node.directory.running(&alice()).unwrap().get_id();
+    assert_ne!(restarted, alice_actor);
+    assert_eq!(
+        node.directory.running(&bob).unwrap().get_id(),
+        bob_actor,
+        "the sibling is untouched"
+    );
+    // The restarted actor has the user's state back from storage.
+    let memories = node
+        .directory
+        .call(&alice(), |r| {
+            UserMsg::ListMemories(Some(MemoryKind::Profile), r)
+        })
+        .await
+        .unwrap();
+    assert_eq!(memories.len(), 1);
+    assert_eq!(
+        append(&node, &alice(), turn("a2", "s", "next"))
+            .await
+            .unwrap()
+            .seq,
+        Some(1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn formation_conflicts_and_context_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&dir, Settings::default());
+    let key = alice();
+    append(
+        &node,
+        &key,
+        turn(
+            "r1",
+            "s1",
+            "Show GMV by region from dw_orders. I prefer line charts",
+        ),
+    )
+    .await
+    .unwrap();
+    let ack = append(
+        &node,
+        &key,
+        turn("r2", "s1", "Actually I prefer bar charts"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        ack.memories
+            .iter()
+            .any(|m| m.kind == MemoryKind::Profile && m.action == "superseded"),
+        "{ack:?}"
+    );
+    let fb = FeedbackRequest {
+        request_id: "f1".into(),
+        session_id: Some("s1".into()),
+        turn_seq: 0,
+        liked: false,
+        corrected_sql: Some("select sum(price) from dw_orders where price > 0".into()),
+        comment: Some("GMV excludes refunds: filter price > 0".into()),
+        trace_id: None,
+    };
+    let fb_ack = node
+        .directory
+        .call(&key, move |r| UserMsg::Feedback(fb.clone(), r))
+        .await
+        .unwrap();
+    assert_eq!(fb_ack.memories[0].kind, MemoryKind::Correction);
+    // Three identical choices make a profile candidate.
+    for i in 0..3 {
+        let mut t = turn(&format!("c{i}"), "s1", "show the numbers");
+        t.choices = vec![("granularity".into(), "weekly".into())];
+        let ack = append(&node, &key, t).await.unwrap();
+        assert_eq!(
+            ack.memories
+                .iter()
+                .any(|m| m.action == "created" && m.kind == MemoryKind::Profile),
+            i == 2,
+            "{ack:?}"
+        );
+    }
+    let ctx = context(&node, &key, "s1", "what about their total amount?").await;
+    let profile: Vec<_> = ctx.profile.iter().map(|m| m.text.as_str()).collect();
+    assert!(
+        profile.iter().any(|t| t.contains("bar charts")),
+        "{profile:?}"
+    );
+    assert!(
+        !profile.iter().any(|t| t.contains("line charts")),
+        "the superseded preference is gone: {profile:?}"
+    );
+    assert_eq!(ctx.corrections.len(), 1);
+    assert!(ctx.text.contains("GMV excludes refunds"));
+    assert_eq!(ctx.recent_turns.len(), 5);
+    assert!(
+        ctx.entities.contains(&"dw_orders".to_string()),
+        "{:?}",
+        ctx.entities
+    );
+    assert!(
+        ctx.text
+            .ends_with("Do not invent memories that are not listed.")
+    );
+    // A failed turn is not written.
+    let mut failed = turn("x1", "s1", "broken");
+    failed.success = false;
+    assert!(!append(&node, &key, failed).await.unwrap().written);
+    assert_eq!(context(&node, &key, "s1", "").await.recent_turns.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&dir, Settings::default());
+    let key = alice();
+    append(&node, &key, turn("r1", "s1", "what was GMV"))
+        .await
+        .unwrap();
+    let write = MemoryWrite {
+        request_id: "w1".into(),
+        memory_id: None,
+        kind: MemoryKind::Correction,
+        text: "use dw_orders".into(),
+        payload: serde_json::json!({}),
+        status: MemoryStatus::Active,
+        namespace: "default".into(),
+        scope: "global".into(),
+        confidence: 0.9,
+        salience: 0.5,
+        valid_from: None,
+        valid_to: None,
+        session_id: None,
+        source_route: None,
+        source_agent: None,
+        trace_id: None,
+    };
+    node.directory
+        .call(&key, move |r| UserMsg::WriteMemory(write.clone(), r))
+        .await
+        .unwrap();
+    let sweep = || node.directory.call(&key, UserMsg::Sweep);
+    assert_eq!(sweep().await.unwrap().expired, 0);
+    node.clock.advance(31 * DAY_MS);
+    let report = sweep().await.unwrap();
+    assert_eq!(
+        (report.expired, report.turns_removed),
+        (0, 1),
+        "memories live on; the raw turn is past 30 d"
+    );
+    node.clock.advance(60 * DAY_MS);
+    let report = sweep().await.unwrap();
+    assert_eq!(report.expired, 1, "the episodic memory expired at 90 days");
+    node.clock.advance(8 * DAY_MS);
+    assert_eq!(sweep().await.unwrap().purged, 1);
+    node.clock.advance(150 * DAY_MS);
+    let report = sweep().await.unwrap();
+    assert_eq!(
+        (report.expired, report.purged),
+        (1, 0),
+        "the correction expired at 180 days"
+    );
+    let all = node
+        .directory
+        .call(&key, |r| UserMsg::ListMemories(None, r))
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].status, MemoryStatus::Expired);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgetting_a_user_erases_storage_and_the_actor_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&dir, Settings::default());
+    let key = alice();
+    append(&node, &key, turn("r1", "s1", "I prefer pie charts"))
+        .await
+        .unwrap();
+    append(
+        &node,
+        &UserKey::new("acme", "bob"),
+        turn("r1", "s1", "hello"),
+    )
+    .await
+    .unwrap();
+    let ack = node.directory.call(&key, UserMsg::Forget).await.unwrap();
+    assert!(ack.records >= 2);
+    wait_until("the actor stopped", Duration::from_secs(5), || {
+        node.directory.running(&key).is_none()
+    })
+    .await;
+    let ks = Keyspace::new("engram");
+    let all = node
+        .store
+        .read(|txn| txn.get_range(&[], &[0xff], RangeOptions::default()))
+        .await
+        .unwrap();
+    let alice_range = ks.user("acme", "alice").all();
+    assert!(all.iter().all(|(k, _)| !alice_range.contains(k)));
+    assert!(
+        all.iter()
+            .all(|(_, v)| !v.windows(5).any(|w| w == b"alice"))
+    );
+    assert!(
+        node.directory
+            .call(&key, |r| UserMsg::ListMemories(None, r))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        !context(&node, &key, "s1", "charts")
+            .await
+            .text
+            .contains("pie")
+    );
+}

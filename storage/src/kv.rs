@@ -3,6 +3,10 @@
 //! Backends implement [`Engine`] and [`EngineTxn`] (thin adapters, no logic); everything
 //! above them talks to [`Txn`], which enforces FoundationDB's size limits identically for
 //! every backend. Retries live in [`crate::Store`], not here.
+//!
+//! A backend may also commit several write transactions at once ([`Engine::group_commit`]):
+//! [`crate::Store`] then submits each attempt as a [`WriteJob`], which the backend runs in
+//! its own part of a shared transaction and acknowledges once the shared commit is durable.
 
 use crate::error::{Error, Result};
 
@@ -77,6 +81,47 @@ pub trait Engine: Send + Sync + 'static {
 
     /// A short name for logs and metrics ("sqlite", "fdb").
     fn name(&self) -> &'static str;
+
+    /// Whether this backend commits write transactions in groups. If so, [`crate::Store::run`]
+    /// hands each attempt to [`Engine::submit`] instead of opening its own transaction.
+    fn group_commit(&self) -> bool {
+        false
+    }
+
+    /// Queues one attempt of a write transaction for the backend's next group commit (or, if
+    /// the backend is idle, commits it on the calling thread before returning). The backend
+    /// calls [`WriteJob::finish`] exactly once, and with `Ok` only once the commit holding the
+    /// job's writes is durable. Only called when [`Engine::group_commit`] is true, from a
+    /// thread that may block; the default fails the job.
+    fn submit(&self, job: Box<dyn WriteJob>) {
+        job.finish(Err(Error::Task(format!(
+            "the {} backend has no group commit",
+            self.name()
+        ))));
+    }
+}
+
+/// One attempt of a write transaction handed to [`Engine::submit`]: the backend runs it inside
+/// a transaction it shares with other jobs, then commits them all at once.
+pub trait WriteJob: Send {
+    /// Runs the attempt against `txn`, the job's own part of the shared transaction (it sees
+    /// the writes of jobs that ran before it in the same commit). Returns the mutation bytes
+    /// written. On an error the backend discards everything this attempt wrote and nothing
+    /// else.
+    fn run(&mut self, txn: Box<dyn EngineTxn>) -> Result<usize>;
+
+    /// Delivers the outcome: the shared commit once it is durable, or why the attempt failed
+    /// (its own error, or the shared commit's, in which case nothing of the job is visible).
+    fn finish(self: Box<Self>, outcome: Result<SharedCommit>);
+}
+
+/// The commit that made a [`WriteJob`] durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedCommit {
+    /// Numbers the backend's commits, increasing (per engine, from 1).
+    pub seq: u64,
+    /// Jobs whose writes this commit made durable.
+    pub jobs: usize,
 }
 
 /// One attempt of a transaction in a backend. Dropping it without [`EngineTxn::commit`]

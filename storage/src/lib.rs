@@ -6,7 +6,8 @@
 //!   embedded default) and `fdb` (cargo feature `fdb`); callers use [`Txn`], which enforces
 //!   FoundationDB's size limits for every backend.
 //! - [`Store`]: runs a closure as a transaction on a blocking thread, retrying conflicts and
-//!   busy errors with backoff up to a bound.
+//!   busy errors with backoff up to a bound. On SQLite, concurrent `Store::run` transactions
+//!   share one durable commit ([`sqlite::GroupCommit`]).
 //! - [`keyspace`] and [`codec`]: tuple-encoded keys under a root prefix and versioned values.
 //! - [`data`] and [`cluster`]: typed reads and writes of users' memory and of cluster rows.
 //!
@@ -41,6 +42,20 @@ impl Store {
     pub fn sqlite(path: &std::path::Path, options: sqlite::SqliteOptions) -> Result<Store> {
         Ok(Store::new(Arc::new(sqlite::SqliteEngine::open(
             path, options,
+        )?)))
+    }
+
+    /// Opens the SQLite store at `path` with the given group commit
+    /// ([`sqlite::GroupCommit::off`] makes every transaction commit on its own).
+    pub fn sqlite_with(
+        path: &std::path::Path,
+        options: sqlite::SqliteOptions,
+        group_commit: sqlite::GroupCommit,
+    ) -> Result<Store> {
+        Ok(Store::new(Arc::new(sqlite::SqliteEngine::open_with(
+            path,
+            options,
+            group_commit,
         )?)))
     }
 

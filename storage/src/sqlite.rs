@@ -8,19 +8,28 @@
 //! surfaces as [`Error::Busy`] for [`crate::Store::run`] to retry. Read transactions use a small
 //! pool of connections and run concurrently with the writer.
 //!
-//! Commits are durable with `synchronous = FULL` (the default). The in-memory mode has a
+//! Commits are durable with `synchronous = FULL` (the default). With [`GroupCommit`] (on by
+//! default), the transactions of [`crate::Store::run`] that arrive while another commits go
+//! to a writer thread that commits all those waiting at once, so concurrent writers share one
+//! fsync (see the `group` module); `run_blocking` and [`crate::Store::begin`] commit on their
+//! own. The in-memory mode has a
 //! single connection and exists for unit tests of the layers above.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use parking_lot::lock_api::ArcMutexGuard;
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{Error, Result};
-use crate::kv::{Engine, EngineTxn, KeyValue, RangeOptions, TxnMode};
+use crate::kv::{Engine, EngineTxn, TxnMode, WriteJob};
+
+mod group;
+mod txn;
+
+use group::GroupWriter;
+use txn::{Conn, SqliteTxn};
 
 /// How hard SQLite works to make a commit durable (`PRAGMA synchronous`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,11 +75,45 @@ impl Default for SqliteOptions {
     }
 }
 
+/// Group commit: whether [`crate::Store::run`] transactions share commits, and how large a
+/// shared commit may grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommit {
+    /// Hand `Store::run` transactions to the engine's writer thread, which commits all those
+    /// waiting at once. Off, each commits on its own (one fsync each), as `run_blocking` does.
+    pub enabled: bool,
+    /// Most transactions in one commit.
+    pub max_jobs: usize,
+    /// Take no more transactions into a commit once they have written this many bytes.
+    pub max_bytes: usize,
+}
+
+impl Default for GroupCommit {
+    fn default() -> Self {
+        GroupCommit {
+            enabled: true,
+            max_jobs: 256,
+            max_bytes: 4 << 20,
+        }
+    }
+}
+
+impl GroupCommit {
+    /// No group commit: every transaction commits on its own.
+    pub fn off() -> Self {
+        GroupCommit {
+            enabled: false,
+            ..GroupCommit::default()
+        }
+    }
+}
+
 /// The SQLite engine. Open it with [`SqliteEngine::open`] or [`SqliteEngine::in_memory`] and
 /// wrap it in a [`crate::Store`].
 pub struct SqliteEngine {
     writer: Arc<Mutex<Connection>>,
     readers: Option<Arc<ReaderPool>>,
+    group: Option<GroupWriter>,
 }
 
 struct ReaderPool {
@@ -80,33 +123,64 @@ struct ReaderPool {
 }
 
 impl SqliteEngine {
-    /// Opens (creating if needed) the store file at `path`.
+    /// Opens (creating if needed) the store file at `path`, with group commit.
     pub fn open(path: &Path, options: SqliteOptions) -> Result<Self> {
+        Self::open_with(path, options, GroupCommit::default())
+    }
+
+    /// Opens (creating if needed) the store file at `path`, with the given group commit.
+    pub fn open_with(path: &Path, options: SqliteOptions, group: GroupCommit) -> Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::Open(format!("cannot create {}: {e}", dir.display())))?;
         }
         let writer = open_connection(path, &options)?;
-        init_schema(&writer)?;
+        retry_busy(options.busy_timeout, || init_schema(&writer))?;
         let readers = ReaderPool {
             path: path.to_owned(),
             options,
             idle: Mutex::new(Vec::new()),
         };
+        Self::assemble(writer, Some(Arc::new(readers)), group)
+    }
+
+    /// A private in-memory store with one connection and group commit, for unit tests.
+    pub fn in_memory() -> Result<Self> {
+        Self::in_memory_with(GroupCommit::default())
+    }
+
+    /// A private in-memory store with one connection and the given group commit.
+    pub fn in_memory_with(group: GroupCommit) -> Result<Self> {
+        let conn = Connection::open_in_memory().map_err(map_err)?;
+        init_schema(&conn)?;
+        Self::assemble(conn, None, group)
+    }
+
+    fn assemble(
+        writer: Connection,
+        readers: Option<Arc<ReaderPool>>,
+        group: GroupCommit,
+    ) -> Result<Self> {
+        let writer = Arc::new(Mutex::new(writer));
+        let group = if group.enabled {
+            let bounds = GroupCommit {
+                max_jobs: group.max_jobs.max(1),
+                ..group
+            };
+            Some(GroupWriter::start(Arc::clone(&writer), bounds)?)
+        } else {
+            None
+        };
         Ok(SqliteEngine {
-            writer: Arc::new(Mutex::new(writer)),
-            readers: Some(Arc::new(readers)),
+            writer,
+            readers,
+            group,
         })
     }
 
-    /// A private in-memory store with one connection, for unit tests.
-    pub fn in_memory() -> Result<Self> {
-        let conn = Connection::open_in_memory().map_err(map_err)?;
-        init_schema(&conn)?;
-        Ok(SqliteEngine {
-            writer: Arc::new(Mutex::new(conn)),
-            readers: None,
-        })
+    /// Write transactions waiting for the writer thread (0 without group commit).
+    pub fn queued_jobs(&self) -> usize {
+        self.group.as_ref().map_or(0, GroupWriter::queued)
     }
 }
 
@@ -117,9 +191,10 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| Error::Open(format!("{}: {e}", path.display())))?;
     conn.busy_timeout(options.busy_timeout).map_err(map_err)?;
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(map_err)?;
+    let mode: String = retry_busy(options.busy_timeout, || {
+        conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(map_err)
+    })?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(Error::Open(format!(
             "{}: cannot switch to WAL (got {mode})",
@@ -129,6 +204,20 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())
         .map_err(map_err)?;
     Ok(conn)
+}
+
+/// Runs `step` again while it fails with busy, until `timeout` has passed. While another
+/// process opens the same new file, switching it to WAL or creating the table can fail with
+/// busy at once, without waiting in SQLite's busy handler.
+fn retry_busy<T>(timeout: Duration, mut step: impl FnMut() -> Result<T>) -> Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let result = step();
+        if !matches!(result, Err(Error::Busy)) || Instant::now() >= deadline {
+            return result;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn init_schema(conn: &Connection) -> Result<()> {
@@ -162,11 +251,24 @@ impl Engine for SqliteEngine {
             TxnMode::Write => "BEGIN IMMEDIATE",
         };
         conn.get().execute_batch(begin).map_err(map_err)?;
-        Ok(Box::new(SqliteTxn { conn }))
+        Ok(Box::new(SqliteTxn::new(conn)))
     }
 
     fn name(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn group_commit(&self) -> bool {
+        self.group.is_some()
+    }
+
+    fn submit(&self, job: Box<dyn WriteJob>) {
+        match &self.group {
+            Some(group) => group.submit(job),
+            None => job.finish(Err(Error::Task(
+                "group commit is off for this sqlite store".into(),
+            ))),
+        }
     }
 }
 
@@ -200,105 +302,5 @@ impl Drop for Pooled {
     }
 }
 
-enum Conn {
-    Writer(ArcMutexGuard<parking_lot::RawMutex, Connection>),
-    Reader(Pooled),
-}
-
-impl Conn {
-    fn get(&self) -> &Connection {
-        match self {
-            Conn::Writer(guard) => guard,
-            Conn::Reader(pooled) => pooled
-                .conn
-                .as_ref()
-                .expect("a pooled connection is present until drop"),
-        }
-    }
-}
-
-struct SqliteTxn {
-    conn: Conn,
-}
-
-impl Drop for SqliteTxn {
-    fn drop(&mut self) {
-        let conn = self.conn.get();
-        if !conn.is_autocommit()
-            && let Err(err) = conn.execute_batch("ROLLBACK")
-        {
-            tracing::warn!(error = %err, "sqlite rollback failed");
-        }
-    }
-}
-
-impl EngineTxn for SqliteTxn {
-    fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let conn = self.conn.get();
-        let mut stmt = conn
-            .prepare_cached("SELECT v FROM kv WHERE k = ?1")
-            .map_err(map_err)?;
-        stmt.query_row([key], |row| row.get(0))
-            .optional()
-            .map_err(map_err)
-    }
-
-    fn get_range(&mut self, begin: &[u8], end: &[u8], opts: RangeOptions) -> Result<Vec<KeyValue>> {
-        let sql = if opts.reverse {
-            "SELECT k, v FROM kv WHERE k >= ?1 AND k < ?2 ORDER BY k DESC LIMIT ?3"
-        } else {
-            "SELECT k, v FROM kv WHERE k >= ?1 AND k < ?2 ORDER BY k ASC LIMIT ?3"
-        };
-        let limit = if opts.limit == 0 {
-            -1
-        } else {
-            i64::try_from(opts.limit).unwrap_or(i64::MAX)
-        };
-        let conn = self.conn.get();
-        let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
-        let rows = stmt
-            .query_map(params![begin, end, limit], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .map_err(map_err)?;
-        rows.collect::<rusqlite::Result<Vec<KeyValue>>>()
-            .map_err(map_err)
-    }
-
-    fn set(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        let conn = self.conn.get();
-        let mut stmt = conn
-            .prepare_cached("INSERT INTO kv (k, v) VALUES (?1, ?2) ON CONFLICT (k) DO UPDATE SET v = excluded.v")
-            .map_err(map_err)?;
-        stmt.execute(params![key, value]).map_err(map_err)?;
-        Ok(())
-    }
-
-    fn clear(&mut self, key: &[u8]) -> Result<()> {
-        let conn = self.conn.get();
-        let mut stmt = conn
-            .prepare_cached("DELETE FROM kv WHERE k = ?1")
-            .map_err(map_err)?;
-        stmt.execute([key]).map_err(map_err)?;
-        Ok(())
-    }
-
-    fn clear_range(&mut self, begin: &[u8], end: &[u8]) -> Result<()> {
-        let conn = self.conn.get();
-        let mut stmt = conn
-            .prepare_cached("DELETE FROM kv WHERE k >= ?1 AND k < ?2")
-            .map_err(map_err)?;
-        stmt.execute(params![begin, end]).map_err(map_err)?;
-        Ok(())
-    }
-
-    fn atomic_add(&mut self, key: &[u8], delta: i64) -> Result<()> {
-        let current = self.get(key)?.map_or(0, |v| crate::kv::decode_counter(&v));
-        self.set(key, &current.wrapping_add(delta).to_le_bytes())
-    }
-
-    fn commit(self: Box<Self>) -> Result<()> {
-        // On failure the transaction stays open and `Drop` rolls it back.
-        self.conn.get().execute_batch("COMMIT").map_err(map_err)
-    }
-}
+#[cfg(test)]
+mod tests;

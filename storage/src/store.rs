@@ -4,15 +4,23 @@
 //! async workers), retry it on conflicts and busy errors with jittered exponential backoff,
 //! and give up with [`Error::RetriesExhausted`] after a bound. The closure may run several
 //! times, so it must not have effects outside the transaction it is given.
+//!
+//! On a backend with group commit ([`Engine::group_commit`], SQLite's default), each attempt
+//! of a `run` transaction is handed to the backend ([`Engine::submit`]), which runs it beside
+//! other callers' transactions and makes them durable with one commit (or, when nothing else
+//! is going on, commits it at once on the blocking thread); the blocking thread waits for the
+//! answer, and the retry loop is the same. `run_blocking` and [`Store::begin`]
+//! take closures that may borrow and are not `Send`, so they open their own transaction.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 
 use crate::error::{Error, Result};
-use crate::kv::{Engine, Limits, Txn, TxnMode};
+use crate::kv::{Engine, EngineTxn, Limits, SharedCommit, Txn, TxnMode, WriteJob};
 
 /// How [`Store::run`] retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +67,22 @@ pub struct StoreStats {
     pub retries: AtomicU64,
     /// Transactions that gave up after the retry bound.
     pub exhausted: AtomicU64,
+    /// Durable commits that carried this store's write transactions. A group commit shared by
+    /// several of them counts once, so fewer batches than committed write transactions means
+    /// that commits (and their fsyncs) were shared.
+    pub batches: AtomicU64,
+    /// The last group commit counted in `batches`.
+    last_shared: AtomicU64,
+}
+
+impl StoreStats {
+    /// Counts `commit` in `batches` unless the previous job did. The backend finishes the jobs
+    /// of one commit one after another, before those of the next.
+    fn count_shared(&self, commit: SharedCommit) {
+        if self.last_shared.swap(commit.seq, Ordering::Relaxed) != commit.seq {
+            self.batches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A handle on one storage backend. Cheap to clone; all clones share the backend.
@@ -111,7 +135,10 @@ impl Store {
         &self.stats
     }
 
-    /// Runs `f` as one read-write transaction on a blocking thread, with retries.
+    /// Runs `f` as one read-write transaction on a blocking thread, with retries. On a backend
+    /// with group commit, an attempt that arrives while others commit runs on the backend's
+    /// writer thread beside other callers' transactions (seeing the writes of those before it
+    /// in the same commit), and the answer comes once the commit holding its writes is durable.
     pub async fn run<T, F>(&self, f: F) -> Result<T>
     where
         F: FnMut(&mut Txn) -> Result<T> + Send + 'static,
@@ -129,7 +156,9 @@ impl Store {
         self.spawn(TxnMode::Read, f).await
     }
 
-    /// [`Store::run`] for callers that are already on a blocking thread.
+    /// [`Store::run`] for callers that are already on a blocking thread. `f` may borrow and
+    /// need not be `Send`, so it runs on this thread in a transaction of its own: it never
+    /// shares a group commit.
     pub fn run_blocking<T>(&self, f: impl FnMut(&mut Txn) -> Result<T>) -> Result<T> {
         self.retry_loop(TxnMode::Write, f)
     }
@@ -151,37 +180,30 @@ impl Store {
         T: Send + 'static,
     {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.retry_loop(mode, f))
-            .await
-            .map_err(|e| Error::Task(e.to_string()))?
+        tokio::task::spawn_blocking(move || {
+            if mode == TxnMode::Write && store.engine.group_commit() {
+                store.grouped_loop(f)
+            } else {
+                store.retry_loop(mode, f)
+            }
+        })
+        .await
+        .map_err(|e| Error::Task(e.to_string()))?
     }
 
     fn retry_loop<T>(&self, mode: TxnMode, mut f: impl FnMut(&mut Txn) -> Result<T>) -> Result<T> {
-        let start = Instant::now();
-        let mut attempts = 0;
+        let mut attempts = Attempts::new(self);
         loop {
-            attempts += 1;
+            attempts.count += 1;
             match self.attempt(mode, &mut f) {
                 Ok(value) => {
                     self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    if mode == TxnMode::Write {
+                        self.stats.batches.fetch_add(1, Ordering::Relaxed);
+                    }
                     return Ok(value);
                 }
-                Err(err) if err.is_retryable() => {
-                    let elapsed = start.elapsed();
-                    if attempts >= self.retry.max_attempts || elapsed >= self.retry.max_elapsed {
-                        self.stats.exhausted.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(attempts, ?elapsed, error = %err, "transaction gave up");
-                        return Err(Error::RetriesExhausted {
-                            attempts,
-                            elapsed,
-                            last: Box::new(err),
-                        });
-                    }
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(attempts, error = %err, "retrying transaction");
-                    std::thread::sleep(self.retry.backoff(attempts - 1));
-                }
-                Err(err) => return Err(err),
+                Err(err) => attempts.failed(err)?,
             }
         }
     }
@@ -191,6 +213,118 @@ impl Store {
         let value = f(&mut txn)?;
         txn.commit()?;
         Ok(value)
+    }
+
+    /// The retry loop of a write transaction on a backend with group commit: each attempt is
+    /// submitted to the backend, and this thread waits until it is durable or has failed.
+    fn grouped_loop<T, F>(&self, mut f: F) -> Result<T>
+    where
+        F: FnMut(&mut Txn) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let mut attempts = Attempts::new(self);
+        loop {
+            attempts.count += 1;
+            let (reply, answer) = mpsc::sync_channel(1);
+            self.engine.submit(Box::new(GroupJob {
+                f,
+                value: None,
+                limits: self.limits,
+                stats: Arc::clone(&self.stats),
+                reply,
+            }));
+            let (back, outcome) = answer.recv().map_err(|_| {
+                Error::Task("the backend dropped a write transaction without an answer".into())
+            })?;
+            f = back;
+            match outcome {
+                Ok(value) => {
+                    self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(value);
+                }
+                Err(err) => attempts.failed(err)?,
+            }
+        }
+    }
+}
+
+/// The attempts of one transaction so far, and the decision after a failed one.
+struct Attempts<'a> {
+    store: &'a Store,
+    start: Instant,
+    count: u32,
+}
+
+impl<'a> Attempts<'a> {
+    fn new(store: &'a Store) -> Self {
+        Attempts {
+            store,
+            start: Instant::now(),
+            count: 0,
+        }
+    }
+
+    /// After a failed attempt: sleeps the backoff and returns `Ok` to try again, or returns the
+    /// error the transaction ends with.
+    fn failed(&mut self, err: Error) -> Result<()> {
+        if !err.is_retryable() {
+            return Err(err);
+        }
+        let (retry, stats) = (&self.store.retry, &self.store.stats);
+        let (attempts, elapsed) = (self.count, self.start.elapsed());
+        if attempts >= retry.max_attempts || elapsed >= retry.max_elapsed {
+            stats.exhausted.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(attempts, ?elapsed, error = %err, "transaction gave up");
+            return Err(Error::RetriesExhausted {
+                attempts,
+                elapsed,
+                last: Box::new(err),
+            });
+        }
+        stats.retries.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(attempts, error = %err, "retrying transaction");
+        std::thread::sleep(retry.backoff(attempts - 1));
+        Ok(())
+    }
+}
+
+/// One attempt of a [`Store::run`] closure, submitted to a backend with group commit. It gives
+/// the closure back with the outcome, so that the retry loop can run it again.
+struct GroupJob<F, T> {
+    f: F,
+    value: Option<T>,
+    limits: Limits,
+    stats: Arc<StoreStats>,
+    reply: mpsc::SyncSender<(F, Result<T>)>,
+}
+
+impl<F, T> WriteJob for GroupJob<F, T>
+where
+    F: FnMut(&mut Txn) -> Result<T> + Send,
+    T: Send,
+{
+    fn run(&mut self, txn: Box<dyn EngineTxn>) -> Result<usize> {
+        let mut txn = Txn::new(txn, TxnMode::Write, self.limits);
+        self.value = Some((self.f)(&mut txn)?);
+        Ok(txn.size())
+    }
+
+    fn finish(self: Box<Self>, outcome: Result<SharedCommit>) {
+        let GroupJob {
+            f,
+            value,
+            stats,
+            reply,
+            ..
+        } = *self;
+        let result = outcome.and_then(|commit| {
+            stats.count_shared(commit);
+            value.ok_or_else(|| {
+                Error::Task("a group commit acknowledged a job that never ran".into())
+            })
+        });
+        // The caller may have gone (its task was cancelled); the transaction stands regardless.
+        let _ = reply.send((f, result));
     }
 }
 

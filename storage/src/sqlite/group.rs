@@ -1,0 +1,334 @@
+//! Group commit: one writer thread per engine runs the write transactions that
+//! [`crate::Store::run`] submits, many to one SQLite transaction, and makes them durable with
+//! one `COMMIT` (one fsync of the WAL under `synchronous = FULL`).
+//!
+//! A batch: the thread takes the first queued job, locks the engine's writer connection (the
+//! mutex that [`crate::Store::begin`] and `run_blocking` take too), opens `BEGIN IMMEDIATE`
+//! (SQLite's write lock, shared with other processes through the busy timeout), and runs each
+//! job inside its own `SAVEPOINT`. A job that fails or panics is rolled back to its savepoint,
+//! which discards its writes and nothing else. While jobs are queued and the batch is within
+//! its bounds, the thread keeps taking them; then it commits once, unlocks the connection, and
+//! only then answers the jobs, so an acknowledged write is durable. If `BEGIN` or `COMMIT`
+//! fails, or SQLite rolls the whole transaction back after an error, every job of the batch
+//! gets the error and nothing of theirs is visible; retryable errors (busy, conflict) are
+//! retried by the store's loop.
+//!
+//! The jobs of a batch run one after another and see the writes of those before them, so a
+//! batch is the same as running them serially in that order, with all or none committed.
+//! Nothing waits for more work: a batch is what queued while the previous one was committing.
+//! And when the writer thread is idle and nothing is queued, the submitting thread commits
+//! its job itself, in a batch of one, so a lone writer pays no hand-off to the writer thread;
+//! whatever arrives meanwhile queues for the writer thread, which batches it once the lock is
+//! free.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use parking_lot::Mutex;
+use rusqlite::Connection;
+
+use super::txn::{Conn, SqliteTxn, WriterGuard};
+use super::{GroupCommit, map_err};
+use crate::error::{Error, Result};
+use crate::kv::{SharedCommit, WriteJob};
+
+/// The writer thread of one engine and the queue in front of it. Dropping it lets the thread
+/// finish the queued jobs and waits for it to close the connection.
+pub(super) struct GroupWriter {
+    shared: Arc<Shared>,
+    queue: Option<mpsc::Sender<Box<dyn WriteJob>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the writer thread and the submitting threads share.
+struct Shared {
+    conn: Arc<Mutex<Connection>>,
+    bounds: GroupCommit,
+    /// Jobs in the queue.
+    queued: AtomicUsize,
+    /// The writer thread is running a batch or answering its jobs.
+    busy: AtomicBool,
+    /// Successful commits so far, by either thread.
+    seq: AtomicU64,
+}
+
+/// A job of the current batch and its own outcome (`Ok`: it ran and awaits the commit).
+type Ran = (Box<dyn WriteJob>, Result<()>);
+
+impl GroupWriter {
+    /// Starts the writer thread of `conn`.
+    pub(super) fn start(conn: Arc<Mutex<Connection>>, bounds: GroupCommit) -> Result<Self> {
+        let (queue, jobs) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            conn,
+            bounds,
+            queued: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+        });
+        let writer = Writer {
+            shared: Arc::clone(&shared),
+            jobs,
+        };
+        let thread = std::thread::Builder::new()
+            .name("engram-sqlite-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| Error::Open(format!("cannot start the sqlite writer thread: {e}")))?;
+        Ok(GroupWriter {
+            shared,
+            queue: Some(queue),
+            thread: Some(thread),
+        })
+    }
+
+    /// Commits `job` on this thread if the writer thread is idle and the connection free;
+    /// queues it for the writer thread's next batch otherwise.
+    pub(super) fn submit(&self, job: Box<dyn WriteJob>) {
+        let shared = &self.shared;
+        if shared.idle()
+            && let Some(guard) = shared.conn.try_lock_arc()
+        {
+            // Checked again under the lock: the writer thread is neither committing nor
+            // answering, and will not before this batch of one is answered.
+            if shared.idle() {
+                let conn = Rc::new(guard);
+                let mut ran = Vec::new();
+                let outcome = shared.batch(&conn, job, &mut || None, &mut ran);
+                shared.answer(ran, outcome);
+                return;
+            }
+        }
+        shared.queued.fetch_add(1, Ordering::SeqCst);
+        let sent = match &self.queue {
+            Some(queue) => queue.send(job).map_err(|unsent| unsent.0),
+            None => Err(job),
+        };
+        if let Err(job) = sent {
+            shared.queued.fetch_sub(1, Ordering::SeqCst);
+            job.finish(Err(Error::Task(
+                "the sqlite writer thread has stopped".into(),
+            )));
+        }
+    }
+
+    /// Jobs waiting for the writer thread.
+    pub(super) fn queued(&self) -> usize {
+        self.shared.queued.load(Ordering::SeqCst)
+    }
+
+    /// Whether the writer thread is running a batch (or waiting for the connection to).
+    #[cfg(test)]
+    pub(super) fn busy(&self) -> bool {
+        self.shared.busy.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for GroupWriter {
+    fn drop(&mut self) {
+        // The thread ends once it has drained the queue.
+        self.queue.take();
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        // The engine's last handle may be dropped by a job on the writer thread itself (a job
+        // whose caller has gone held it); that thread then ends on its own.
+        if thread.thread().id() != std::thread::current().id() && thread.join().is_err() {
+            tracing::error!("the sqlite writer thread panicked");
+        }
+    }
+}
+
+/// The writer thread.
+struct Writer {
+    shared: Arc<Shared>,
+    jobs: mpsc::Receiver<Box<dyn WriteJob>>,
+}
+
+impl Writer {
+    fn run(&self) {
+        let shared = &self.shared;
+        while let Ok(first) = self.jobs.recv() {
+            // Busy before the queue looks empty, so that no submitter takes it for idle.
+            shared.busy.store(true, Ordering::SeqCst);
+            shared.queued.fetch_sub(1, Ordering::SeqCst);
+            let conn = Rc::new(shared.conn.lock_arc());
+            let mut ran = Vec::new();
+            let outcome = shared.batch(&conn, first, &mut || self.next(), &mut ran);
+            // Unlock before answering: the next batch, or a direct writer, may start while
+            // the callers wake up.
+            drop(conn);
+            shared.answer(ran, outcome);
+            shared.busy.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// The next queued job, if any.
+    fn next(&self) -> Option<Box<dyn WriteJob>> {
+        let job = self.jobs.try_recv().ok()?;
+        self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        Some(job)
+    }
+}
+
+impl Shared {
+    /// Whether nothing is queued and the writer thread is not running a batch.
+    fn idle(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) == 0 && !self.busy.load(Ordering::SeqCst)
+    }
+
+    /// Runs `first` and the jobs that `more` gives, within the bounds, in one transaction and
+    /// commits it. `ran` receives every job taken, with its own outcome; the result is the
+    /// commit's.
+    fn batch(
+        &self,
+        conn: &Rc<WriterGuard>,
+        first: Box<dyn WriteJob>,
+        more: &mut dyn FnMut() -> Option<Box<dyn WriteJob>>,
+        ran: &mut Vec<Ran>,
+    ) -> Result<()> {
+        if let Err(err) = exec(conn, "BEGIN IMMEDIATE") {
+            // Another process holds the lock past the busy timeout, or the file is unusable:
+            // the queued jobs would wait as long, so they all fail now and back off.
+            ran.push((first, Ok(())));
+            while ran.len() < self.bounds.max_jobs
+                && let Some(job) = more()
+            {
+                ran.push((job, Ok(())));
+            }
+            return Err(err);
+        }
+        let mut bytes = 0;
+        let mut job = first;
+        loop {
+            let (own, fatal) = run_one(conn, job.as_mut());
+            if let Ok(written) = &own {
+                bytes += written;
+            }
+            ran.push((job, own.map(drop)));
+            if let Some(err) = fatal {
+                rollback(conn);
+                return Err(err);
+            }
+            if ran.len() >= self.bounds.max_jobs || bytes >= self.bounds.max_bytes {
+                break;
+            }
+            match more() {
+                Some(next) => job = next,
+                None => break,
+            }
+        }
+        if ran.iter().all(|(_, own)| own.is_err()) {
+            // Nothing to make durable.
+            rollback(conn);
+            return Ok(());
+        }
+        exec(conn, "COMMIT").inspect_err(|_| rollback(conn))
+    }
+
+    /// Finishes every job of a batch: with the commit if both it and the job succeeded.
+    fn answer(&self, ran: Vec<Ran>, outcome: Result<()>) {
+        let jobs = ran.iter().filter(|(_, own)| own.is_ok()).count();
+        let failed = outcome.err();
+        let seq = match &failed {
+            // Busy (another process holds the lock) is expected, and retried by the store.
+            Some(err) if err.is_retryable() => {
+                tracing::debug!(jobs = ran.len(), error = %err, "group commit failed");
+                0
+            }
+            Some(err) => {
+                tracing::warn!(jobs = ran.len(), error = %err, "group commit failed");
+                0
+            }
+            None if jobs > 0 => self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+            None => 0,
+        };
+        let commit = SharedCommit { seq, jobs };
+        for (job, own) in ran {
+            let result = match (own, &failed) {
+                (Err(err), _) => Err(err),
+                (Ok(()), Some(err)) => Err(copy_of(err)),
+                (Ok(()), None) => Ok(commit),
+            };
+            job.finish(result);
+        }
+    }
+}
+
+/// Runs one job in its own savepoint. Returns the job's outcome (bytes written) and, if the
+/// shared transaction is lost, the error that ends the batch.
+fn run_one(conn: &Rc<WriterGuard>, job: &mut dyn WriteJob) -> (Result<usize>, Option<Error>) {
+    if let Err(err) = exec(conn, "SAVEPOINT job") {
+        return (Err(copy_of(&err)), Some(err));
+    }
+    let txn = Box::new(SqliteTxn::new(Conn::Shared(Rc::clone(conn))));
+    let outcome = catch_unwind(AssertUnwindSafe(|| job.run(txn))).unwrap_or_else(|panic| {
+        Err(Error::Task(format!(
+            "a write transaction panicked: {}",
+            panic_message(panic.as_ref())
+        )))
+    });
+    if conn.is_autocommit() {
+        // SQLite rolled the whole transaction back, as it may after an I/O error, a full disk
+        // or running out of memory: the jobs before this one are lost too.
+        let fatal = match &outcome {
+            Err(err) => copy_of(err),
+            Ok(_) => Error::Task("the shared transaction ended inside a job".into()),
+        };
+        let own = outcome.and_then(|_| Err(copy_of(&fatal)));
+        return (own, Some(fatal));
+    }
+    match outcome {
+        Ok(written) => match exec(conn, "RELEASE job") {
+            Ok(()) => (Ok(written), None),
+            Err(err) => (Err(copy_of(&err)), Some(err)),
+        },
+        Err(err) => match exec(conn, "ROLLBACK TO job").and_then(|()| exec(conn, "RELEASE job")) {
+            Ok(()) => (Err(err), None),
+            Err(fatal) => (Err(err), Some(fatal)),
+        },
+    }
+}
+
+/// Runs one statement without parameters or rows.
+fn exec(conn: &Connection, sql: &str) -> Result<()> {
+    let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
+    stmt.execute([]).map_err(map_err)?;
+    Ok(())
+}
+
+/// Ends the open transaction, if SQLite has not already.
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit()
+        && let Err(err) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::warn!(error = %err, "sqlite rollback failed");
+    }
+}
+
+/// A copy of `err` for another job of the same batch (errors are not `Clone`): the same
+/// retryable variant, the same SQLite failure, or a storage task error naming it.
+fn copy_of(err: &Error) -> Error {
+    if let Error::Sqlite(rusqlite::Error::SqliteFailure(code, message)) = err {
+        return Error::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone()));
+    }
+    if matches!(err, Error::Busy) {
+        return Error::Busy;
+    }
+    if matches!(err, Error::Conflict) {
+        return Error::Conflict;
+    }
+    Error::Task(format!("the shared transaction failed: {err}"))
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}

@@ -1,0 +1,429 @@
+//! Unit tests of group commit: batching, isolation of failing jobs inside a batch, failed
+//! commits, the write lock shared with direct writers and other connections, and shutdown.
+//!
+//! Batches are made deterministic by occupying the writer thread with a job that waits for a
+//! signal while the test queues others: everything queued by then joins that job's commit.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+use tempfile::TempDir;
+use tokio::task::JoinHandle;
+
+use super::{GroupCommit, SqliteEngine, SqliteOptions};
+use crate::kv::{Engine, decode_counter};
+use crate::{Error, RangeOptions, Result, RetryPolicy, Store, TxnMode};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A file store with group commit, its engine, and the directory holding it.
+fn file_store() -> (Arc<SqliteEngine>, Store, PathBuf, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.sqlite");
+    let engine = Arc::new(SqliteEngine::open(&path, SqliteOptions::default()).unwrap());
+    let store = Store::new(Arc::clone(&engine) as Arc<dyn Engine>);
+    (engine, store, path, dir)
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Submits a job that holds the writer thread (inside a batch) until `release` is sent or
+/// dropped, and waits until it runs. The write lock is held meanwhile, so that the job goes
+/// to the writer thread rather than committing on its caller's thread.
+fn occupy_writer(
+    engine: &SqliteEngine,
+    store: &Store,
+) -> (JoinHandle<Result<()>>, mpsc::Sender<()>) {
+    let held = store.begin(TxnMode::Write).unwrap();
+    let (entered, running) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    let task = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store
+                .run(move |txn| {
+                    let _ = entered.send(());
+                    let _ = released.recv();
+                    txn.set(b"blocker", b"1")
+                })
+                .await
+        })
+    };
+    wait_until("the writer thread takes the job", || writer_busy(engine));
+    // Rolled back: it commits nothing.
+    drop(held);
+    running.recv_timeout(WAIT).expect("the writer runs the job");
+    (task, release)
+}
+
+fn writer_busy(engine: &SqliteEngine) -> bool {
+    engine.group.as_ref().is_some_and(|group| group.busy())
+}
+
+/// Spawns `store.run(f)` and waits until it is queued behind `queued_before` others.
+fn spawn_queued<T: Send + 'static>(
+    engine: &SqliteEngine,
+    store: &Store,
+    f: impl FnMut(&mut crate::Txn) -> Result<T> + Send + 'static,
+) -> JoinHandle<Result<T>> {
+    let before = engine.queued_jobs();
+    let store = store.clone();
+    let task = tokio::spawn(async move { store.run(f).await });
+    wait_until("the job is queued", || engine.queued_jobs() == before + 1);
+    task
+}
+
+/// A store on `engine` with counters of its own, so that checks do not count as commits.
+fn observer(engine: &Arc<SqliteEngine>) -> Store {
+    Store::new(Arc::clone(engine) as Arc<dyn Engine>)
+}
+
+fn get(engine: &Arc<SqliteEngine>, key: &[u8]) -> Option<Vec<u8>> {
+    observer(engine).read_blocking(|txn| txn.get(key)).unwrap()
+}
+
+fn count(engine: &Arc<SqliteEngine>, begin: &[u8], end: &[u8]) -> usize {
+    observer(engine)
+        .read_blocking(|txn| txn.get_range(begin, end, RangeOptions::default()))
+        .unwrap()
+        .len()
+}
+
+fn stat(store: &Store) -> (u64, u64, u64) {
+    let stats = store.stats();
+    (
+        stats.commits.load(Ordering::Relaxed),
+        stats.batches.load(Ordering::Relaxed),
+        stats.retries.load(Ordering::Relaxed),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_jobs_share_one_durable_commit() {
+    let (engine, store, _, _dir) = file_store();
+    let (blocker, release) = occupy_writer(&engine, &store);
+    let tasks: Vec<_> = (0..50u32)
+        .map(|i| spawn_queued(&engine, &store, move |txn| txn.set(&i.to_be_bytes(), b"v")))
+        .collect();
+    assert_eq!(engine.queued_jobs(), 50);
+    release.send(()).unwrap();
+    blocker.await.unwrap().unwrap();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    // The blocker and the 50 jobs queued behind it: 51 transactions, one commit.
+    assert_eq!(stat(&store), (51, 1, 0));
+    assert_eq!(count(&engine, &[0], &[1]), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_job_leaves_nothing_while_its_neighbours_commit() {
+    let (engine, store, _, _dir) = file_store();
+    let (blocker, release) = occupy_writer(&engine, &store);
+    let before = spawn_queued(&engine, &store, |txn| txn.set(b"a", b"1"));
+    let fenced = spawn_queued(&engine, &store, |txn| -> Result<()> {
+        txn.set(b"b1", b"1")?;
+        txn.clear(b"a")?;
+        txn.atomic_add(b"n", 1)?;
+        Err(Error::Fenced {
+            shard: 1,
+            epoch: 1,
+            holder: None,
+            holder_epoch: 2,
+        })
+    });
+    let too_large = spawn_queued(&engine, &store, |txn| txn.set(b"big", &[0; 100_001]));
+    let panics = spawn_queued(&engine, &store, |txn| -> Result<()> {
+        txn.set(b"d", b"1")?;
+        panic!("a bug in a transaction");
+    });
+    // Runs after the failures and sees none of their writes, only the first job's.
+    let after = spawn_queued(&engine, &store, |txn| {
+        txn.set(b"c", b"1")?;
+        Ok((
+            txn.get(b"a")?,
+            txn.get(b"b1")?,
+            txn.get(b"n")?,
+            txn.get(b"d")?,
+        ))
+    });
+    release.send(()).unwrap();
+    blocker.await.unwrap().unwrap();
+    before.await.unwrap().unwrap();
+    let err = fenced.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::Fenced { shard: 1, .. }), "{err}");
+    let err = too_large.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::ValueTooLarge { .. }), "{err}");
+    let err = panics.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, Error::Task(m) if m.contains("a bug in a transaction")),
+        "{err}"
+    );
+    let seen = after.await.unwrap().unwrap();
+    assert_eq!(seen, (Some(b"1".to_vec()), None, None, None));
+    // One commit holds the three jobs that succeeded.
+    assert_eq!(stat(&store), (3, 1, 0));
+    for (key, present) in [
+        (&b"a"[..], true),
+        (b"c", true),
+        (b"blocker", true),
+        (b"b1", false),
+        (b"n", false),
+        (b"big", false),
+        (b"d", false),
+    ] {
+        assert_eq!(get(&engine, key).is_some(), present, "{key:?}");
+    }
+    // The writer thread outlived the panic.
+    store.run(|txn| txn.set(b"e", b"1")).await.unwrap();
+    assert!(get(&engine, b"e").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_fails_every_job_and_nothing_is_acknowledged_before_the_commit() {
+    let (engine, store, _, _dir) = file_store();
+    // Every COMMIT of the writer connection reports that it started and waits for a verdict:
+    // true turns it into a rollback, as a failing fsync or a full disk would.
+    let (in_commit, committing) = mpsc::channel();
+    let (verdict, verdicts) = mpsc::channel::<bool>();
+    engine.writer.lock().commit_hook(Some(move || {
+        let _ = in_commit.send(());
+        verdicts.recv().unwrap_or(false)
+    }));
+
+    for fail in [true, false] {
+        let round = u8::from(fail);
+        let (blocker, release) = occupy_writer(&engine, &store);
+        let tasks: Vec<_> = (0..10u8)
+            .map(|i| {
+                let reader = Arc::clone(&engine);
+                spawn_queued(&engine, &store, move |txn| {
+                    txn.set(&[round, i], b"v")?;
+                    Ok(Arc::clone(&reader))
+                })
+            })
+            .collect();
+        release.send(()).unwrap();
+        committing.recv_timeout(WAIT).expect("the batch commits");
+        // The commit is in progress: no job may have its answer, and nothing is visible.
+        assert!(!blocker.is_finished());
+        assert!(tasks.iter().all(|t| !t.is_finished()));
+        assert_eq!(get(&engine, &[round, 0]), None);
+        verdict.send(fail).unwrap();
+        let mut results = vec![blocker.await.unwrap()];
+        for (i, task) in tasks.into_iter().enumerate() {
+            results.push(task.await.unwrap().map(|reader| {
+                // An acknowledged write is committed: another connection sees it at once.
+                assert!(get(&reader, &[round, i as u8]).is_some());
+            }));
+        }
+        for result in results {
+            match (fail, result) {
+                (true, Err(Error::Sqlite(rusqlite::Error::SqliteFailure(e, _)))) => {
+                    assert_eq!(e.extended_code, rusqlite::ffi::SQLITE_CONSTRAINT_COMMITHOOK);
+                }
+                (false, Ok(())) => {}
+                (_, other) => panic!("fail {fail}: unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            count(&engine, &[round], &[round + 1]),
+            if fail { 0 } else { 10 }
+        );
+    }
+    // The failed commit was not retried and counted nothing; the second made 11 durable.
+    assert_eq!(stat(&store), (11, 1, 0));
+    assert_eq!(get(&engine, b"blocker").as_deref(), Some(&b"1"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_read_modify_writes_in_batches_lose_no_update() {
+    let engine = Arc::new(SqliteEngine::in_memory().unwrap());
+    let store = observer(&engine);
+    let tasks: Vec<_> = (0..200)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .run(|txn| {
+                        let seen = txn.get(b"n")?.map_or(0, |v| decode_counter(&v));
+                        txn.set(b"n", &(seen + 1).to_le_bytes())?;
+                        Ok(seen)
+                    })
+                    .await
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for task in tasks {
+        seen.push(task.await.unwrap().unwrap());
+    }
+    seen.sort_unstable();
+    // Each transaction read the one before it: a serial order.
+    assert_eq!(seen, (0..200).collect::<Vec<_>>());
+    assert_eq!(decode_counter(&get(&engine, b"n").unwrap()), 200);
+    let (commits, batches, _) = stat(&store);
+    assert_eq!(commits, 200);
+    assert!((1..=200).contains(&batches), "{batches} batches");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retryable_job_error_is_retried_in_a_later_commit() {
+    let engine = Arc::new(SqliteEngine::in_memory().unwrap());
+    let store = observer(&engine);
+    let mut attempts = 0;
+    let value = store
+        .run(move |txn| {
+            txn.set(b"k", b"v")?;
+            attempts += 1;
+            if attempts == 1 {
+                return Err(Error::Conflict);
+            }
+            Ok(attempts)
+        })
+        .await
+        .unwrap();
+    assert_eq!(value, 2);
+    assert_eq!(stat(&store), (1, 1, 1));
+    assert!(get(&engine, b"k").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_writers_and_the_writer_thread_share_the_write_lock() {
+    let (engine, store, _, _dir) = file_store();
+    let mut manual = store.begin(TxnMode::Write).unwrap();
+    manual.set(b"manual", b"1").unwrap();
+    let grouped = {
+        let store = store.clone();
+        tokio::spawn(async move { store.run(|txn| Ok(txn.get(b"manual")?.is_some())).await })
+    };
+    wait_until("the writer thread takes the job", || writer_busy(&engine));
+    assert!(
+        !grouped.is_finished(),
+        "a group commit ran beside a direct writer"
+    );
+    manual.commit().unwrap();
+    // It ran after the direct transaction committed, so it saw its write.
+    assert!(grouped.await.unwrap().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_writer_commits_on_its_own_thread_and_queued_ones_on_the_writer_thread() {
+    let (engine, store, _, _dir) = file_store();
+    let thread = || std::thread::current().name().map(str::to_owned);
+    let alone = store.run(move |_| Ok(thread())).await.unwrap();
+    assert_ne!(alone.as_deref(), Some("engram-sqlite-writer"));
+    let (blocker, release) = occupy_writer(&engine, &store);
+    let queued = spawn_queued(&engine, &store, move |_| Ok(thread()));
+    release.send(()).unwrap();
+    blocker.await.unwrap().unwrap();
+    let queued = queued.await.unwrap().unwrap();
+    assert_eq!(queued.as_deref(), Some("engram-sqlite-writer"));
+    // Three transactions (the one alone, the blocker, the queued one), two commits.
+    assert_eq!(stat(&store), (3, 2, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_locked_by_another_connection_is_retried_as_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kv.sqlite");
+    let options = SqliteOptions {
+        busy_timeout: Duration::from_millis(10),
+        ..SqliteOptions::default()
+    };
+    let store = Store::sqlite(&path, options)
+        .unwrap()
+        .with_retry(RetryPolicy {
+            max_attempts: 10_000,
+            max_elapsed: WAIT,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(5),
+        });
+    // Another process's writer, as far as SQLite can tell.
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let tasks: Vec<_> = (0..20u8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.run(move |txn| txn.set(&[i], b"v")).await })
+        })
+        .collect();
+    wait_until("the jobs retry", || {
+        store.stats().retries.load(Ordering::Relaxed) >= 20
+    });
+    other.execute_batch("COMMIT").unwrap();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let rows = store
+        .read_blocking(|txn| txn.get_range(&[0], &[20], RangeOptions::default()))
+        .unwrap();
+    assert_eq!(rows.len(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_group_commit_each_transaction_commits_on_its_own() {
+    let engine = Arc::new(SqliteEngine::in_memory_with(GroupCommit::off()).unwrap());
+    assert!(!engine.group_commit());
+    let store = Store::new(Arc::clone(&engine) as Arc<dyn Engine>);
+    let tasks: Vec<_> = (0..20u8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move { store.run(move |txn| txn.set(&[i], b"v")).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(stat(&store), (20, 20, 0));
+}
+
+#[test]
+fn dropping_the_store_stops_the_writer_and_closes_the_file() {
+    let (engine, store, path, _dir) = file_store();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime
+        .block_on(store.run(|txn| txn.set(b"k", b"v")))
+        .unwrap();
+    let wal = path.with_extension("sqlite-wal");
+    assert!(wal.exists());
+    drop((engine, store));
+    // The last connection to close checkpoints the WAL and removes it.
+    assert!(!wal.exists(), "a connection is still open");
+    let engine = Arc::new(SqliteEngine::open(&path, SqliteOptions::default()).unwrap());
+    assert_eq!(get(&engine, b"k").as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn several_connections_opening_a_new_file_at_once_all_succeed() {
+    // Switching a new file to WAL and creating the table can fail with busy at once, without
+    // waiting in SQLite's busy handler, while another connection does the same.
+    for _ in 0..50 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kv.sqlite");
+        let barrier = std::sync::Barrier::new(4);
+        std::thread::scope(|scope| {
+            let opens: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        SqliteEngine::open(&path, SqliteOptions::default()).map(drop)
+                    })
+                })
+                .collect();
+            for open in opens {
+                open.join().unwrap().unwrap();
+            }
+        });
+    }
+}

@@ -74,13 +74,18 @@ impl<'t> UserData<'t> {
         let session = match self.get::<SessionRow>("session", &session_key)? {
             Some(mut row) => {
                 let idle = turn.created_at.0 - row.last_turn_at.0 > rule.idle_ms;
-                if idle || row.window_turns >= rule.max_turns {
+                if let Some(at) = row.idle_at {
+                    self.txn
+                        .clear(&self.expiry_key(at, &idle_target(&turn.session_id)))?;
+                }
+                if idle || row.idle_at.is_none() || row.window_turns >= rule.max_turns {
                     row.window_start_seq = seq;
                     row.window_turns = 0;
                 }
                 row.last_turn_at = turn.created_at;
                 row.turn_count += 1;
                 row.window_turns += 1;
+                row.idle_at = Some(turn.created_at.plus_millis(rule.idle_ms));
                 row
             }
             None => {
@@ -97,9 +102,14 @@ impl<'t> UserData<'t> {
                     window_start_seq: seq,
                     window_turns: 1,
                     retain_until,
+                    idle_at: Some(turn.created_at.plus_millis(rule.idle_ms)),
                 }
             }
         };
+        if let Some(at) = session.idle_at {
+            self.txn
+                .set(&self.expiry_key(at, &idle_target(&turn.session_id)), b"")?;
+        }
         self.put("session", &session_key, &session)?;
         self.put("turn", &self.keys.turn(&turn.session_id, seq), turn)?;
         self.put_header(&header)?;
@@ -182,6 +192,10 @@ impl<'t> UserData<'t> {
         };
         self.txn
             .clear(&self.expiry_key(row.retain_until, &target))?;
+        if let Some(at) = row.idle_at {
+            self.txn
+                .clear(&self.expiry_key(at, &idle_target(session)))?;
+        }
         let range = self.keys.turns(session);
         let n = self
             .txn
@@ -225,6 +239,25 @@ impl<'t> UserData<'t> {
             .set(&self.expiry_key(row.retain_until, &target), b"")?;
         self.put("session", &self.keys.session(session), &row)?;
         Ok(keep_from)
+    }
+
+    /// Closes a session's working-memory window if it has been idle until `now`: the next
+    /// turn opens a new window, and contexts meanwhile hold no turns of it. Returns whether
+    /// it closed one.
+    pub fn close_idle_window(&mut self, session: &str, now: Timestamp) -> Result<bool> {
+        let Some(mut row) = self.session(session)? else {
+            return Ok(false);
+        };
+        let Some(at) = row.idle_at.filter(|at| *at <= now) else {
+            return Ok(false);
+        };
+        self.txn
+            .clear(&self.expiry_key(at, &idle_target(session)))?;
+        row.idle_at = None;
+        row.window_turns = 0;
+        row.window_start_seq = self.header()?.unwrap_or_default().next_turn_seq;
+        self.put("session", &self.keys.session(session), &row)?;
+        Ok(true)
     }
 
     /// The turn of a session with sequence number `seq`.
@@ -371,6 +404,11 @@ impl<'t> UserData<'t> {
             }
         }
         for session in self.sessions()? {
+            if let Some(at) = session.idle_at {
+                self.txn
+                    .clear(&self.expiry_key(at, &idle_target(&session.session_id)))?;
+                report.expiry_entries += 1;
+            }
             let target = ExpiryTarget::Session {
                 session_id: session.session_id,
             };
@@ -415,6 +453,12 @@ impl<'t> UserData<'t> {
     }
 }
 
+fn idle_target(session: &str) -> ExpiryTarget {
+    ExpiryTarget::SessionIdle {
+        session_id: session.to_owned(),
+    }
+}
+
 /// An expiry-index entry found by [`expired`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredRef {
@@ -428,16 +472,21 @@ pub struct ExpiredRef {
     pub target: ExpiryTarget,
 }
 
-/// Up to `limit` expiry-index entries with `expires_at < now`, oldest first, for sweeps.
-pub fn expired(
+/// A page of expiry-index entries with `expires_at < now` after the key `after` (exclusive),
+/// oldest first, with the cursor of the next page (`None` when this was the last).
+pub fn expired_page(
     txn: &mut Txn,
     keyspace: &Keyspace,
     now: Timestamp,
+    after: Option<&[u8]>,
     limit: usize,
-) -> Result<Vec<ExpiredRef>> {
+) -> Result<(Vec<ExpiredRef>, Option<Vec<u8>>)> {
     let range = keyspace.expiries_before(now);
-    let rows = txn.get_range(&range.begin, &range.end, RangeOptions::first(limit))?;
-    rows.iter()
+    let begin = after.map_or_else(|| range.begin.clone(), |k| [k, &[0x00]].concat());
+    let rows = txn.get_range(&begin, &range.end, RangeOptions::first(limit))?;
+    let next = (limit > 0 && rows.len() == limit).then(|| rows[rows.len() - 1].0.clone());
+    let refs = rows
+        .iter()
         .map(|(k, _)| {
             let (expires_at, tenant, user, target) =
                 keyspace
@@ -453,7 +502,18 @@ pub fn expired(
                 target,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((refs, next))
+}
+
+/// Up to `limit` expiry-index entries with `expires_at < now`, oldest first, for sweeps.
+pub fn expired(
+    txn: &mut Txn,
+    keyspace: &Keyspace,
+    now: Timestamp,
+    limit: usize,
+) -> Result<Vec<ExpiredRef>> {
+    Ok(expired_page(txn, keyspace, now, None, limit)?.0)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 //! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
 //! ("exp", at, tenant, user, "rec", kind, id)      expiry index: a memory record's TTL
 //! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
+//! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
 //! ```
 //!
 //! Everything of a user sits under `("u", tenant, user)`; the expiry index is the only place
@@ -37,6 +38,11 @@ pub enum ExpiryTarget {
     },
     /// A session, whose oldest raw turns passed the retention period.
     Session {
+        /// Its id.
+        session_id: String,
+    },
+    /// A session whose working-memory window closes for being idle.
+    SessionIdle {
         /// Its id.
         session_id: String,
     },
@@ -126,6 +132,9 @@ impl Keyspace {
             ExpiryTarget::Session { session_id } => self
                 .root
                 .pack(&("exp", at.0, tenant, user, "sess", session_id)),
+            ExpiryTarget::SessionIdle { session_id } => self
+                .root
+                .pack(&("exp", at.0, tenant, user, "idle", session_id)),
         }
     }
 
@@ -157,12 +166,12 @@ impl Keyspace {
         }
         let (tag, at, tenant, user, sess, id): (String, i64, String, String, String, String) =
             self.root.unpack(key).ok()?;
-        (tag == "exp" && sess == "sess").then_some((
-            Timestamp(at),
-            tenant,
-            user,
-            ExpiryTarget::Session { session_id: id },
-        ))
+        let target = match sess.as_str() {
+            "sess" => ExpiryTarget::Session { session_id: id },
+            "idle" => ExpiryTarget::SessionIdle { session_id: id },
+            _ => return None,
+        };
+        (tag == "exp").then_some((Timestamp(at), tenant, user, target))
     }
 
     /// Decodes a membership key into its node id.

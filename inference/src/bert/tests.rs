@@ -1,0 +1,268 @@
+//! Tests of the forward pass on a tiny random model: against a plain-Rust reference written
+//! from the BERT equations, under padding, and with a 4-bit word table.
+
+use tch::{Device, Kind, Tensor};
+
+use super::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings};
+use crate::error::Result;
+
+fn tiny_config() -> BertConfig {
+    BertConfig {
+        hidden: 16,
+        layers: 2,
+        heads: 4,
+        intermediate: 32,
+        vocab: 11,
+        max_positions: 12,
+        type_vocab: 2,
+        layer_norm_eps: 1e-12,
+    }
+}
+
+/// Random weights (seeded), remembered so that the reference can read them back.
+struct RandomSource {
+    made: Vec<(Param, Tensor)>,
+    word: Option<Tensor>,
+}
+
+impl RandomSource {
+    fn new(seed: i64) -> Self {
+        tch::manual_seed(seed);
+        RandomSource {
+            made: Vec::new(),
+            word: None,
+        }
+    }
+
+    fn get(&self, param: Param) -> Vec<f32> {
+        let (_, tensor) = self.made.iter().find(|(p, _)| *p == param).expect("made");
+        Vec::<f32>::try_from(tensor.flatten(0, -1)).expect("float32")
+    }
+}
+
+impl WeightSource for RandomSource {
+    fn tensor(&mut self, param: Param, config: &BertConfig) -> Result<Tensor> {
+        let shape = param.shape(config);
+        let noise = Tensor::f_randn(shape.as_slice(), (Kind::Float, Device::Cpu))?;
+        let tensor = match param {
+            Param::EmbeddingNormWeight
+            | Param::Layer(_, LayerParam::AttentionNormWeight | LayerParam::OutputNormWeight) => {
+                noise.f_mul_scalar(0.1)?.f_add_scalar(1.0)?
+            }
+            Param::Position | Param::TokenType | Param::EmbeddingNormBias | Param::Layer(..) => {
+                noise.f_mul_scalar(0.3)?
+            }
+        };
+        self.made.push((param, tensor.shallow_clone()));
+        Ok(tensor)
+    }
+
+    fn word_embeddings(&mut self, config: &BertConfig) -> Result<WordEmbeddings> {
+        let table = Tensor::f_randn([config.vocab, config.hidden], (Kind::Float, Device::Cpu))?;
+        self.word = Some(table.shallow_clone());
+        Ok(WordEmbeddings::Dense(table))
+    }
+}
+
+fn erf(x: f64) -> f64 {
+    // Abramowitz and Stegun 7.1.26 (error below 1.5e-7), enough for a 1e-4 comparison.
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    (1.0 - poly * (-x * x).exp()).copysign(x)
+}
+
+fn layer_norm(x: &mut [f64], weight: &[f32], bias: &[f32], eps: f64) {
+    let n = x.len() as f64;
+    let mean = x.iter().sum::<f64>() / n;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+    for (i, v) in x.iter_mut().enumerate() {
+        *v = (*v - mean) / (var + eps).sqrt() * f64::from(weight[i]) + f64::from(bias[i]);
+    }
+}
+
+/// `w` `[out, in]` times `x`, plus `b`.
+fn linear(x: &[f64], w: &[f32], b: &[f32]) -> Vec<f64> {
+    b.iter()
+        .enumerate()
+        .map(|(o, &bias)| {
+            let row = &w[o * x.len()..(o + 1) * x.len()];
+            f64::from(bias)
+                + row
+                    .iter()
+                    .zip(x)
+                    .map(|(&w, &x)| f64::from(w) * x)
+                    .sum::<f64>()
+        })
+        .collect()
+}
+
+/// The embedding of one unpadded sequence, straight from the BERT equations.
+fn reference(source: &RandomSource, config: &BertConfig, ids: &[i64]) -> Vec<f64> {
+    let h = config.hidden as usize;
+    let word =
+        Vec::<f32>::try_from(source.word.as_ref().expect("word").flatten(0, -1)).expect("f32");
+    let (pos, typ) = (source.get(Param::Position), source.get(Param::TokenType));
+    let (ln_w, ln_b) = (
+        source.get(Param::EmbeddingNormWeight),
+        source.get(Param::EmbeddingNormBias),
+    );
+    let mut x: Vec<Vec<f64>> = ids
+        .iter()
+        .enumerate()
+        .map(|(t, &id)| {
+            let mut row: Vec<f64> = (0..h)
+                .map(|i| f64::from(word[id as usize * h + i] + pos[t * h + i] + typ[i]))
+                .collect();
+            layer_norm(&mut row, &ln_w, &ln_b, config.layer_norm_eps);
+            row
+        })
+        .collect();
+    let (heads, hd) = (config.heads as usize, h / config.heads as usize);
+    for l in 0..config.layers {
+        let p = |param| source.get(Param::Layer(l, param));
+        let q: Vec<_> = x
+            .iter()
+            .map(|r| linear(r, &p(LayerParam::QueryWeight), &p(LayerParam::QueryBias)))
+            .collect();
+        let k: Vec<_> = x
+            .iter()
+            .map(|r| linear(r, &p(LayerParam::KeyWeight), &p(LayerParam::KeyBias)))
+            .collect();
+        let v: Vec<_> = x
+            .iter()
+            .map(|r| linear(r, &p(LayerParam::ValueWeight), &p(LayerParam::ValueBias)))
+            .collect();
+        for t in 0..x.len() {
+            let mut context = vec![0.0; h];
+            for head in 0..heads {
+                let span = head * hd..(head + 1) * hd;
+                let scores: Vec<f64> = (0..x.len())
+                    .map(|s| {
+                        let dot: f64 = q[t][span.clone()]
+                            .iter()
+                            .zip(&k[s][span.clone()])
+                            .map(|(a, b)| a * b)
+                            .sum();
+                        dot / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+                let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = exps.iter().sum();
+                for (s, e) in exps.iter().enumerate() {
+                    for i in span.clone() {
+                        context[i] += e / total * v[s][i];
+                    }
+                }
+            }
+            let attn = linear(
+                &context,
+                &p(LayerParam::AttentionOutWeight),
+                &p(LayerParam::AttentionOutBias),
+            );
+            let mut row: Vec<f64> = x[t].iter().zip(&attn).map(|(a, b)| a + b).collect();
+            layer_norm(
+                &mut row,
+                &p(LayerParam::AttentionNormWeight),
+                &p(LayerParam::AttentionNormBias),
+                config.layer_norm_eps,
+            );
+            let mid: Vec<f64> = linear(
+                &row,
+                &p(LayerParam::FeedForwardInWeight),
+                &p(LayerParam::FeedForwardInBias),
+            )
+            .into_iter()
+            .map(|z| 0.5 * z * (1.0 + erf(z / std::f64::consts::SQRT_2)))
+            .collect();
+            let ff = linear(
+                &mid,
+                &p(LayerParam::FeedForwardOutWeight),
+                &p(LayerParam::FeedForwardOutBias),
+            );
+            row.iter_mut().zip(&ff).for_each(|(a, b)| *a += b);
+            layer_norm(
+                &mut row,
+                &p(LayerParam::OutputNormWeight),
+                &p(LayerParam::OutputNormBias),
+                config.layer_norm_eps,
+            );
+            x[t] = row;
+        }
+    }
+    let mut mean: Vec<f64> = (0..h)
+        .map(|i| x.iter().map(|r| r[i]).sum::<f64>() / x.len() as f64)
+        .collect();
+    let norm = mean.iter().map(|v| v * v).sum::<f64>().sqrt();
+    mean.iter_mut().for_each(|v| *v /= norm);
+    mean
+}
+
+/// Embeds `rows` as one right-padded batch (pad id 0).
+fn embed(bert: &Bert, rows: &[&[i64]]) -> Vec<Vec<f32>> {
+    let len = rows.iter().map(|r| r.len()).max().unwrap_or(1);
+    let mut ids = Vec::new();
+    let mut mask = Vec::new();
+    for row in rows {
+        ids.extend(
+            row.iter()
+                .copied()
+                .chain(std::iter::repeat_n(0, len - row.len())),
+        );
+        mask.extend((0..len).map(|t| i64::from(t < row.len())));
+    }
+    let shape = [rows.len() as i64, len as i64];
+    let out = bert
+        .embed(
+            &Tensor::from_slice(&ids).view(shape),
+            &Tensor::from_slice(&mask).view(shape),
+        )
+        .expect("forward");
+    Vec::<Vec<f32>>::try_from(&out).expect("float32 [batch, hidden]")
+}
+
+#[test]
+fn forward_matches_the_bert_equations_with_and_without_padding() {
+    let config = tiny_config();
+    let mut source = RandomSource::new(7);
+    let bert = Bert::load(config.clone(), &mut source, Device::Cpu).expect("load");
+    let short: &[i64] = &[1, 5, 2];
+    let long: &[i64] = &[1, 7, 3, 9, 10, 4, 2];
+    let alone = embed(&bert, &[short]);
+    let padded = embed(&bert, &[long, short]);
+    for (got, ids) in [(&alone[0], short), (&padded[1], short), (&padded[0], long)] {
+        let want = reference(&source, &config, ids);
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (f64::from(*g) - w).abs())
+            .fold(0.0, f64::max);
+        assert!(err < 1e-4, "largest difference {err} for {ids:?}");
+        let norm: f32 = got.iter().map(|v| v * v).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn a_q4_word_table_looks_up_as_its_dequantised_values() {
+    let codes: Vec<i8> = (0..3 * 64).map(|i| (i % 16) as i8 - 8).collect();
+    let scales = [0.5_f32, -0.25, 2.0, 1.0, 0.125, 3.0];
+    let q4 = WordEmbeddings::Q4 {
+        codes: Tensor::from_slice(&codes).view([3, 64]),
+        scales: Tensor::from_slice(&scales).view([3, 2]),
+    };
+    let ids = Tensor::from_slice(&[2_i64, 0]).view([1, 2]);
+    let rows = q4.lookup(&ids, 64).expect("lookup").view([2, 64]);
+    let rows = Vec::<Vec<f32>>::try_from(&rows).expect("f32");
+    for (row, id) in rows.iter().zip([2_usize, 0]) {
+        for (i, value) in row.iter().enumerate() {
+            assert_eq!(
+                *value,
+                f32::from(codes[id * 64 + i]) * scales[id * 2 + i / 32]
+            );
+        }
+    }
+}

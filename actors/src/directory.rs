@@ -11,6 +11,7 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorId, ActorRef, RpcReplyPort};
+use tracing::Instrument;
 
 use crate::error::{Error, Result};
 use crate::placement::UserKey;
@@ -56,6 +57,16 @@ impl Directory {
     /// Sends a request to the user's actor and waits for its reply, starting the actor if
     /// needed and redelivering if it stopped before replying.
     pub async fn call<T, F>(&self, key: &UserKey, make: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(RpcReplyPort<Result<T>>) -> UserMsg,
+    {
+        let shard = key.shard(self.services.settings.shards);
+        let span = tracing::debug_span!("user", tenant = %key.tenant, user = %key.log_id(), shard);
+        self.deliver(key, make).instrument(span).await
+    }
+
+    async fn deliver<T, F>(&self, key: &UserKey, make: F) -> Result<T>
     where
         T: Send + 'static,
         F: Fn(RpcReplyPort<Result<T>>) -> UserMsg,

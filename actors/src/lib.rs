@@ -14,6 +14,7 @@
 pub mod clock;
 pub mod directory;
 mod error;
+pub mod jobs;
 pub mod model;
 pub mod placement;
 pub mod services;

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use engram_storage::data::UserData;
-use engram_storage::model::{IdempotencyEntry, MemoryKind, MemoryRecord, ReviewFlag, SessionRow};
+use engram_storage::model::{
+    IdempotencyEntry, Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow,
+};
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;
@@ -22,8 +24,9 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use self::api::{
-    ClearAck, ContextQuery, FeedbackAck, FeedbackRequest, ForgetAck, MemoryAck, MemoryWrite,
-    SessionMemory, StatusChange, SweepReport, TurnAck, TurnRequest,
+    ClearAck, ContextQuery, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
+    MemoryAck, MemoryWrite, SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck,
+    TurnRequest,
 };
 use self::ops::{DEFAULT_SESSION, Outcome, WriteScope, session_rule};
 pub use self::validate::{
@@ -73,10 +76,14 @@ pub enum UserMsg {
     },
     /// Forget the user entirely, then stop.
     Forget(RpcReplyPort<Result<ForgetAck>>),
+    /// Record a new version of a distilled intent.
+    WriteIntent(IntentWrite, RpcReplyPort<Result<IntentAck>>),
+    /// The versions of an intent type, newest first.
+    Intents(String, RpcReplyPort<Result<Vec<Intent>>>),
     /// List contradictions flagged for review.
     Flags(RpcReplyPort<Result<Vec<ReviewFlag>>>),
     /// Expire, purge and apply retention now.
-    Sweep(RpcReplyPort<Result<SweepReport>>),
+    Sweep(SweepScope, RpcReplyPort<Result<SweepReport>>),
     /// Fault injection for tests and chaos drills: the actor fails, and its supervisor
     /// restarts it from storage.
     Fail,
@@ -122,7 +129,7 @@ macro_rules! replayable {
         }
     )*};
 }
-replayable!(TurnAck, FeedbackAck, MemoryAck, ClearAck);
+replayable!(TurnAck, FeedbackAck, MemoryAck, ClearAck, IntentAck);
 
 enum Written<T> {
     Fresh(T, Vec<MemoryRecord>),
@@ -261,12 +268,29 @@ impl Actor for UserActor {
                     myself.stop(Some("forgotten".into()));
                 }
             }
+            UserMsg::WriteIntent(req, reply) => {
+                let result = state.write_intent(req).await;
+                let _ = reply.send(result);
+            }
+            UserMsg::Intents(intent_type, reply) => {
+                let result = match check_id("intent_type", &intent_type) {
+                    Ok(()) => state
+                        .read(move |u| u.intents(&intent_type))
+                        .await
+                        .map(|mut v| {
+                            v.reverse();
+                            v
+                        }),
+                    Err(err) => Err(err),
+                };
+                let _ = reply.send(result);
+            }
             UserMsg::Flags(reply) => {
                 let result = state.read(|u| u.flags()).await;
                 let _ = reply.send(result);
             }
-            UserMsg::Sweep(reply) => {
-                let result = state.sweep().await;
+            UserMsg::Sweep(what, reply) => {
+                let result = state.sweep(what).await;
                 let _ = reply.send(result);
             }
             UserMsg::Fail => return Err("fault injected".into()),
@@ -428,6 +452,15 @@ impl UserState {
             .await
     }
 
+    async fn write_intent(&mut self, req: IntentWrite) -> Result<IntentAck> {
+        validate::intent(&req)?;
+        let request_id = req.request_id.clone();
+        self.write(&request_id, move |u, scope| {
+            ops::write_intent(u, scope, &req)
+        })
+        .await
+    }
+
     async fn context(&mut self, query: ContextQuery) -> Result<MemoryContext> {
         validate::context(&query)?;
         let session = query
@@ -490,7 +523,7 @@ impl UserState {
         })
     }
 
-    async fn sweep(&mut self) -> Result<SweepReport> {
+    async fn sweep(&mut self, what: SweepScope) -> Result<SweepReport> {
         let (services, key) = self.scope_parts();
         let now = services.clock.now();
         let rule = session_rule(services.settings.retention_ms);
@@ -506,7 +539,7 @@ impl UserState {
                     now,
                     rule,
                 };
-                ops::sweep(&mut u, &scope, &records)
+                ops::sweep(&mut u, &scope, what, &records)
             })
             .await?;
         for id in purged {

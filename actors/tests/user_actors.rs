@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 use engram_actors::Error;
 use engram_actors::clock::{ManualClock, SharedClock};
 use engram_actors::directory::Directory;
+use engram_actors::jobs::{self, Job};
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::policy::{DAY_MS, Route};
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
-    ContextQuery, FeedbackRequest, MemoryWrite, StatusChange, TurnRequest,
+    ContextQuery, FeedbackRequest, MemoryWrite, StatusChange, SweepScope, TurnRequest,
 };
 use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
@@ -384,22 +385,58 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
         .call(&key, move |r| UserMsg::WriteMemory(write.clone(), r))
         .await
         .unwrap();
-    let sweep = || node.directory.call(&key, UserMsg::Sweep);
-    assert_eq!(sweep().await.unwrap().expired, 0);
-    node.clock.advance(31 * DAY_MS);
-    let report = sweep().await.unwrap();
+    let expiry = || jobs::run(&node.directory, Job::ExpirySweep);
+    let retention = || jobs::run(&node.directory, Job::Retention);
+    assert_eq!(expiry().await.unwrap().expired, 0);
+    let cleanup = || jobs::run(&node.directory, Job::SessionCleanup);
     assert_eq!(
-        (report.expired, report.turns_removed),
-        (0, 1),
-        "memories live on; the raw turn is past 30 d"
+        cleanup().await.unwrap().sessions_closed,
+        0,
+        "the session is fresh"
+    );
+    node.clock.advance(DAY_MS + 1);
+    assert_eq!(
+        cleanup().await.unwrap().sessions_closed,
+        1,
+        "idle for a day"
+    );
+    assert!(
+        context(&node, &key, "s1", "GMV")
+            .await
+            .recent_turns
+            .is_empty()
+    );
+    node.clock.advance(31 * DAY_MS);
+    assert_eq!(
+        expiry().await.unwrap().users,
+        0,
+        "no memory is due at 31 days"
+    );
+    let kept = retention().await.unwrap();
+    assert_eq!(
+        (kept.users, kept.turns_removed),
+        (1, 1),
+        "the raw turn is past 30 days"
     );
     node.clock.advance(60 * DAY_MS);
-    let report = sweep().await.unwrap();
-    assert_eq!(report.expired, 1, "the episodic memory expired at 90 days");
+    let report = expiry().await.unwrap();
+    assert_eq!(
+        (report.users, report.expired),
+        (1, 1),
+        "the episodic memory expired at 90 days"
+    );
     node.clock.advance(8 * DAY_MS);
-    assert_eq!(sweep().await.unwrap().purged, 1);
+    assert_eq!(
+        expiry().await.unwrap().purged,
+        1,
+        "and was purged a week later"
+    );
     node.clock.advance(150 * DAY_MS);
-    let report = sweep().await.unwrap();
+    let report = node
+        .directory
+        .call(&key, |r| UserMsg::Sweep(SweepScope::ALL, r))
+        .await
+        .unwrap();
     assert_eq!(
         (report.expired, report.purged),
         (1, 0),

@@ -127,7 +127,7 @@ pub fn assemble(
 ) -> MemoryContext {
     let split = turns.len().saturating_sub(RAW_TURNS);
     let (older, recent) = turns.split_at(split);
-    let mut summaries: Vec<ContextSummary> = older
+    let summaries: Vec<ContextSummary> = older
         .iter()
         .map(|t| ContextSummary {
             seq: t.seq,
@@ -135,7 +135,7 @@ pub fn assemble(
             method: "extractive",
         })
         .collect();
-    let mut recent_turns: Vec<ContextTurn> = recent
+    let recent_turns: Vec<ContextTurn> = recent
         .iter()
         .map(|t| ContextTurn {
             seq: t.seq,
@@ -149,6 +149,22 @@ pub fn assemble(
         .map(|q| extractor.tokens(q).into_iter().collect())
         .unwrap_or_default();
     let budget = request.route.budget();
+    // Episodic memories of turns already in the working memory would repeat them.
+    let in_window: HashSet<(&str, u64)> = turns
+        .iter()
+        .map(|t| (t.session_id.as_str(), t.seq))
+        .collect();
+    let records: Vec<&IndexedRecord> = records
+        .iter()
+        .copied()
+        .filter(|r| match (&r.record.session_id, r.record.turn_id) {
+            (Some(session), Some(seq)) if r.record.kind == MemoryKind::Episodic => {
+                !in_window.contains(&(session.as_str(), seq))
+            }
+            (Some(_), Some(_)) => true,
+            (Some(_) | None, None) | (None, Some(_)) => true,
+        })
+        .collect();
     let rank_kind = |kind, cap| {
         rank(
             records.iter().copied(),
@@ -158,9 +174,9 @@ pub fn assemble(
             cap,
         )
     };
-    let mut profile = rank_kind(MemoryKind::Profile, budget.profile);
-    let mut episodic = rank_kind(MemoryKind::Episodic, budget.episodic);
-    let mut corrections = rank_kind(MemoryKind::Correction, budget.correction);
+    let profile = rank_kind(MemoryKind::Profile, budget.profile);
+    let episodic = rank_kind(MemoryKind::Episodic, budget.episodic);
+    let corrections = rank_kind(MemoryKind::Correction, budget.correction);
 
     let mut entities: Vec<String> = Vec::new();
     for e in turns.iter().flat_map(|t| t.entities.iter().cloned()).chain(
@@ -174,52 +190,7 @@ pub fn assemble(
         }
     }
 
-    let mut dropped = Vec::new();
-    let mut dropped_summaries = 0;
-    let mut text = render(
-        request.route,
-        &recent_turns,
-        &summaries,
-        &profile,
-        &episodic,
-        &corrections,
-        &entities,
-        &[],
-    );
-    // Over budget: the oldest summaries go first, then the lowest-ranked memories (episodic,
-    // then profile, then corrections), then the oldest raw turns.
-    while count_tokens(&text) > request.token_budget {
-        if !summaries.is_empty() {
-            summaries.remove(0);
-            dropped_summaries += 1;
-        } else if episodic.pop().is_some() {
-            dropped.push("an episodic memory".to_owned());
-        } else if profile.pop().is_some() {
-            dropped.push("a profile memory".to_owned());
-        } else if corrections.pop().is_some() {
-            dropped.push("a correction".to_owned());
-        } else if recent_turns.len() > 1 {
-            recent_turns.remove(0);
-            dropped.push("a recent turn".to_owned());
-        } else {
-            break;
-        }
-        let note = drop_note(dropped_summaries, &dropped, request.token_budget);
-        text = render(
-            request.route,
-            &recent_turns,
-            &summaries,
-            &profile,
-            &episodic,
-            &corrections,
-            &entities,
-            &note,
-        );
-    }
-    if dropped_summaries > 0 {
-        dropped.insert(0, format!("{dropped_summaries} oldest turn summaries"));
-    }
-    MemoryContext {
+    let mut ctx = MemoryContext {
         route: request.route.as_str(),
         recent_turns,
         summaries,
@@ -227,12 +198,42 @@ pub fn assemble(
         episodic,
         corrections,
         entities,
-        tokens: count_tokens(&text),
+        tokens: 0,
         token_budget: request.token_budget,
-        truncated: !dropped.is_empty(),
-        dropped,
-        text,
+        truncated: false,
+        dropped: Vec::new(),
+        text: String::new(),
+    };
+    let mut dropped_summaries = 0;
+    ctx.text = render(&ctx, &[]);
+    // Over budget: the oldest summaries go first, then the lowest-ranked memories (episodic,
+    // then profile, then corrections), then the oldest raw turns.
+    while count_tokens(&ctx.text) > request.token_budget {
+        if !ctx.summaries.is_empty() {
+            ctx.summaries.remove(0);
+            dropped_summaries += 1;
+        } else if ctx.episodic.pop().is_some() {
+            ctx.dropped.push("an episodic memory".to_owned());
+        } else if ctx.profile.pop().is_some() {
+            ctx.dropped.push("a profile memory".to_owned());
+        } else if ctx.corrections.pop().is_some() {
+            ctx.dropped.push("a correction".to_owned());
+        } else if ctx.recent_turns.len() > 1 {
+            ctx.recent_turns.remove(0);
+            ctx.dropped.push("a recent turn".to_owned());
+        } else {
+            break;
+        }
+        let note = drop_note(dropped_summaries, &ctx.dropped, request.token_budget);
+        ctx.text = render(&ctx, &note);
     }
+    if dropped_summaries > 0 {
+        ctx.dropped
+            .insert(0, format!("{dropped_summaries} oldest turn summaries"));
+    }
+    ctx.tokens = count_tokens(&ctx.text);
+    ctx.truncated = !ctx.dropped.is_empty();
+    ctx
 }
 
 fn drop_note(summaries: usize, others: &[String], budget: usize) -> Vec<String> {
@@ -306,19 +307,10 @@ fn rank<'r>(
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn render(
-    route: Route,
-    recent: &[ContextTurn],
-    summaries: &[ContextSummary],
-    profile: &[ContextMemory],
-    episodic: &[ContextMemory],
-    corrections: &[ContextMemory],
-    entities: &[String],
-    notes: &[String],
-) -> String {
+/// The prompt block of `ctx`'s sections, with `notes` before the closing instruction.
+fn render(ctx: &MemoryContext, notes: &[String]) -> String {
     use std::fmt::Write;
-    let mut out = format!("## User memory (route {})\n", route.as_str());
+    let mut out = format!("## User memory (route {})\n", ctx.route);
     let mut section = |title: &str, items: &mut dyn Iterator<Item = String>| {
         let items: Vec<String> = items.collect();
         if !items.is_empty() {
@@ -330,31 +322,32 @@ fn render(
     };
     section(
         "Preferences and facts",
-        &mut profile.iter().map(|m| m.text.clone()),
+        &mut ctx.profile.iter().map(|m| m.text.clone()),
     );
     section(
         "Corrections (newest first; follow them)",
-        &mut corrections.iter().map(|m| match &m.corrected_sql {
+        &mut ctx.corrections.iter().map(|m| match &m.corrected_sql {
             Some(sql) => format!("{} (corrected SQL: {sql})", m.text),
             None => m.text.clone(),
         }),
     );
     section(
         "Past interactions",
-        &mut episodic.iter().map(|m| m.text.clone()),
+        &mut ctx.episodic.iter().map(|m| m.text.clone()),
     );
     section(
         "Earlier in this session (extractive summaries)",
-        &mut summaries.iter().map(|s| s.text.clone()),
+        &mut ctx.summaries.iter().map(|s| s.text.clone()),
     );
     section(
         "Recent turns",
-        &mut recent
+        &mut ctx
+            .recent_turns
             .iter()
             .map(|t| format!("user: {}\n  assistant: {}", t.user, t.assistant)),
     );
-    if !entities.is_empty() {
-        let _ = writeln!(out, "### Entities mentioned\n{}", entities.join(", "));
+    if !ctx.entities.is_empty() {
+        let _ = writeln!(out, "### Entities mentioned\n{}", ctx.entities.join(", "));
     }
     for note in notes {
         let _ = writeln!(out, "{note}");

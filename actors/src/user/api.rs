@@ -178,6 +178,26 @@ pub struct ForgetAck {
     pub expiry_entries: usize,
 }
 
+/// What a sweep of one user covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepScope {
+    /// Expire memory records past their TTL and purge expired or deleted ones past grace.
+    pub records: bool,
+    /// Remove raw turns past the retention period.
+    pub turns: bool,
+    /// Close session windows idle past 24 hours.
+    pub sessions: bool,
+}
+
+impl SweepScope {
+    /// Everything.
+    pub const ALL: SweepScope = SweepScope {
+        records: true,
+        turns: true,
+        sessions: true,
+    };
+}
+
 /// What a sweep did to one user.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepReport {
@@ -187,6 +207,8 @@ pub struct SweepReport {
     pub purged: usize,
     /// Raw turns removed by retention.
     pub turns_removed: usize,
+    /// Idle session windows closed.
+    pub sessions_closed: usize,
 }
 
 /// A session with its turns, for the seed-compatible session endpoints.
@@ -196,4 +218,29 @@ pub struct SessionMemory {
     pub session: SessionRow,
     /// Its newest turns, oldest first.
     pub turns: Vec<Turn>,
+}
+
+/// A distilled intent to record (a new version; earlier active versions become inactive).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IntentWrite {
+    /// Idempotency key.
+    pub request_id: String,
+    /// Intent type (`appointment`, `complaint`, `renewal`, `cancellation`, ...).
+    pub intent_type: String,
+    /// Extracted fields (a JSON object).
+    pub fields: serde_json::Value,
+}
+
+/// The outcome of recording an intent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentAck {
+    /// Intent type.
+    pub intent_type: String,
+    /// The new version (its time).
+    pub version: Timestamp,
+    /// Earlier versions marked inactive by this one.
+    pub deactivated: Vec<Timestamp>,
+    /// True when this is the stored outcome of an earlier identical request.
+    #[serde(default)]
+    pub replayed: bool,
 }

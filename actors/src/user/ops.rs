@@ -8,14 +8,14 @@
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{
-    MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag, SessionRule,
-    Timestamp, Trigger, Turn,
+    Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag,
+    SessionRule, Timestamp, Trigger, Turn,
 };
 use serde_json::json;
 
 use super::api::{
-    ClearAck, FeedbackAck, FeedbackRequest, MemoryAck, MemoryChange, MemoryWrite, StatusChange,
-    SweepReport, TurnAck, TurnRequest,
+    ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
+    MemoryWrite, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use crate::error::Error;
 use crate::model::conflict::{Resolution, resolve};
@@ -318,6 +318,39 @@ pub fn set_status(
     )))
 }
 
+/// Records a new version of an intent; every active earlier version of the same type becomes
+/// inactive (nothing is overwritten: versions are keyed by time).
+pub fn write_intent(
+    u: &mut UserData<'_>,
+    scope: &WriteScope<'_>,
+    req: &IntentWrite,
+) -> Outcome<IntentAck> {
+    let versions = u.intents(&req.intent_type)?;
+    let version = versions.last().map_or(scope.now, |last| {
+        Timestamp(scope.now.0.max(last.version.0 + 1))
+    });
+    let mut deactivated = Vec::new();
+    for mut old in versions.into_iter().filter(|v| v.active) {
+        old.active = false;
+        deactivated.push(old.version);
+        u.put_intent(&old)?;
+    }
+    u.put_intent(&Intent {
+        intent_type: req.intent_type.clone(),
+        version,
+        fields: req.fields.to_string(),
+        active: true,
+        source_turn: None,
+    })?;
+    let ack = IntentAck {
+        intent_type: req.intent_type.clone(),
+        version,
+        deactivated,
+        replayed: false,
+    };
+    Ok(Ok((ack, Vec::new())))
+}
+
 /// Deletes a session's turns and row.
 pub fn clear_session(u: &mut UserData<'_>, session: &str) -> Outcome<ClearAck> {
     match u.delete_session(session)? {
@@ -335,10 +368,12 @@ pub fn clear_session(u: &mut UserData<'_>, session: &str) -> Outcome<ClearAck> {
 }
 
 /// Expires records past their TTL, purges expired and deleted records past their grace
-/// period, and applies raw-turn retention to sessions whose oldest turns are due.
+/// period, closes session windows idle past their time, and applies raw-turn retention to
+/// sessions whose oldest turns are due.
 pub fn sweep(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
+    what: SweepScope,
     records: &[MemoryRecord],
 ) -> StorageResult<(SweepReport, Vec<MemoryRecord>, Vec<String>)> {
     let mut report = SweepReport::default();
@@ -346,7 +381,7 @@ pub fn sweep(
     let mut purged = Vec::new();
     for record in records
         .iter()
-        .filter(|r| r.expires_at.is_some_and(|at| at <= scope.now))
+        .filter(|r| what.records && r.expires_at.is_some_and(|at| at <= scope.now))
     {
         match record.status {
             MemoryStatus::Expired | MemoryStatus::Deleted => {
@@ -366,7 +401,10 @@ pub fn sweep(
     }
     let cutoff = scope.now.plus_millis(-scope.rule.retention_ms);
     for session in u.sessions()? {
-        if session.retain_until <= scope.now {
+        if what.sessions && u.close_idle_window(&session.session_id, scope.now)? {
+            report.sessions_closed += 1;
+        }
+        if what.turns && session.retain_until <= scope.now {
             report.turns_removed +=
                 u.apply_retention(&session.session_id, cutoff, scope.rule.retention_ms)?;
         }

@@ -3,7 +3,9 @@
 
 use engram_storage::model::{MemoryKind, MemoryStatus};
 
-use super::api::{ContextQuery, FeedbackRequest, MemoryWrite, StatusChange, TurnRequest};
+use super::api::{
+    ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, StatusChange, TurnRequest,
+};
 use crate::error::{Error, Result};
 
 /// Longest id (request, session, memory, tenant, user), in bytes.
@@ -171,6 +173,22 @@ pub(super) fn status_change(req: &StatusChange) -> Result<()> {
         return Err(Error::invalid(
             "status",
             "must be active, suppressed or deleted",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn intent(req: &IntentWrite) -> Result<()> {
+    check_id("request_id", &req.request_id)?;
+    check_id("intent_type", &req.intent_type)?;
+    if !req.fields.is_object() {
+        return Err(Error::invalid("fields", "must be a JSON object"));
+    }
+    let size = req.fields.to_string().len();
+    if size > MAX_PAYLOAD {
+        return Err(Error::invalid(
+            "fields",
+            format!("is {size} bytes of JSON; at most {MAX_PAYLOAD}"),
         ));
     }
     Ok(())

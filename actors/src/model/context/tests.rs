@@ -190,6 +190,38 @@ fn slots_follow_route_budgets_and_skip_dead_records() {
 }
 
 #[test]
+fn memories_formed_from_turns_in_the_window_are_not_repeated() {
+    let mut from_window = raw(
+        "e1",
+        MemoryKind::Episodic,
+        "asked about GMV",
+        MemoryStatus::Candidate,
+        1,
+    );
+    (from_window.session_id, from_window.turn_id) = (Some("s".into()), Some(1));
+    let mut older = raw(
+        "e2",
+        MemoryKind::Episodic,
+        "asked about GMV before",
+        MemoryStatus::Candidate,
+        1,
+    );
+    (older.session_id, older.turn_id) = (Some("s-old".into()), Some(1));
+    let records = [
+        IndexedRecord::new(from_window, &EXTRACTOR),
+        IndexedRecord::new(older, &EXTRACTOR),
+    ];
+    let ctx = assemble(
+        &request(5_000),
+        &turns(3),
+        &records.iter().collect::<Vec<_>>(),
+        &EXTRACTOR,
+    );
+    let ids: Vec<_> = ctx.episodic.iter().map(|m| m.memory_id.as_str()).collect();
+    assert_eq!(ids, ["e2"]);
+}
+
+#[test]
 fn relevant_memories_rank_first() {
     let records = [
         rec(

@@ -1,0 +1,127 @@
+//! Maintenance jobs over every user with something due: the expiry sweep (memory records past
+//! their TTL), raw-turn retention, and the session cleanup (windows idle for 24 hours). Both find their users through the expiry index, page by
+//! page, and hand each user to its own actor (so the user's writes stay serialised and its
+//! cache stays right). Scheduling (when to run) is the node's business.
+
+use std::collections::HashSet;
+
+use engram_storage::data::expired_page;
+use engram_storage::keyspace::ExpiryTarget;
+
+use crate::directory::Directory;
+use crate::placement::UserKey;
+use crate::user::UserMsg;
+use crate::user::api::SweepScope;
+
+/// Entries read from the expiry index per transaction.
+const PAGE: usize = 1_000;
+
+/// A maintenance job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// Expire memory records past their TTL; purge expired and deleted ones past grace.
+    ExpirySweep,
+    /// Remove raw turns older than the retention period.
+    Retention,
+    /// Close session windows idle for 24 hours (the next turn opens a new one).
+    SessionCleanup,
+}
+
+impl Job {
+    /// The job's name in logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Job::ExpirySweep => "expiry-sweep",
+            Job::Retention => "retention",
+            Job::SessionCleanup => "session-cleanup",
+        }
+    }
+
+    fn scope(self) -> SweepScope {
+        match self {
+            Job::ExpirySweep => SweepScope {
+                records: true,
+                turns: false,
+                sessions: false,
+            },
+            Job::Retention => SweepScope {
+                records: false,
+                turns: true,
+                sessions: false,
+            },
+            Job::SessionCleanup => SweepScope {
+                records: false,
+                turns: false,
+                sessions: true,
+            },
+        }
+    }
+
+    fn wants(self, target: &ExpiryTarget) -> bool {
+        match target {
+            ExpiryTarget::Record { .. } => self == Job::ExpirySweep,
+            ExpiryTarget::Session { .. } => self == Job::Retention,
+            ExpiryTarget::SessionIdle { .. } => self == Job::SessionCleanup,
+        }
+    }
+}
+
+/// What one run of a job did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobReport {
+    /// Users swept.
+    pub users: usize,
+    /// Records marked expired.
+    pub expired: usize,
+    /// Records purged.
+    pub purged: usize,
+    /// Raw turns removed.
+    pub turns_removed: usize,
+    /// Idle session windows closed.
+    pub sessions_closed: usize,
+    /// Users whose sweep failed (retried at the next run).
+    pub failed: usize,
+}
+
+/// Runs `job` once over every user with entries due now.
+pub async fn run(directory: &Directory, job: Job) -> crate::Result<JobReport> {
+    let services = directory.services().clone();
+    let now = services.clock.now();
+    let mut report = JobReport::default();
+    let mut seen = HashSet::new();
+    let mut cursor: Option<Vec<u8>> = None;
+    loop {
+        let (ks, after) = (services.keyspace.clone(), cursor.clone());
+        let (page, next) = services
+            .store
+            .read(move |txn| expired_page(txn, &ks, now, after.as_deref(), PAGE))
+            .await?;
+        for entry in page.into_iter().filter(|e| job.wants(&e.target)) {
+            let key = UserKey::new(entry.tenant, entry.user);
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            match directory
+                .call(&key, |reply| UserMsg::Sweep(job.scope(), reply))
+                .await
+            {
+                Ok(swept) => {
+                    report.users += 1;
+                    report.expired += swept.expired;
+                    report.purged += swept.purged;
+                    report.turns_removed += swept.turns_removed;
+                    report.sessions_closed += swept.sessions_closed;
+                }
+                Err(err) => {
+                    report.failed += 1;
+                    tracing::warn!(job = job.name(), user = %key.log_id(), %err, "sweep of a user failed");
+                }
+            }
+        }
+        match next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok(report)
+}

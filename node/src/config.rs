@@ -38,6 +38,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// `[storage]`: the backend and its settings.
     pub storage: StorageConfig,
+    /// `[memory]`: the user actors and the memory model.
+    pub memory: MemoryConfig,
+    /// `[jobs]`: scheduled maintenance.
+    pub jobs: JobsConfig,
     /// `[log]`: logging.
     pub log: LogConfig,
 }
@@ -67,12 +71,72 @@ impl Default for NodeConfig {
 pub struct HttpConfig {
     /// Socket address the gateway listens on (`ip:port`).
     pub listen: String,
+    /// Largest request body accepted, in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// Requests served at once; more are shed with 503 and Retry-After.
+    pub max_in_flight: usize,
+    /// How long a graceful shutdown waits for in-flight requests and queued writes.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             listen: "127.0.0.1:8080".to_owned(),
+            max_body_bytes: 1024 * 1024,
+            max_in_flight: 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// `[memory]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// A user actor idle this long is stopped (its state is reloaded from storage on next use).
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    /// How long raw conversation turns are kept.
+    #[serde(with = "humantime_serde")]
+    pub retention: Duration,
+    /// Token budget of a context when the request names none.
+    pub token_budget: usize,
+    /// Extra business words for entity extraction (product names, internal metrics).
+    pub lexicon: Vec<String>,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            idle_timeout: Duration::from_secs(300),
+            retention: Duration::from_secs(30 * 24 * 3600),
+            token_budget: 1200,
+            lexicon: Vec::new(),
+        }
+    }
+}
+
+/// `[jobs]`: cron schedules (five fields, UTC) of the maintenance jobs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct JobsConfig {
+    /// Expiry sweep: memory records past their TTL are expired, then purged.
+    pub expiry_sweep: String,
+    /// Retention: raw turns older than `memory.retention` are removed.
+    pub retention: String,
+    /// Session cleanup: working-memory windows idle for 24 hours are closed.
+    pub session_cleanup: String,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        let daily = "0 4 * * *".to_owned();
+        JobsConfig {
+            expiry_sweep: daily.clone(),
+            retention: daily.clone(),
+            session_cleanup: daily,
         }
     }
 }

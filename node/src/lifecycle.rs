@@ -6,10 +6,19 @@
 //! Shutdown rewrites the row with status `Left`, so that peers can tell a clean leave from a
 //! crash (a crashed node's row stays `Active` with a stale heartbeat).
 //!
-//! Not here yet: periodic heartbeats, shards, the gateway and the transport; they hang off
-//! [`run`] as they arrive.
+//! Between the two, the node serves the HTTP gateway over its user actors and runs the
+//! maintenance jobs. SIGTERM stops accepting connections, lets in-flight requests and the
+//! writes already queued at user actors finish (bounded by `http.shutdown-grace`), then exits.
+//!
+//! Not here yet: periodic heartbeats, shards and the cluster transport.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use engram_actors::clock::SystemClock;
+use engram_actors::directory::Directory;
+use engram_actors::model::entities::EntityExtractor;
+use engram_actors::services::{Metrics, Services, Settings};
 
 use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
@@ -18,6 +27,8 @@ use tracing::info;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::http::{AppState, Limits, router};
+use crate::metrics::NodeMetrics;
 
 /// Runs the node until a shutdown signal, then leaves the cluster cleanly.
 pub async fn run(config: Config) -> Result<()> {
@@ -27,27 +38,88 @@ pub async fn run(config: Config) -> Result<()> {
     let store = crate::store::open(&config).await?;
     let keyspace = Keyspace::new(&config.storage.root_prefix);
     let node = config.node.id.clone();
+    // Bind first, so that the membership row names the address peers can really reach
+    // (http.listen may ask for port 0).
+    let listener = tokio::net::TcpListener::bind(&config.http.listen)
+        .await
+        .map_err(|source| Error::Io {
+            step: format!("binding http.listen {}", config.http.listen),
+            source,
+        })?;
+    let http_addr = listener.local_addr().map_err(|source| Error::Io {
+        step: "reading the bound address".to_owned(),
+        source,
+    })?;
     let started_at = now();
     let member = Member {
         node_id: node.clone(),
-        http_addr: config.http.listen.clone(),
+        http_addr: http_addr.to_string(),
         cluster_addr: config.cluster.listen.clone(),
         started_at,
         heartbeat_at: started_at,
         status: MemberStatus::Active,
     };
     register(&store, &keyspace, member.clone()).await?;
+
+    let lexicon = config.memory.lexicon.clone();
+    let extractor = tokio::task::spawn_blocking(move || EntityExtractor::new(&lexicon))
+        .await
+        .map_err(|e| Error::Io {
+            step: "loading the segmenter".to_owned(),
+            source: e.into(),
+        })?;
+    let services = Services {
+        store: store.clone(),
+        keyspace: keyspace.clone(),
+        clock: Arc::new(SystemClock),
+        extractor: Arc::new(extractor),
+        settings: Settings {
+            idle_timeout: config.memory.idle_timeout,
+            retention_ms: i64::try_from(config.memory.retention.as_millis()).unwrap_or(i64::MAX),
+            shards: config.cluster.shards,
+            ..Settings::default()
+        },
+        metrics: Arc::new(Metrics::default()),
+    };
+    let directory = Directory::new(services);
+    let metrics = Arc::new(NodeMetrics::new());
+    let jobs = crate::jobs::spawn(&config.jobs, &directory, &metrics);
+    let state = AppState {
+        directory: directory.clone(),
+        metrics,
+        token_budget: config.memory.token_budget,
+    };
+    let limits = Limits {
+        max_body_bytes: config.http.max_body_bytes,
+        max_in_flight: config.http.max_in_flight,
+    };
     info!(
         node = %node,
         backend = store.backend(),
-        http = %config.http.listen,
+        http = %http_addr,
         cluster = %config.cluster.listen,
         shards = config.cluster.shards,
         "node started"
     );
 
-    let signal = shutdown.wait().await;
+    let (signal_tx, signal_rx) = tokio::sync::oneshot::channel();
+    let stop = async move {
+        let signal = shutdown.wait().await;
+        let _ = signal_tx.send(signal);
+    };
+    let grace = config.http.shutdown_grace;
+    crate::http::serve(listener, router(state, limits), stop, grace)
+        .await
+        .map_err(|source| Error::Io {
+            step: "serving http".to_owned(),
+            source,
+        })?;
+    let signal = signal_rx.await.unwrap_or("server exit");
     info!(node = %node, signal, "shutting down");
+    for job in jobs {
+        job.abort();
+    }
+    directory.shutdown(grace).await;
 
     let left = Member {
         heartbeat_at: now(),

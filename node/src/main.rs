@@ -1,5 +1,6 @@
-//! `engram-node`: the Engram node binary. It wires configuration, logging, storage and (as
-//! they arrive) the HTTP gateway and cluster transport together.
+//! `engram-node`: the Engram node binary. It wires configuration, logging, storage, the user
+//! actors, the maintenance jobs and the HTTP gateway together (the cluster transport comes
+//! with the cluster issue).
 //!
 //! Commands:
 //! - `engram-node run --config <path>`: load and validate the configuration, open the store,
@@ -22,8 +23,11 @@ use crate::config::Config;
 
 mod config;
 mod error;
+mod http;
+mod jobs;
 mod lifecycle;
 mod logging;
+mod metrics;
 mod store;
 
 /// The Engram node.

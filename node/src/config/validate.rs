@@ -128,6 +128,34 @@ impl Config {
             );
         }
 
+        if self.http.max_body_bytes < 1024 {
+            problem("http.max-body-bytes", "must be at least 1024".to_owned());
+        }
+        if self.http.max_in_flight == 0 {
+            problem("http.max-in-flight", "must be at least 1".to_owned());
+        }
+        if self.memory.idle_timeout < Duration::from_millis(100) {
+            problem("memory.idle-timeout", "must be at least 100ms".to_owned());
+        }
+        if self.memory.retention < Duration::from_secs(24 * 3600) {
+            problem("memory.retention", "must be at least 1 day".to_owned());
+        }
+        if !(100..=32_000).contains(&self.memory.token_budget) {
+            problem(
+                "memory.token-budget",
+                "must be between 100 and 32000".to_owned(),
+            );
+        }
+        for (key, schedule) in [
+            ("jobs.expiry-sweep", &self.jobs.expiry_sweep),
+            ("jobs.retention", &self.jobs.retention),
+            ("jobs.session-cleanup", &self.jobs.session_cleanup),
+        ] {
+            if let Err(err) = crate::jobs::parse_schedule(schedule) {
+                problem(key, format!("{schedule:?} is not a cron schedule: {err}"));
+            }
+        }
+
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
             problem(
                 "log.level",

@@ -1,0 +1,76 @@
+//! The OpenAPI document of the gateway, generated from the handlers' annotations and served
+//! at `/openapi.json`. A test checks that every documented operation is served.
+
+use axum::Json;
+use axum::response::IntoResponse;
+use utoipa::OpenApi;
+
+use super::{routes, seed, wire};
+
+/// The document.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Engram",
+        description = "Memory service for AI agents: turns in, memory contexts out."
+    ),
+    paths(
+        routes::append_turn,
+        routes::feedback,
+        routes::context,
+        routes::create_memory,
+        routes::upsert_memory,
+        routes::set_status,
+        routes::list_memories,
+        routes::list_sessions,
+        routes::session_memory,
+        routes::clear_session,
+        routes::conflicts,
+        routes::forget,
+        routes::health,
+        routes::ready,
+        routes::metrics,
+        seed::sessions,
+        seed::session_memory,
+        seed::clear_session,
+        seed::write,
+        seed::recall,
+    ),
+    components(schemas(
+        wire::ErrorBody,
+        wire::TurnBody,
+        wire::ChoiceBody,
+        wire::TurnResponse,
+        wire::MemoryChangeView,
+        wire::FeedbackBody,
+        wire::FeedbackResponse,
+        wire::ContextBody,
+        wire::ContextResponse,
+        wire::ContextTurnView,
+        wire::ContextSummaryView,
+        wire::ContextMemoryView,
+        wire::MemoryBody,
+        wire::StatusBody,
+        wire::MemoryView,
+        wire::MemoryResponse,
+        wire::MemoriesResponse,
+        wire::SessionView,
+        wire::SessionsResponse,
+        wire::TurnView,
+        wire::SessionMemoryResponse,
+        wire::DeletedResponse,
+        wire::ForgetResponse,
+        wire::ConflictView,
+        wire::ConflictsResponse,
+        seed::WriteBody,
+        seed::WriteResponse,
+        seed::IntentView,
+        seed::RecallResponse,
+    ))
+)]
+pub struct ApiDoc;
+
+/// `GET /openapi.json`.
+pub async fn document() -> impl IntoResponse {
+    Json(ApiDoc::openapi())
+}

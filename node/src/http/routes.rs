@@ -1,0 +1,432 @@
+//! Handlers of the versioned API, health, readiness and metrics. Each checks its input,
+//! builds the actor request and maps the reply; the OpenAPI annotations document them.
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use engram_actors::placement::UserKey;
+use engram_actors::user::UserMsg;
+use engram_actors::user::api::{
+    ContextQuery, FeedbackRequest, MemoryWrite, StatusChange, TurnRequest,
+};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use super::wire::{
+    ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
+    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse,
+    SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody, TurnResponse, parse_kind,
+    parse_route, parse_status, ts,
+};
+use super::{ApiError, ApiJson, AppState, Tenant, ok, user_key};
+
+/// Longest accepted `limit` of a session's memory.
+pub const MAX_LIMIT: usize = 500;
+/// Default `limit` of a session's memory.
+pub const DEFAULT_LIMIT: usize = 50;
+
+#[utoipa::path(post, path = "/v1/users/{user}/turns", tag = "conversation",
+    params(("user" = String, Path, description = "User id"), ("x-engram-tenant" = Option<String>, Header, description = "Tenant")),
+    request_body = TurnBody,
+    responses((status = 200, body = TurnResponse), (status = 400, body = ErrorBody), (status = 503, body = ErrorBody)))]
+/// Appends a conversation turn; a successful turn forms memories.
+pub async fn append_turn(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+    ApiJson(body): ApiJson<TurnBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let req = TurnRequest {
+        request_id: body.request_id,
+        session_id: body.session_id,
+        user_text: body.user_text,
+        assistant_text: body.assistant_text,
+        route: body
+            .route
+            .as_deref()
+            .map(|r| parse_route(Some(r)))
+            .transpose()?,
+        success: body.success,
+        trace_id: body.trace_id,
+        choices: body
+            .choices
+            .into_iter()
+            .map(|c| (c.topic, c.value))
+            .collect(),
+    };
+    let ack = s
+        .directory
+        .call(&key, |reply| UserMsg::Turn(req.clone(), reply))
+        .await?;
+    Ok(ok(TurnResponse::from(ack)))
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/feedback", tag = "conversation",
+    params(("user" = String, Path, description = "User id")),
+    request_body = FeedbackBody,
+    responses((status = 200, body = FeedbackResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// Records feedback on a turn: a dislike with a corrected SQL and a comment forms a correction.
+pub async fn feedback(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+    ApiJson(body): ApiJson<FeedbackBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let liked = match body.rating.as_str() {
+        "like" => true,
+        "dislike" => false,
+        other => {
+            return Err(ApiError::invalid(format!(
+                "invalid rating: {other:?}; expected like or dislike"
+            )));
+        }
+    };
+    let req = FeedbackRequest {
+        request_id: body.request_id,
+        session_id: body.session_id,
+        turn_seq: body.turn_seq,
+        liked,
+        corrected_sql: body.corrected_sql,
+        comment: body.comment,
+        trace_id: body.trace_id,
+    };
+    let ack = s
+        .directory
+        .call(&key, |reply| UserMsg::Feedback(req.clone(), reply))
+        .await?;
+    Ok(ok(FeedbackResponse::from(ack)))
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/context", tag = "conversation",
+    params(("user" = String, Path, description = "User id")),
+    request_body = ContextBody,
+    responses((status = 200, body = ContextResponse), (status = 400, body = ErrorBody)))]
+/// Assembles the memory context for the next LLM call (no LLM is called).
+pub async fn context(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+    ApiJson(body): ApiJson<ContextBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let query = ContextQuery {
+        session_id: body.session_id,
+        query: body.query,
+        route: parse_route(body.route.as_deref())?,
+        token_budget: body.token_budget.unwrap_or(s.token_budget),
+    };
+    let ctx = s
+        .directory
+        .call(&key, |reply| UserMsg::Context(query.clone(), reply))
+        .await?;
+    Ok(ok(ContextResponse::from(ctx)))
+}
+
+/// Builds a memory write from its body.
+pub fn memory_write(body: MemoryBody, memory_id: Option<String>) -> Result<MemoryWrite, ApiError> {
+    Ok(MemoryWrite {
+        request_id: body.request_id,
+        memory_id,
+        kind: parse_kind(&body.kind)?,
+        text: body.text,
+        payload: body.payload.unwrap_or_else(|| serde_json::json!({})),
+        status: parse_status(body.status.as_deref().unwrap_or("candidate"))?,
+        namespace: body.namespace.unwrap_or_else(|| "default".into()),
+        scope: body.scope.unwrap_or_else(|| "global".into()),
+        confidence: body.confidence.unwrap_or(0.5),
+        salience: body.salience.unwrap_or(0.5),
+        valid_from: ts(body.valid_from),
+        valid_to: ts(body.valid_to),
+        session_id: body.session_id,
+        source_route: body.source_route,
+        source_agent: body.source_agent,
+        trace_id: body.trace_id,
+    })
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/memories", tag = "memories",
+    params(("user" = String, Path, description = "User id")),
+    request_body = MemoryBody,
+    responses((status = 200, body = MemoryResponse), (status = 400, body = ErrorBody)))]
+/// Writes a memory (a candidate unless `status` says `active`), resolving conflicts.
+pub async fn create_memory(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+    ApiJson(body): ApiJson<MemoryBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let write = memory_write(body, None)?;
+    let ack = s
+        .directory
+        .call(&key, |reply| UserMsg::WriteMemory(write.clone(), reply))
+        .await?;
+    Ok(ok(MemoryResponse::from(ack)))
+}
+
+#[utoipa::path(put, path = "/v1/users/{user}/memories/{memory_id}", tag = "memories",
+    params(("user" = String, Path, description = "User id"), ("memory_id" = String, Path, description = "Memory id")),
+    request_body = MemoryBody,
+    responses((status = 200, body = MemoryResponse), (status = 400, body = ErrorBody)))]
+/// Creates or replaces the memory with this id.
+pub async fn upsert_memory(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path((user, memory_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<MemoryBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let write = memory_write(body, Some(memory_id))?;
+    let ack = s
+        .directory
+        .call(&key, |reply| UserMsg::WriteMemory(write.clone(), reply))
+        .await?;
+    Ok(ok(MemoryResponse::from(ack)))
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/memories/{memory_id}/status", tag = "memories",
+    params(("user" = String, Path, description = "User id"), ("memory_id" = String, Path, description = "Memory id")),
+    request_body = StatusBody,
+    responses((status = 200, body = MemoryResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// Activates, suppresses or deletes a memory.
+pub async fn set_status(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path((user, memory_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<StatusBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let change = StatusChange {
+        request_id: body.request_id,
+        memory_id,
+        status: parse_status(&body.status)?,
+    };
+    let ack = s
+        .directory
+        .call(&key, |reply| UserMsg::SetStatus(change.clone(), reply))
+        .await?;
+    Ok(ok(MemoryResponse::from(ack)))
+}
+
+/// Query of the memory list.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct KindQuery {
+    /// Only this kind (`profile`, `episodic`, `correction`).
+    pub kind: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/users/{user}/memories", tag = "memories",
+    params(("user" = String, Path, description = "User id"), KindQuery),
+    responses((status = 200, body = MemoriesResponse), (status = 400, body = ErrorBody)))]
+/// Lists the user's memories, of one kind or all.
+pub async fn list_memories(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+    query: Result<Query<KindQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let Query(query) = query?;
+    let kind = query.kind.as_deref().map(parse_kind).transpose()?;
+    let records = s
+        .directory
+        .call(&key, |reply| UserMsg::ListMemories(kind, reply))
+        .await?;
+    Ok(ok(MemoriesResponse {
+        memories: records.into_iter().map(Into::into).collect(),
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/users/{user}/sessions", tag = "sessions",
+    params(("user" = String, Path, description = "User id")),
+    responses((status = 200, body = SessionsResponse)))]
+/// Lists the user's sessions.
+pub async fn list_sessions(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let sessions = s.directory.call(&key, UserMsg::ListSessions).await?;
+    Ok(ok(SessionsResponse {
+        sessions: sessions.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// Query of a session's memory.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LimitQuery {
+    /// Newest turns to return (default 50, at most 500).
+    pub limit: Option<usize>,
+}
+
+/// Checks a `limit`.
+pub fn check_limit(limit: Option<usize>) -> Result<usize, ApiError> {
+    match limit.unwrap_or(DEFAULT_LIMIT) {
+        0 => Err(ApiError::invalid("invalid limit: must be at least 1")),
+        n if n > MAX_LIMIT => Err(ApiError::invalid(format!(
+            "invalid limit: {n} is more than {MAX_LIMIT}"
+        ))),
+        n => Ok(n),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/users/{user}/sessions/{session_id}/memory", tag = "sessions",
+    params(("user" = String, Path, description = "User id"), ("session_id" = String, Path, description = "Session id"), LimitQuery),
+    responses((status = 200, body = SessionMemoryResponse), (status = 404, body = ErrorBody)))]
+/// A session's newest turns.
+pub async fn session_memory(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path((user, session)): Path<(String, String)>,
+    query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let Query(query) = query?;
+    session_memory_of(&s, &key, session, query.limit).await
+}
+
+/// A session's newest turns, for `/v1` and the seed endpoint.
+pub async fn session_memory_of(
+    s: &AppState,
+    key: &UserKey,
+    session: String,
+    limit: Option<usize>,
+) -> Result<Response, ApiError> {
+    let limit = check_limit(limit)?;
+    let memory = s
+        .directory
+        .call(key, |reply| UserMsg::SessionMemory {
+            session: session.clone(),
+            limit,
+            reply,
+        })
+        .await?;
+    Ok(ok(SessionMemoryResponse {
+        session: memory.session.into(),
+        turns: memory.turns.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// The idempotency key of a request without a body: the `Idempotency-Key` header, or a
+/// fresh one (the operation is then retried as a new request).
+pub fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    match headers.get("idempotency-key") {
+        Some(v) => Ok(v
+            .to_str()
+            .map_err(|_| ApiError::invalid("invalid Idempotency-Key: not visible ASCII"))?
+            .to_owned()),
+        None => Ok(uuid::Uuid::new_v4().to_string()),
+    }
+}
+
+#[utoipa::path(delete, path = "/v1/users/{user}/sessions/{session_id}/memory", tag = "sessions",
+    params(("user" = String, Path, description = "User id"), ("session_id" = String, Path, description = "Session id"),
+        ("idempotency-key" = Option<String>, Header, description = "Idempotency key")),
+    responses((status = 200, body = DeletedResponse), (status = 404, body = ErrorBody)))]
+/// Deletes a session's turns; returns how many were deleted.
+pub async fn clear_session(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    headers: HeaderMap,
+    Path((user, session)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    clear_session_of(&s, &key, &headers, session).await
+}
+
+/// Deletes a session's turns, for `/v1` and the seed endpoint.
+pub async fn clear_session_of(
+    s: &AppState,
+    key: &UserKey,
+    headers: &HeaderMap,
+    session: String,
+) -> Result<Response, ApiError> {
+    engram_actors::user::check_id("session_id", &session)?;
+    let request_id = idempotency_key(headers)?;
+    let ack = s
+        .directory
+        .call(key, |reply| UserMsg::ClearSession {
+            request_id: request_id.clone(),
+            session: session.clone(),
+            reply,
+        })
+        .await?;
+    Ok(ok(DeletedResponse::from(ack)))
+}
+
+#[utoipa::path(get, path = "/v1/users/{user}/conflicts", tag = "memories",
+    params(("user" = String, Path, description = "User id")),
+    responses((status = 200, body = ConflictsResponse)))]
+/// Contradictions flagged for review.
+pub async fn conflicts(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let flags = s.directory.call(&key, UserMsg::Flags).await?;
+    Ok(ok(ConflictsResponse {
+        conflicts: flags.into_iter().map(Into::into).collect(),
+    }))
+}
+
+#[utoipa::path(delete, path = "/v1/users/{user}", tag = "users",
+    params(("user" = String, Path, description = "User id")),
+    responses((status = 200, body = ForgetResponse)))]
+/// Forgets the user: every key of theirs and their cached state are erased.
+pub async fn forget(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let ack = s.directory.call(&key, UserMsg::Forget).await?;
+    Ok(ok(ForgetResponse::from(ack)))
+}
+
+#[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "The process is up")))]
+/// Liveness: the process answers.
+pub async fn health() -> Response {
+    ok(serde_json::json!({ "status": "ok" }))
+}
+
+#[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, description = "Storage answers"), (status = 503, body = ErrorBody)))]
+/// Readiness: storage answers a read.
+pub async fn ready(State(s): State<AppState>) -> Response {
+    let services = s.directory.services();
+    let (store, ks) = (services.store.clone(), services.keyspace.clone());
+    match store
+        .read(move |txn| engram_storage::cluster::members(txn, &ks))
+        .await
+    {
+        Ok(_) => ok(serde_json::json!({ "status": "ready" })),
+        Err(err) => {
+            tracing::warn!(%err, "readiness check failed");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "storage does not answer",
+            )
+            .into_response()
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]
+/// Prometheus metrics.
+pub async fn metrics(State(s): State<AppState>) -> Response {
+    let text = s.metrics.render(&s.directory);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,391 @@
+//! In-process tests of the gateway's router: the versioned API end to end over the real
+//! actors and an SQLite file, error mapping of malformed and hostile input, and the OpenAPI
+//! document against the routes actually served.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::http::{Method, Request, StatusCode};
+use engram_actors::clock::SystemClock;
+use engram_actors::directory::Directory;
+use engram_actors::model::entities::EntityExtractor;
+use engram_actors::services::{Metrics, Services, Settings};
+use engram_storage::sqlite::SqliteOptions;
+use engram_storage::{Keyspace, Store};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::{AppState, Limits, router};
+use crate::metrics::NodeMetrics;
+
+fn extractor() -> Arc<EntityExtractor> {
+    static EXTRACTOR: std::sync::OnceLock<Arc<EntityExtractor>> = std::sync::OnceLock::new();
+    EXTRACTOR
+        .get_or_init(|| Arc::new(EntityExtractor::default()))
+        .clone()
+}
+
+fn app(dir: &tempfile::TempDir) -> Router {
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let services = Services {
+        store,
+        keyspace: Keyspace::new("engram"),
+        clock: Arc::new(SystemClock),
+        extractor: extractor(),
+        settings: Settings::default(),
+        metrics: Arc::new(Metrics::default()),
+    };
+    let state = AppState {
+        directory: Directory::new(services),
+        metrics: Arc::new(NodeMetrics::new()),
+        token_budget: 1200,
+    };
+    router(
+        state,
+        Limits {
+            max_body_bytes: 1024 * 1024,
+            max_in_flight: 64,
+        },
+    )
+}
+
+async fn send(app: &Router, method: Method, uri: &str, body: Option<Body>) -> (StatusCode, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(body.unwrap_or_else(Body::empty)).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = to_bytes(response.into_body(), 64 * 1024 * 1024)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
+    send(app, Method::POST, uri, Some(Body::from(body.to_string()))).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_turn_conversation_carries_the_first_turns_conditions_into_the_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir);
+    let (status, first) = post(&app, "/v1/users/alice/turns", json!({
+        "request_id": "t1", "session_id": "s1", "route": "nl2sql_query",
+        "user_text": "Show the orders of East China in October from dw_orders with amount over 1000",
+        "assistant_text": "Found 1,284 orders of East China in October with amount over 1000 (table dw_orders).",
+    })).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["seq"], 0);
+    assert!(
+        first["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "dw_orders"),
+        "{first}"
+    );
+    let (status, ctx) = post(
+        &app,
+        "/v1/users/alice/context",
+        json!({
+            "session_id": "s1", "query": "what about their total amount?", "route": "nl2sql_query",
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{ctx}");
+    let text = ctx["text"].as_str().unwrap();
+    assert!(
+        text.contains("East China") && text.contains("October") && text.contains("dw_orders"),
+        "{text}"
+    );
+    assert_eq!(ctx["recent_turns"].as_array().unwrap().len(), 1);
+    // A retry of the first turn is a replay.
+    let (_, again) = post(&app, "/v1/users/alice/turns", json!({
+        "request_id": "t1", "session_id": "s1", "user_text": "Show the orders of East China in October from dw_orders with amount over 1000",
+    })).await;
+    assert_eq!(
+        (again["replayed"].as_bool(), again["seq"].as_u64()),
+        (Some(true), Some(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memories_sessions_conflicts_and_forgetting_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir);
+    let (status, created) = post(&app, "/v1/users/bob/memories", json!({
+        "request_id": "m1", "kind": "correction", "text": "GMV excludes refunds", "status": "active",
+    })).await;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    let id = created["memory"]["memory_id"].as_str().unwrap().to_owned();
+    let (status, listed) = send(
+        &app,
+        Method::GET,
+        "/v1/users/bob/memories?kind=correction",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, listed["memories"].as_array().unwrap().len()),
+        (StatusCode::OK, 1)
+    );
+    let (status, changed) = post(
+        &app,
+        &format!("/v1/users/bob/memories/{id}/status"),
+        json!({"request_id": "m2", "status": "suppressed"}),
+    )
+    .await;
+    assert_eq!(
+        (status, changed["memory"]["status"].as_str()),
+        (StatusCode::OK, Some("suppressed"))
+    );
+    let (status, _) = post(
+        &app,
+        "/v1/users/bob/memories/m404/status",
+        json!({"request_id": "m3", "status": "active"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    post(
+        &app,
+        "/v1/users/bob/turns",
+        json!({"request_id": "t1", "session_id": "s9", "user_text": "hello"}),
+    )
+    .await;
+    let (_, sessions) = send(&app, Method::GET, "/chat/sessions?user_id=bob", None).await;
+    assert_eq!(sessions["sessions"][0]["session_id"], "s9");
+    let (status, memory) = send(
+        &app,
+        Method::GET,
+        "/chat/sessions/s9/memory?user_id=bob&limit=10",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, memory["turns"].as_array().unwrap().len()),
+        (StatusCode::OK, 1)
+    );
+    let (status, _) = send(
+        &app,
+        Method::GET,
+        "/chat/sessions/s9/memory?user_id=bob&limit=501",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, deleted) = send(
+        &app,
+        Method::DELETE,
+        "/chat/sessions/s9/memory?user_id=bob",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, deleted["deleted"].as_u64()),
+        (StatusCode::OK, Some(1))
+    );
+    let (status, _) = send(
+        &app,
+        Method::DELETE,
+        "/v1/users/bob/sessions/s9/memory",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "an unknown session is a 404");
+    let (status, conflicts) = send(&app, Method::GET, "/v1/users/bob/conflicts", None).await;
+    assert_eq!(
+        (status, conflicts["conflicts"].as_array().unwrap().len()),
+        (StatusCode::OK, 0)
+    );
+    // Intents through the seed endpoints: versions, newest first, the old one inactive.
+    for (rid, status) in [("i1", "booked"), ("i2", "cancelled")] {
+        let (code, _) = post(&app, "/write", json!({"user_id": "bob", "request_id": rid, "intent_type": "appointment", "fields": {"status": status}})).await;
+        assert_eq!(code, StatusCode::OK);
+    }
+    let (_, recall) = send(
+        &app,
+        Method::GET,
+        "/recall?user_id=bob&intent_type=appointment",
+        None,
+    )
+    .await;
+    let intents = recall["intents"].as_array().unwrap();
+    assert_eq!(
+        (
+            intents.len(),
+            intents[0]["fields"]["status"].as_str(),
+            intents[0]["active"].as_bool(),
+            intents[1]["active"].as_bool()
+        ),
+        (2, Some("cancelled"), Some(true), Some(false))
+    );
+    let (status, forgotten) = send(&app, Method::DELETE, "/v1/users/bob", None).await;
+    assert_eq!(
+        (status, forgotten["records"].as_u64()),
+        (StatusCode::OK, Some(2)),
+        "the correction and the episodic memory of the turn"
+    );
+    let (_, listed) = send(&app, Method::GET, "/v1/users/bob/memories", None).await;
+    assert!(listed["memories"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_and_hostile_input_gets_a_clear_400_and_the_node_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir);
+    let turns = "/v1/users/carol/turns";
+    let cases: Vec<(&str, Body, StatusCode, &str, &str)> = vec![
+        (
+            "missing field",
+            Body::from(json!({"request_id": "r"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "user_text",
+        ),
+        (
+            "wrong type",
+            Body::from(json!({"request_id": 5, "user_text": "x"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "request_id",
+        ),
+        (
+            "unknown field",
+            Body::from(json!({"request_id": "r", "user_text": "x", "usr": 1}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "usr",
+        ),
+        (
+            "invalid utf-8",
+            Body::from(vec![b'{', b'"', 0xff, 0xfe, b'"', b':', b'1', b'}']),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "",
+        ),
+        (
+            "deep nesting",
+            Body::from(format!("{}{}", "[".repeat(100_000), "]".repeat(100_000))),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            "",
+        ),
+        (
+            "10 MB body",
+            Body::from(vec![b' '; 10 * 1024 * 1024]),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "",
+        ),
+        (
+            "unknown route",
+            Body::from(json!({"request_id": "r", "user_text": "x", "route": "sql"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "unknown route",
+        ),
+        (
+            "sql in an id",
+            Body::from(json!({"request_id": "r'; drop table kv;--", "user_text": "x"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "request_id",
+        ),
+        (
+            "control characters",
+            Body::from(json!({"request_id": "r", "user_text": "a\u{0}b"}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "control character",
+        ),
+        (
+            "oversize text",
+            Body::from(json!({"request_id": "r", "user_text": "x".repeat(8_001)}).to_string()),
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "at most 8000",
+        ),
+    ];
+    for (name, body, status, code, mentions) in cases {
+        let (got, error) = send(&app, Method::POST, turns, Some(body)).await;
+        assert_eq!(got, status, "{name}: {error}");
+        assert_eq!(error["code"], code, "{name}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(mentions),
+            "{name}: {error}"
+        );
+    }
+    let (status, error) = send(&app, Method::GET, "/v1/users/a%20b/memories", None).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_input"))
+    );
+    let bare = Request::post(turns)
+        .body(Body::from(
+            json!({"request_id": "r", "user_text": "x"}).to_string(),
+        ))
+        .unwrap();
+    let response = app.clone().oneshot(bare).await.unwrap();
+    assert_eq!(
+        response.status(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "a body without a JSON content type"
+    );
+    let (status, error) = send(&app, Method::GET, "/v2/nothing", None).await;
+    assert_eq!(
+        (status, error["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    // Nothing was half-written, and the node still serves.
+    let (status, sessions) = send(&app, Method::GET, "/v1/users/carol/sessions", None).await;
+    assert_eq!(
+        (status, sessions["sessions"].as_array().unwrap().len()),
+        (StatusCode::OK, 0)
+    );
+    let (status, ok) = post(&app, turns, json!({"request_id": "r", "user_text": "fine"})).await;
+    assert_eq!((status, ok["seq"].as_u64()), (StatusCode::OK, Some(0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_operation_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir);
+    let (status, doc) = send(&app, Method::GET, "/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() >= 17, "{:?}", paths.keys());
+    for (path, operations) in paths {
+        for method in operations.as_object().unwrap().keys() {
+            let uri = path
+                .replace("{user}", "dave")
+                .replace("{memory_id}", "m1")
+                .replace("{session_id}", "s1");
+            let method: Method = method.to_uppercase().parse().unwrap();
+            let (status, body) = send(&app, method.clone(), &uri, None).await;
+            // Served: anything but "no such endpoint" or "method not allowed".
+            assert!(
+                status != StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}: {status}"
+            );
+            assert!(
+                !(status == StatusCode::NOT_FOUND
+                    && body["message"]
+                        .as_str()
+                        .is_some_and(|m| m.starts_with("no such endpoint"))),
+                "{method} {path} is documented but not served"
+            );
+        }
+    }
+    let (status, metrics) = send(&app, Method::GET, "/metrics", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(metrics, Value::Null, "metrics are text, not JSON");
+}

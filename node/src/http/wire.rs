@@ -1,0 +1,626 @@
+//! JSON wire types of the gateway's versioned API (`/v1`), with their OpenAPI schemas, and
+//! their conversions to and from the actor-level types. Times are Unix milliseconds (UTC).
+//! Every request type rejects unknown fields, so a misspelt field is a 400, not a silent
+//! default.
+
+use engram_actors::Error;
+use engram_actors::model::context::{ContextMemory, ContextSummary, ContextTurn, MemoryContext};
+use engram_actors::model::policy::Route;
+use engram_actors::user::api::{
+    ClearAck, FeedbackAck, ForgetAck, MemoryAck, MemoryChange, TurnAck,
+};
+use engram_storage::model::{
+    MemoryKind, MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, Timestamp, Turn,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Parses a route name, naming the accepted ones when it is unknown.
+pub fn parse_route(route: Option<&str>) -> Result<Route, Error> {
+    match route {
+        None => Ok(Route::Nl2sqlQuery),
+        Some(name) => Route::parse(name).ok_or_else(|| {
+            let known: Vec<_> = Route::ALL.iter().map(|r| r.as_str()).collect();
+            Error::invalid(
+                "route",
+                format!(
+                    "unknown route {name:?}; expected one of {}",
+                    known.join(", ")
+                ),
+            )
+        }),
+    }
+}
+
+/// Parses a memory kind.
+pub fn parse_kind(kind: &str) -> Result<MemoryKind, Error> {
+    MemoryKind::parse(kind).ok_or_else(|| {
+        Error::invalid(
+            "kind",
+            format!("unknown kind {kind:?}; expected profile, episodic or correction"),
+        )
+    })
+}
+
+/// Parses a memory status.
+pub fn parse_status(status: &str) -> Result<MemoryStatus, Error> {
+    match status {
+        "candidate" => Ok(MemoryStatus::Candidate),
+        "active" => Ok(MemoryStatus::Active),
+        "suppressed" => Ok(MemoryStatus::Suppressed),
+        "deleted" => Ok(MemoryStatus::Deleted),
+        "expired" => Ok(MemoryStatus::Expired),
+        other => Err(Error::invalid(
+            "status",
+            format!("unknown status {other:?}"),
+        )),
+    }
+}
+
+fn status_name(status: MemoryStatus) -> &'static str {
+    match status {
+        MemoryStatus::Candidate => "candidate",
+        MemoryStatus::Active => "active",
+        MemoryStatus::Suppressed => "suppressed",
+        MemoryStatus::Expired => "expired",
+        MemoryStatus::Deleted => "deleted",
+    }
+}
+
+/// An error: a stable code and a message saying what was wrong.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable, machine-readable code (`invalid_input`, `invalid_json`, `not_found`,
+    /// `payload_too_large`, `overloaded`, `unavailable`, `internal`).
+    pub code: String,
+    /// What was wrong, for people.
+    pub message: String,
+}
+
+/// A choice the user made in a turn (counted towards preferences: three identical choices
+/// form a profile candidate).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChoiceBody {
+    /// Topic (`chart_type`, `granularity`, ...); empty to infer it from the value.
+    #[serde(default)]
+    pub topic: String,
+    /// The chosen value.
+    pub value: String,
+}
+
+/// A conversation turn.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnBody {
+    /// Idempotency key: a retry with the same id returns the original result.
+    pub request_id: String,
+    /// Session; omitted, the user's default stream.
+    pub session_id: Option<String>,
+    /// The user's message.
+    pub user_text: String,
+    /// The assistant's answer (stored capped at 2,000 characters).
+    #[serde(default)]
+    pub assistant_text: String,
+    /// Route the gateway took (`nl2sql_query`, `kpi_lookup`, `business_knowledge_qa`,
+    /// `deep_analysis_workflow`).
+    pub route: Option<String>,
+    /// Whether the turn succeeded; failed turns are not written. Default true.
+    #[serde(default = "yes")]
+    pub success: bool,
+    /// Trace id for correlation.
+    pub trace_id: Option<String>,
+    /// Choices the user made.
+    #[serde(default)]
+    pub choices: Vec<ChoiceBody>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A memory formed or touched by a write.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoryChangeView {
+    /// The memory.
+    pub memory_id: String,
+    /// Its kind.
+    pub kind: String,
+    /// `created`, `reinforced`, `superseded`, `flagged`, `activated` or `suppressed`.
+    pub action: String,
+}
+
+impl From<MemoryChange> for MemoryChangeView {
+    fn from(c: MemoryChange) -> Self {
+        MemoryChangeView {
+            memory_id: c.memory_id,
+            kind: c.kind.as_str().into(),
+            action: c.action,
+        }
+    }
+}
+
+/// The outcome of a turn.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnResponse {
+    /// Whether it was written (failed turns are not).
+    pub written: bool,
+    /// Session it went to.
+    pub session_id: String,
+    /// Its sequence number within the user.
+    pub seq: Option<u64>,
+    /// Entities found in it.
+    pub entities: Vec<String>,
+    /// Memories formed or touched.
+    pub memories: Vec<MemoryChangeView>,
+    /// True when this replays the outcome of an earlier request with the same id.
+    pub replayed: bool,
+}
+
+impl From<TurnAck> for TurnResponse {
+    fn from(a: TurnAck) -> Self {
+        TurnResponse {
+            written: a.written,
+            session_id: a.session_id,
+            seq: a.seq,
+            entities: a.entities,
+            memories: a.memories.into_iter().map(Into::into).collect(),
+            replayed: a.replayed,
+        }
+    }
+}
+
+/// Feedback on a turn.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FeedbackBody {
+    /// Idempotency key.
+    pub request_id: String,
+    /// Session of the turn; omitted, the default stream.
+    pub session_id: Option<String>,
+    /// Sequence number of the turn.
+    pub turn_seq: u64,
+    /// `like` or `dislike`.
+    pub rating: String,
+    /// The SQL the user says is right (with a comment, a dislike forms a correction).
+    pub corrected_sql: Option<String>,
+    /// The user's explanation.
+    pub comment: Option<String>,
+    /// Trace id.
+    pub trace_id: Option<String>,
+}
+
+/// The outcome of feedback.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct FeedbackResponse {
+    /// Memories formed or touched.
+    pub memories: Vec<MemoryChangeView>,
+    /// True when this replays an earlier request.
+    pub replayed: bool,
+}
+
+impl From<FeedbackAck> for FeedbackResponse {
+    fn from(a: FeedbackAck) -> Self {
+        FeedbackResponse {
+            memories: a.memories.into_iter().map(Into::into).collect(),
+            replayed: a.replayed,
+        }
+    }
+}
+
+/// A request for a memory context.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContextBody {
+    /// Session whose working memory to include; omitted, the default stream.
+    pub session_id: Option<String>,
+    /// The question about to be asked.
+    pub query: Option<String>,
+    /// Route (sets the slot budgets); default `nl2sql_query`.
+    pub route: Option<String>,
+    /// Token budget; default from `[memory] token-budget`.
+    pub token_budget: Option<usize>,
+}
+
+/// A recent turn in a context.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContextTurnView {
+    /// Sequence number.
+    pub seq: u64,
+    /// User text.
+    pub user: String,
+    /// Assistant text.
+    pub assistant: String,
+}
+
+/// An older turn, summarised.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContextSummaryView {
+    /// Sequence number.
+    pub seq: u64,
+    /// Summary.
+    pub text: String,
+    /// `extractive`.
+    pub method: String,
+}
+
+/// A memory in a context slot.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContextMemoryView {
+    /// The memory.
+    pub memory_id: String,
+    /// Its text.
+    pub text: String,
+    /// Ranking score.
+    pub score: f32,
+    /// Corrected SQL, for corrections.
+    pub corrected_sql: Option<String>,
+}
+
+/// A memory context, structured and rendered.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContextResponse {
+    /// Route.
+    pub route: String,
+    /// The last turns of the session, oldest first.
+    pub recent_turns: Vec<ContextTurnView>,
+    /// Summaries of older turns, oldest first.
+    pub summaries: Vec<ContextSummaryView>,
+    /// Profile slot.
+    pub profile: Vec<ContextMemoryView>,
+    /// Episodic slot.
+    pub episodic: Vec<ContextMemoryView>,
+    /// Correction slot.
+    pub corrections: Vec<ContextMemoryView>,
+    /// Entities mentioned.
+    pub entities: Vec<String>,
+    /// Estimated tokens of `text`.
+    pub tokens: usize,
+    /// Budget it was fitted to.
+    pub token_budget: usize,
+    /// Whether something was dropped to fit.
+    pub truncated: bool,
+    /// What was dropped.
+    pub dropped: Vec<String>,
+    /// The block to put in the prompt.
+    pub text: String,
+}
+
+fn memory_views(m: Vec<ContextMemory>) -> Vec<ContextMemoryView> {
+    m.into_iter()
+        .map(|m| ContextMemoryView {
+            memory_id: m.memory_id,
+            text: m.text,
+            score: m.score,
+            corrected_sql: m.corrected_sql,
+        })
+        .collect()
+}
+
+impl From<MemoryContext> for ContextResponse {
+    fn from(c: MemoryContext) -> Self {
+        ContextResponse {
+            route: c.route.into(),
+            recent_turns: c
+                .recent_turns
+                .into_iter()
+                .map(|t: ContextTurn| ContextTurnView {
+                    seq: t.seq,
+                    user: t.user,
+                    assistant: t.assistant,
+                })
+                .collect(),
+            summaries: c
+                .summaries
+                .into_iter()
+                .map(|s: ContextSummary| ContextSummaryView {
+                    seq: s.seq,
+                    text: s.text,
+                    method: s.method.into(),
+                })
+                .collect(),
+            profile: memory_views(c.profile),
+            episodic: memory_views(c.episodic),
+            corrections: memory_views(c.corrections),
+            entities: c.entities,
+            tokens: c.tokens,
+            token_budget: c.token_budget,
+            truncated: c.truncated,
+            dropped: c.dropped,
+            text: c.text,
+        }
+    }
+}
+
+/// A memory to write (create, or upsert with `PUT`).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBody {
+    /// Idempotency key.
+    pub request_id: String,
+    /// `profile`, `episodic` or `correction`.
+    pub kind: String,
+    /// The memory's text.
+    pub text: String,
+    /// Structured payload (a JSON object); profile memories may carry `topic` and `value`.
+    #[schema(value_type = Object)]
+    pub payload: Option<serde_json::Value>,
+    /// `candidate` (default) or `active`.
+    pub status: Option<String>,
+    /// Namespace (default `default`).
+    pub namespace: Option<String>,
+    /// Scope (default `global`).
+    pub scope: Option<String>,
+    /// Confidence 0..1 (default 0.5).
+    pub confidence: Option<f32>,
+    /// Salience 0..1 (default 0.5).
+    pub salience: Option<f32>,
+    /// Since when the fact held (Unix ms).
+    pub valid_from: Option<i64>,
+    /// Until when the fact held (Unix ms).
+    pub valid_to: Option<i64>,
+    /// Session it relates to.
+    pub session_id: Option<String>,
+    /// Route that wrote it.
+    pub source_route: Option<String>,
+    /// Agent that wrote it.
+    pub source_agent: Option<String>,
+    /// Trace id.
+    pub trace_id: Option<String>,
+}
+
+/// A status change.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusBody {
+    /// Idempotency key.
+    pub request_id: String,
+    /// `active`, `suppressed` or `deleted`.
+    pub status: String,
+}
+
+/// A memory record.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoryView {
+    /// Id.
+    pub memory_id: String,
+    /// Kind.
+    pub kind: String,
+    /// Status.
+    pub status: String,
+    /// Text.
+    pub text: String,
+    /// Payload.
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    /// Namespace.
+    pub namespace: String,
+    /// Scope.
+    pub scope: String,
+    /// Confidence.
+    pub confidence: f32,
+    /// Salience.
+    pub salience: f32,
+    /// Why it exists (`SuccessfulTurn`, `Feedback`, `RepeatedChoice`, `ExplicitStatement`, `Api`, ...).
+    pub trigger: String,
+    /// Session it was formed in.
+    pub session_id: Option<String>,
+    /// Turn it was formed from.
+    pub turn_id: Option<u64>,
+    /// Route that formed it.
+    pub source_route: Option<String>,
+    /// Personal-data level.
+    pub pii_level: String,
+    /// Redaction level.
+    pub redaction_level: String,
+    /// Written at (Unix ms).
+    pub created_at: i64,
+    /// Last confirmed at.
+    pub last_seen_at: i64,
+    /// Expires at.
+    pub expires_at: Option<i64>,
+    /// Valid from.
+    pub valid_from: Option<i64>,
+    /// Valid to.
+    pub valid_to: Option<i64>,
+}
+
+impl From<MemoryRecord> for MemoryView {
+    fn from(r: MemoryRecord) -> Self {
+        MemoryView {
+            memory_id: r.memory_id,
+            kind: r.kind.as_str().into(),
+            status: status_name(r.status).into(),
+            text: r.summary_text,
+            payload: serde_json::from_str(&r.payload).unwrap_or(serde_json::Value::Null),
+            namespace: r.namespace,
+            scope: r.scope,
+            confidence: r.confidence,
+            salience: r.salience,
+            trigger: format!("{:?}", r.trigger),
+            session_id: r.session_id,
+            turn_id: r.turn_id,
+            source_route: r.source_route,
+            pii_level: format!("{:?}", r.pii_level).to_lowercase(),
+            redaction_level: format!("{:?}", r.redaction_level).to_lowercase(),
+            created_at: r.created_at.0,
+            last_seen_at: r.last_seen_at.0,
+            expires_at: r.expires_at.map(|t| t.0),
+            valid_from: r.valid_from.map(|t| t.0),
+            valid_to: r.valid_to.map(|t| t.0),
+        }
+    }
+}
+
+/// The outcome of a memory write or status change.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoryResponse {
+    /// The record as stored.
+    pub memory: MemoryView,
+    /// What happened.
+    pub action: String,
+    /// True when this replays an earlier request.
+    pub replayed: bool,
+}
+
+impl From<MemoryAck> for MemoryResponse {
+    fn from(a: MemoryAck) -> Self {
+        MemoryResponse {
+            memory: a.memory.into(),
+            action: a.action,
+            replayed: a.replayed,
+        }
+    }
+}
+
+/// A list of memories.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemoriesResponse {
+    /// The memories, by id.
+    pub memories: Vec<MemoryView>,
+}
+
+/// A session.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionView {
+    /// Id.
+    pub session_id: String,
+    /// First turn (Unix ms).
+    pub opened_at: i64,
+    /// Last turn (Unix ms).
+    pub last_turn_at: i64,
+    /// Turns written.
+    pub turn_count: u32,
+}
+
+impl From<SessionRow> for SessionView {
+    fn from(s: SessionRow) -> Self {
+        SessionView {
+            session_id: s.session_id,
+            opened_at: s.opened_at.0,
+            last_turn_at: s.last_turn_at.0,
+            turn_count: s.turn_count,
+        }
+    }
+}
+
+/// The user's sessions.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionsResponse {
+    /// Sessions by id.
+    pub sessions: Vec<SessionView>,
+}
+
+/// A stored turn.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TurnView {
+    /// Sequence number.
+    pub seq: u64,
+    /// User text.
+    pub user_text: String,
+    /// Assistant text.
+    pub assistant_text: String,
+    /// Route.
+    pub route: Option<String>,
+    /// Entities.
+    pub entities: Vec<String>,
+    /// Written at (Unix ms).
+    pub created_at: i64,
+}
+
+impl From<Turn> for TurnView {
+    fn from(t: Turn) -> Self {
+        TurnView {
+            seq: t.seq,
+            user_text: t.user_text,
+            assistant_text: t.assistant_text,
+            route: t.route,
+            entities: t.entities,
+            created_at: t.created_at.0,
+        }
+    }
+}
+
+/// A session's memory.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionMemoryResponse {
+    /// The session.
+    pub session: SessionView,
+    /// Its newest turns, oldest first.
+    pub turns: Vec<TurnView>,
+}
+
+/// The outcome of deleting a session's memory.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeletedResponse {
+    /// Turns deleted.
+    pub deleted: usize,
+    /// True when this replays an earlier request.
+    pub replayed: bool,
+}
+
+impl From<ClearAck> for DeletedResponse {
+    fn from(a: ClearAck) -> Self {
+        DeletedResponse {
+            deleted: a.deleted,
+            replayed: a.replayed,
+        }
+    }
+}
+
+/// The outcome of forgetting a user.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ForgetResponse {
+    /// Memory records removed.
+    pub records: usize,
+    /// Expiry-index entries removed.
+    pub expiry_entries: usize,
+}
+
+impl From<ForgetAck> for ForgetResponse {
+    fn from(a: ForgetAck) -> Self {
+        ForgetResponse {
+            records: a.records,
+            expiry_entries: a.expiry_entries,
+        }
+    }
+}
+
+/// A contradiction flagged for review.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConflictView {
+    /// Flag id.
+    pub flag_id: String,
+    /// The memory held back (suppressed until reviewed).
+    pub memory_id: String,
+    /// The memory it contradicts.
+    pub conflicts_with: String,
+    /// Why it was flagged.
+    pub reason: String,
+    /// When (Unix ms).
+    pub created_at: i64,
+}
+
+impl From<ReviewFlag> for ConflictView {
+    fn from(f: ReviewFlag) -> Self {
+        ConflictView {
+            flag_id: f.flag_id,
+            memory_id: f.memory_id,
+            conflicts_with: f.conflicts_with,
+            reason: f.reason,
+            created_at: f.created_at.0,
+        }
+    }
+}
+
+/// Contradictions flagged for review.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConflictsResponse {
+    /// The flags.
+    pub conflicts: Vec<ConflictView>,
+}
+
+/// Milliseconds to a storage timestamp.
+pub fn ts(ms: Option<i64>) -> Option<Timestamp> {
+    ms.map(Timestamp)
+}

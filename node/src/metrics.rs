@@ -1,0 +1,178 @@
+//! Prometheus metrics of the node: HTTP requests (count and latency per method, route and
+//! status), plus the actor and storage counters, rendered at `/metrics` in the text format.
+//! Labels are routes (the matched path template) and statuses: never user ids or text.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use engram_actors::directory::Directory;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+/// The node's metric families.
+pub struct NodeMetrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    latency: HistogramVec,
+    jobs: IntCounterVec,
+    job_items: IntCounterVec,
+}
+
+impl std::fmt::Debug for NodeMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeMetrics").finish_non_exhaustive()
+    }
+}
+
+impl NodeMetrics {
+    /// Registers the families.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "engram_http_requests_total",
+                "HTTP requests by method, route and status",
+            ),
+            &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        let latency = HistogramVec::new(
+            HistogramOpts::new(
+                "engram_http_request_seconds",
+                "HTTP request latency by method and route",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
+            &["method", "route"],
+        )
+        .expect("valid metric");
+        let jobs = IntCounterVec::new(
+            Opts::new("engram_job_runs_total", "Maintenance job runs"),
+            &["job"],
+        )
+        .expect("valid metric");
+        let job_items = IntCounterVec::new(
+            Opts::new(
+                "engram_job_items_total",
+                "Records expired or purged and turns removed by jobs",
+            ),
+            &["job"],
+        )
+        .expect("valid metric");
+        // Metric vectors share their state between clones: the registry gets clones.
+        registry
+            .register(Box::new(requests.clone()))
+            .expect("unique metric");
+        registry
+            .register(Box::new(latency.clone()))
+            .expect("unique metric");
+        registry
+            .register(Box::new(jobs.clone()))
+            .expect("unique metric");
+        registry
+            .register(Box::new(job_items.clone()))
+            .expect("unique metric");
+        NodeMetrics {
+            registry,
+            requests,
+            latency,
+            jobs,
+            job_items,
+        }
+    }
+
+    /// Records one HTTP request.
+    pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.requests
+            .with_label_values(&[method, route, &status.to_string()])
+            .inc();
+        self.latency
+            .with_label_values(&[method, route])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one run of a job.
+    pub fn job_ran(&self, job: &str, items: usize) {
+        self.jobs.with_label_values(&[job]).inc();
+        self.job_items
+            .with_label_values(&[job])
+            .inc_by(items as u64);
+    }
+
+    /// The text exposition of every metric, including the actor and storage counters.
+    pub fn render(&self, directory: &Directory) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .ok();
+        let mut text = String::from_utf8(out).unwrap_or_default();
+        let actors = &directory.services().metrics;
+        let store = directory.services().store.stats();
+        let gauges = [(
+            "engram_user_actors_alive",
+            "User actors running on this node",
+            directory.alive() as u64,
+        )];
+        let counters = [
+            (
+                "engram_user_actors_started_total",
+                "User actors started",
+                actors.actors_started.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_user_actors_passivated_total",
+                "User actors stopped for being idle",
+                actors.passivations.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_user_actors_failed_total",
+                "User actors that failed",
+                actors.failures.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_user_actors_restarted_total",
+                "User actors restarted by their supervisor",
+                actors.restarts.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_requests_redelivered_total",
+                "Requests redelivered to a fresh user actor",
+                actors.redeliveries.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_storage_commits_total",
+                "Committed storage transactions",
+                store.commits.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_storage_retries_total",
+                "Storage transaction attempts retried",
+                store.retries.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_storage_exhausted_total",
+                "Storage transactions that gave up",
+                store.exhausted.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            text.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}\n"
+            ));
+        }
+        for (name, help, value) in counters {
+            text.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
+            ));
+        }
+        text
+    }
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        NodeMetrics::new()
+    }
+}

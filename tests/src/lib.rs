@@ -1,7 +1,10 @@
 //! Engram's cross-crate test support: conformance suites run against every implementation of
-//! a seam, and helpers that start real processes.
+//! a seam, the harness that starts real node processes, and the load generator's workload.
 //!
 //! The suites themselves live in `tests/tests/*.rs`; this library holds what several of them
-//! (and the helper binaries under `src/bin/`) share. Nothing here is used by the product.
+//! (and the helper binaries under `src/bin/`) share. Nothing here is used by the product, and
+//! nothing here depends on `engram-node`: the harness talks to the node binary over HTTP.
 
+pub mod harness;
+pub mod load;
 pub mod storage_suite;

@@ -1,0 +1,267 @@
+//! A small HTTP/1.1 client for the gateway, and the `must_*` helpers the suites call.
+//!
+//! It is hyper-util's pooled client (hyper is already in the tree through axum, so this adds
+//! two tiny crates, not an HTTP stack with TLS, URL parsing and IDNA tables; plain HTTP to
+//! loopback is all a test needs). Every request has a deadline, so a hung node fails a test
+//! instead of hanging it. Transport failures are values ([`HttpError`]) that say whether the
+//! request can have reached the node: chaos tests need exactly that distinction.
+//!
+//! The `must_*` helpers follow TiKV's `must_put`: they do one thing, panic with the status
+//! and body when it did not work, and return what the caller needs next.
+
+use std::fmt;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+
+/// Deadline of one request, response body included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a request got no HTTP response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    /// No connection could be made: the request never reached the node.
+    Connect(String),
+    /// A connection was made but no complete response came back: the request may or may
+    /// not have been handled.
+    Transport(String),
+    /// No response within the deadline: the request may or may not have been handled.
+    Timeout,
+}
+
+impl HttpError {
+    /// True when the request certainly did not reach the node.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, HttpError::Connect(_))
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpError::Connect(e) => write!(f, "cannot connect: {e}"),
+            HttpError::Transport(e) => write!(f, "no complete response: {e}"),
+            HttpError::Timeout => write!(f, "no response within {REQUEST_TIMEOUT:?}"),
+        }
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+/// A response: its status and body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// The body, as received.
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// The body as JSON (`Value::Null` when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// The body as text (lossy).
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A client of one node's gateway; cheap to clone (clones share the connection pool).
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Client<HttpConnector, Full<Bytes>>,
+    base: String,
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpClient {
+    /// A pooled client of the node at `base` (`http://127.0.0.1:8080`).
+    pub fn new(base: &str) -> Self {
+        Self::build(base, usize::MAX)
+    }
+
+    /// A client that opens a new connection for every request, so that each request's fate
+    /// is its own (no keep-alive connection closed under it by a shutting-down server).
+    pub fn fresh_connections(base: &str) -> Self {
+        Self::build(base, 0)
+    }
+
+    fn build(base: &str, idle: usize) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let inner = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(idle)
+            .build(connector);
+        HttpClient {
+            inner,
+            base: base.trim_end_matches('/').to_owned(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// This client, sending `name: value` with every request (the tenant header, say).
+    ///
+    /// # Panics
+    /// If the name or value is not a valid header.
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        let name = HeaderName::try_from(name).expect("valid header name");
+        let value = HeaderValue::try_from(value).expect("valid header value");
+        self.headers.push((name, value));
+        self
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends `method path` with an optional JSON body.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply, HttpError> {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        let bytes = match body {
+            Some(body) => {
+                builder = builder.header(CONTENT_TYPE, "application/json");
+                Bytes::from(body.to_string())
+            }
+            None => Bytes::new(),
+        };
+        let request = builder
+            .body(Full::new(bytes))
+            .map_err(|e| HttpError::Transport(format!("invalid request: {e}")))?;
+        let exchange = async {
+            let response = self.inner.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    HttpError::Connect(format!("{e:?}"))
+                } else {
+                    HttpError::Transport(format!("{e:?}"))
+                }
+            })?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| HttpError::Transport(format!("reading the body: {e}")))?
+                .to_bytes();
+            Ok(Reply { status, body })
+        };
+        tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+            .await
+            .unwrap_or(Err(HttpError::Timeout))
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Result<Reply, HttpError> {
+        self.request(Method::GET, path, None).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Reply, HttpError> {
+        self.request(Method::POST, path, Some(body)).await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> Result<Reply, HttpError> {
+        self.request(Method::DELETE, path, None).await
+    }
+
+    /// Sends a request that must get 200; returns the JSON body.
+    ///
+    /// # Panics
+    /// On a transport failure or any other status, with the body.
+    pub async fn must(&self, method: Method, path: &str, body: Option<&Value>) -> Value {
+        match self.request(method.clone(), path, body).await {
+            Ok(reply) if reply.status == StatusCode::OK => reply.json(),
+            Ok(reply) => panic!("{method} {path}: {} {}", reply.status, reply.text()),
+            Err(err) => panic!("{method} {path}: {err}"),
+        }
+    }
+
+    /// `GET path`, which must answer 200 with JSON.
+    pub async fn must_get(&self, path: &str) -> Value {
+        self.must(Method::GET, path, None).await
+    }
+
+    /// `POST path`, which must answer 200 with JSON.
+    pub async fn must_post(&self, path: &str, body: &Value) -> Value {
+        self.must(Method::POST, path, Some(body)).await
+    }
+
+    /// Appends a turn (see [`turn`]) to `user`; returns the `TurnResponse`.
+    pub async fn must_append_turn(&self, user: &str, body: &Value) -> Value {
+        self.must_post(&format!("/v1/users/{user}/turns"), body)
+            .await
+    }
+
+    /// The memory context for `user`'s next question in `session` on the default route.
+    pub async fn must_context(&self, user: &str, session: &str, query: &str) -> Value {
+        let body = json!({ "session_id": session, "query": query });
+        self.must_post(&format!("/v1/users/{user}/context"), &body)
+            .await
+    }
+
+    /// Writes a memory record; returns the `MemoryResponse`.
+    pub async fn must_create_memory(&self, user: &str, body: &Value) -> Value {
+        self.must_post(&format!("/v1/users/{user}/memories"), body)
+            .await
+    }
+
+    /// Every stored turn of `user`'s `session` (up to the 500 the API returns), oldest first.
+    pub async fn must_session_turns(&self, user: &str, session: &str) -> Vec<Value> {
+        let memory = self
+            .must_get(&format!(
+                "/v1/users/{user}/sessions/{session}/memory?limit=500"
+            ))
+            .await;
+        memory["turns"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The Prometheus text of `/metrics`.
+    pub async fn must_metrics(&self) -> String {
+        match self.get("/metrics").await {
+            Ok(reply) if reply.status == StatusCode::OK => reply.text(),
+            Ok(reply) => panic!("GET /metrics: {} {}", reply.status, reply.text()),
+            Err(err) => panic!("GET /metrics: {err}"),
+        }
+    }
+}
+
+/// The body of a successful turn on the default route (`nl2sql_query`).
+pub fn turn(request_id: &str, session: &str, user_text: &str, assistant_text: &str) -> Value {
+    json!({
+        "request_id": request_id,
+        "session_id": session,
+        "route": "nl2sql_query",
+        "user_text": user_text,
+        "assistant_text": assistant_text,
+    })
+}

@@ -1,0 +1,161 @@
+//! [`Sandbox`] and [`NodeSpec`]: where a node's files live and what its configuration says.
+//!
+//! A spec writes a complete configuration file (the harness's defaults plus whatever the
+//! test [`NodeSpec::set`]), so a node never reads `cluster.toml` or `ENGRAM__*` variables
+//! by accident. Nothing here starts a process.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+use super::Node;
+
+/// A temporary directory holding the nodes' configurations and data; removed when the
+/// sandbox and every spec and node made from it are gone.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    dir: Arc<TempDir>,
+}
+
+impl Sandbox {
+    /// A fresh, empty sandbox.
+    ///
+    /// # Panics
+    /// If no temporary directory can be made.
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("engram-harness-")
+            .tempdir()
+            .expect("temporary directory");
+        Sandbox { dir: Arc::new(dir) }
+    }
+
+    /// The sandbox's directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The SQLite file that [`Sandbox::shared_node`] nodes share.
+    pub fn shared_sqlite(&self) -> PathBuf {
+        self.path().join("shared.sqlite")
+    }
+
+    /// A node `id` with its own data directory and its own SQLite file in it.
+    pub fn node(&self, id: &str) -> NodeSpec {
+        let data_dir = self.path().join(id);
+        let sqlite = data_dir.join("engram.sqlite");
+        NodeSpec::new(self, id, data_dir, sqlite)
+    }
+
+    /// A node `id` with its own data directory whose store is the sandbox's shared SQLite
+    /// file, as the nodes of a local cluster share one.
+    pub fn shared_node(&self, id: &str) -> NodeSpec {
+        NodeSpec::new(self, id, self.path().join(id), self.shared_sqlite())
+    }
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox::new()
+    }
+}
+
+/// What to start: a node id, its files and its settings.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    id: String,
+    data_dir: PathBuf,
+    sqlite: PathBuf,
+    /// `table -> key -> TOML literal`.
+    settings: BTreeMap<String, BTreeMap<String, String>>,
+    _sandbox: Arc<TempDir>,
+}
+
+impl NodeSpec {
+    fn new(sandbox: &Sandbox, id: &str, data_dir: PathBuf, sqlite: PathBuf) -> Self {
+        let spec = NodeSpec {
+            id: id.to_owned(),
+            data_dir,
+            sqlite,
+            settings: BTreeMap::new(),
+            _sandbox: sandbox.dir.clone(),
+        };
+        let (data_dir, sqlite) = (path_str(&spec.data_dir), path_str(&spec.sqlite));
+        spec.set("node.id", id)
+            .set("node.data-dir", data_dir)
+            .set("storage.sqlite.path", sqlite)
+            .set("http.listen", "127.0.0.1:0")
+            .set("cluster.listen", "127.0.0.1:0")
+            .set("log.level", "info")
+            .set("log.format", "text")
+    }
+
+    /// Sets `key` (dotted, as in `cluster.toml`: `memory.idle-timeout`,
+    /// `storage.sqlite.synchronous`) to `value` (a string, number, bool or array of them).
+    ///
+    /// # Panics
+    /// If the key has no table or the value is an object or null.
+    pub fn set(mut self, key: &str, value: impl Into<Value>) -> Self {
+        let (table, name) = key
+            .rsplit_once('.')
+            .unwrap_or_else(|| panic!("{key:?}: expected table.key"));
+        let value = value.into();
+        assert!(
+            !matches!(value, Value::Object(_) | Value::Null),
+            "{key}: {value} has no TOML form here"
+        );
+        // A JSON string, number, bool or array of them is also a TOML literal.
+        self.settings
+            .entry(table.to_owned())
+            .or_default()
+            .insert(name.to_owned(), value.to_string());
+        self
+    }
+
+    /// The node id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The node's data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// The node's SQLite file.
+    pub fn sqlite_path(&self) -> &Path {
+        &self.sqlite
+    }
+
+    /// Where the configuration file is written.
+    pub fn config_path(&self) -> PathBuf {
+        self.data_dir.with_extension("toml")
+    }
+
+    /// The configuration file's text.
+    pub fn toml(&self) -> String {
+        let mut text = format!(
+            "# written by the engram-tests harness for node {}\n",
+            self.id
+        );
+        for (table, keys) in &self.settings {
+            text.push_str(&format!("\n[{table}]\n"));
+            for (key, value) in keys {
+                text.push_str(&format!("{key} = {value}\n"));
+            }
+        }
+        text
+    }
+
+    /// Starts the node; see [`Node::start`].
+    pub async fn start(&self) -> Node {
+        Node::start(self.clone()).await
+    }
+}
+
+fn path_str(path: &Path) -> String {
+    path.to_str().expect("temporary paths are UTF-8").to_owned()
+}

@@ -1,0 +1,512 @@
+//! The HTTP gateway of real `engram-node` processes, started by the harness: the README
+//! walk-through, durability of acknowledged writes across SIGKILL, clean shutdown with writes
+//! in flight, per-route metrics, and two nodes on one SQLite file.
+//!
+//! Each test starts its own node in its own sandbox. Loads are bounded in count and time.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use engram_tests::harness::{HttpClient, HttpError, Sandbox, turn};
+use hyper::StatusCode;
+use serde_json::{Value, json};
+
+/// A write the node answered 200: what must be found after a crash.
+#[derive(Debug, Clone)]
+struct Ack {
+    user: String,
+    body: Value,
+    seq: u64,
+}
+
+/// The `user_text` of each turn, keyed by it, with the seqs it was stored under.
+async fn stored_turns(client: &HttpClient, user: &str, session: &str) -> HashMap<String, Vec<u64>> {
+    let mut stored: HashMap<String, Vec<u64>> = HashMap::new();
+    for t in client.must_session_turns(user, session).await {
+        let text = t["user_text"].as_str().expect("user_text").to_owned();
+        stored
+            .entry(text)
+            .or_default()
+            .push(t["seq"].as_u64().expect("seq"));
+    }
+    stored
+}
+
+fn text_of(body: &Value) -> String {
+    body["user_text"].as_str().expect("user_text").to_owned()
+}
+
+/// Waits until `done()` holds, polling, or panics with `what` at the deadline.
+async fn eventually(what: &str, timeout: Duration, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_walkthrough_an_elliptical_follow_up_gets_the_first_turns_conditions() {
+    let node = Sandbox::new().node("walkthrough").start().await;
+    let http = node.client();
+    let first = turn(
+        "walk-1",
+        "s1",
+        "Show the GMV of East China in October from dw_orders, by week",
+        "GMV of East China in October (dw_orders): 4 weekly rows, 12.8M in total.",
+    );
+    let ack = http.must_append_turn("alice", &first).await;
+    assert_eq!(
+        (ack["written"].as_bool(), ack["seq"].as_u64()),
+        (Some(true), Some(0)),
+        "{ack}"
+    );
+    assert!(
+        ack["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "dw_orders"),
+        "{ack}"
+    );
+
+    // Before the LLM sees "what about their total amount?", the gateway asks for the context:
+    // it must carry the region, the month and the table the question leaves out.
+    let ctx = http
+        .must_context("alice", "s1", "what about their total amount?")
+        .await;
+    let text = ctx["text"].as_str().unwrap();
+    for condition in ["East China", "October", "dw_orders"] {
+        assert!(
+            text.contains(condition),
+            "the context lacks {condition:?}:\n{text}"
+        );
+    }
+    assert_eq!(ctx["recent_turns"].as_array().unwrap().len(), 1, "{ctx}");
+    assert!(
+        ctx["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "dw_orders"),
+        "{ctx}"
+    );
+    assert!(
+        ctx["tokens"].as_u64().unwrap() <= ctx["token_budget"].as_u64().unwrap(),
+        "{ctx}"
+    );
+
+    let second = turn(
+        "walk-2",
+        "s1",
+        "what about their total amount?",
+        "The total amount of East China orders in October (dw_orders) is 15.2M.",
+    );
+    assert_eq!(
+        http.must_append_turn("alice", &second).await["seq"].as_u64(),
+        Some(1)
+    );
+    let ctx = http.must_context("alice", "s1", "and in November?").await;
+    let recent: Vec<_> = ctx["recent_turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(recent, [0, 1], "both turns, oldest first: {ctx}");
+
+    // Another user's context knows nothing of alice's conversation.
+    let other = http
+        .must_context("bob", "s1", "what about their total amount?")
+        .await;
+    assert!(
+        !other["text"].as_str().unwrap().contains("East China"),
+        "{other}"
+    );
+    // A retry of the first turn replays its outcome instead of writing it again.
+    let again = http.must_append_turn("alice", &first).await;
+    assert_eq!(
+        (again["replayed"].as_bool(), again["seq"].as_u64()),
+        (Some(true), Some(0)),
+        "{again}"
+    );
+    assert_eq!(http.must_session_turns("alice", "s1").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_under_load_loses_no_acknowledged_turn_and_retries_replay_them() {
+    const USERS: usize = 6;
+    const CLIENTS: usize = 12;
+    const PER_CLIENT: usize = 120; // at most 240 turns a user: under the 500 one GET returns
+    const KILL_AFTER: usize = 80;
+
+    let mut node = Sandbox::new().node("sigkill").start().await;
+    let http = node.client();
+    let acks = Arc::new(Mutex::new(Vec::<Ack>::new()));
+    let in_doubt = Arc::new(Mutex::new(Vec::<(String, Value)>::new()));
+    let running = Arc::new(AtomicUsize::new(CLIENTS));
+    let killed = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let (http, acks, in_doubt, running, killed) = (
+            http.clone(),
+            acks.clone(),
+            in_doubt.clone(),
+            running.clone(),
+            killed.clone(),
+        );
+        clients.push(tokio::spawn(async move {
+            let user = format!("load-{}", c % USERS);
+            for i in 0..PER_CLIENT {
+                let id = format!("kill-{c}-{i}");
+                let body = turn(&id, "s1", &format!("turn {id} of {user}"), "ok");
+                match http.post(&format!("/v1/users/{user}/turns"), &body).await {
+                    Ok(reply) if reply.status == StatusCode::OK => {
+                        let seq = reply.json()["seq"]
+                            .as_u64()
+                            .expect("an acknowledged turn has a seq");
+                        acks.lock().unwrap().push(Ack {
+                            user: user.clone(),
+                            body,
+                            seq,
+                        });
+                    }
+                    outcome => {
+                        assert!(
+                            killed.load(Ordering::SeqCst),
+                            "{id} failed while the node was up: {outcome:?}"
+                        );
+                        // No answer: the turn may or may not have been written.
+                        in_doubt.lock().unwrap().push((user.clone(), body));
+                        break;
+                    }
+                }
+            }
+            running.fetch_sub(1, Ordering::SeqCst);
+        }));
+    }
+    eventually("acknowledged turns", Duration::from_secs(60), || {
+        acks.lock().unwrap().len() >= KILL_AFTER
+    })
+    .await;
+    killed.store(true, Ordering::SeqCst);
+    let busy_at_kill = running.load(Ordering::SeqCst);
+    node.kill();
+    for client in clients {
+        client.await.unwrap();
+    }
+    assert!(busy_at_kill > 0, "the load had finished before the kill");
+    let acks = acks.lock().unwrap().clone();
+    let in_doubt = in_doubt.lock().unwrap().clone();
+    eprintln!(
+        "{} acknowledged, {} in doubt, {busy_at_kill} clients busy at the kill",
+        acks.len(),
+        in_doubt.len()
+    );
+
+    node.restart().await;
+    let http = node.client();
+    let mut stored = HashMap::new();
+    for u in 0..USERS {
+        let user = format!("load-{u}");
+        stored.insert(user.clone(), stored_turns(&http, &user, "s1").await);
+    }
+    for (user, turns) in &stored {
+        for (text, seqs) in turns {
+            assert_eq!(
+                seqs.len(),
+                1,
+                "{user}: {text:?} stored {} times",
+                seqs.len()
+            );
+        }
+    }
+    for ack in &acks {
+        let seqs = stored[&ack.user].get(&text_of(&ack.body));
+        assert_eq!(
+            seqs,
+            Some(&vec![ack.seq]),
+            "{}: acknowledged {ack:?}, stored {seqs:?}",
+            ack.user
+        );
+    }
+    // Retrying an acknowledged request replays it: same seq, nothing written again.
+    for ack in &acks {
+        let again = http.must_append_turn(&ack.user, &ack.body).await;
+        assert_eq!(
+            (again["replayed"].as_bool(), again["seq"].as_u64()),
+            (Some(true), Some(ack.seq)),
+            "{ack:?}: {again}"
+        );
+    }
+    // Retrying a request that got no answer lands it exactly once, whether or not the
+    // first attempt was written (if it was, the retry is a replay of the same seq).
+    for (user, body) in &in_doubt {
+        let first = stored[user].get(&text_of(body)).cloned();
+        let retry = http.must_append_turn(user, body).await;
+        let replayed = retry["replayed"].as_bool() == Some(true);
+        assert_eq!(
+            replayed,
+            first.is_some(),
+            "{body}: stored before the retry as {first:?}, retry {retry}"
+        );
+        if let Some(seqs) = first {
+            assert_eq!(retry["seq"].as_u64(), Some(seqs[0]), "{retry}");
+        }
+    }
+    for u in 0..USERS {
+        let user = format!("load-{u}");
+        let after = stored_turns(&http, &user, "s1").await;
+        let expected = acks.iter().filter(|a| a.user == user).count()
+            + in_doubt.iter().filter(|(u, _)| *u == user).count();
+        assert_eq!(
+            after.len(),
+            expected,
+            "{user}: one turn per acknowledged or retried request"
+        );
+        assert!(
+            after.values().all(|seqs| seqs.len() == 1),
+            "{user}: a turn stored twice"
+        );
+    }
+}
+
+/// What became of one request sent around the SIGTERM.
+#[derive(Debug)]
+struct Outcome {
+    user: String,
+    body: Value,
+    result: Result<StatusCode, HttpError>,
+    answered_at: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_writes_in_flight_finishes_them_or_refuses_them_and_half_writes_none() {
+    const USERS: usize = 3;
+    const PER_USER: usize = 30;
+
+    let mut node = Sandbox::new().node("sigterm").start().await;
+    // A fresh connection per request: an idle keep-alive connection closed by the shutting-
+    // down server would blur "never reached the node" with "no answer".
+    let http = HttpClient::fresh_connections(&node.url());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outcome>();
+    let send = |wave: &str, n: usize| {
+        for i in 0..n {
+            let (http, tx) = (http.clone(), tx.clone());
+            let user = format!("term-{}", i % USERS);
+            let id = format!("{wave}-{i}");
+            tokio::spawn(async move {
+                let body = turn(&id, "s1", &format!("turn {id} of {user}"), "ok");
+                let result = http
+                    .post(&format!("/v1/users/{user}/turns"), &body)
+                    .await
+                    .map(|r| r.status);
+                let _ = tx.send(Outcome {
+                    user,
+                    body,
+                    result,
+                    answered_at: Instant::now(),
+                });
+            });
+        }
+    };
+    // Each user's writes queue at its actor (one fsync each), so most of the first wave is
+    // still in flight when its first answer arrives; that is when SIGTERM goes.
+    send("before", USERS * PER_USER);
+    let first = rx.recv().await.unwrap();
+    node.signal("TERM");
+    let signalled = Instant::now();
+    send("after", USERS * 4);
+    drop(tx);
+    let status = node.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.success(), "exit status {status}");
+    let mut outcomes = vec![first];
+    while let Some(outcome) = rx.recv().await {
+        outcomes.push(outcome);
+    }
+    assert_eq!(outcomes.len(), USERS * PER_USER + USERS * 4);
+
+    let mut tally = BTreeMap::new();
+    for o in &outcomes {
+        let kind = match &o.result {
+            Ok(status) => format!("{status}"),
+            Err(HttpError::Connect(_)) => "refused".to_owned(),
+            Err(HttpError::Transport(_)) => "no answer".to_owned(),
+            Err(HttpError::Timeout) => "timeout".to_owned(),
+        };
+        *tally.entry(kind).or_insert(0) += 1;
+        assert!(
+            matches!(o.result, Ok(StatusCode::OK) | Err(_)),
+            "an answer other than 200: {o:?}"
+        );
+        assert!(
+            !matches!(o.result, Err(HttpError::Timeout)),
+            "a request hung through the shutdown: {o:?}"
+        );
+    }
+    let finished_after_signal = outcomes
+        .iter()
+        .filter(|o| o.result.is_ok() && o.answered_at > signalled)
+        .count();
+    eprintln!("outcomes {tally:?}; {finished_after_signal} answered 200 after SIGTERM");
+    assert!(
+        finished_after_signal > 0,
+        "no write was in flight at SIGTERM: {tally:?}"
+    );
+
+    node.restart().await;
+    let http = node.client();
+    let mut stored = HashMap::new();
+    for u in 0..USERS {
+        let user = format!("term-{u}");
+        stored.insert(user.clone(), stored_turns(&http, &user, "s1").await);
+    }
+    for o in &outcomes {
+        let found = stored[&o.user].get(&text_of(&o.body)).map_or(0, Vec::len);
+        match &o.result {
+            Ok(_) => assert_eq!(found, 1, "answered 200 but stored {found} times: {o:?}"),
+            Err(_) => assert!(found <= 1, "stored {found} times: {o:?}"),
+        }
+        // Whatever happened, a retry settles it: a replay if it was written, else a write.
+        let retry = http.must_append_turn(&o.user, &o.body).await;
+        assert_eq!(
+            retry["replayed"].as_bool(),
+            Some(found == 1),
+            "{o:?}: {retry}"
+        );
+    }
+}
+
+/// `name{labels} value` lines of a Prometheus text exposition, labels parsed.
+fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            let labels = labels
+                .split("\",")
+                .filter_map(|pair| pair.split_once("=\""))
+                .map(|(k, v)| (k.to_owned(), v.trim_end_matches('"').to_owned()))
+                .collect();
+            Some((labels, value.parse().ok()?))
+        })
+        .collect()
+}
+
+fn count(samples: &[(BTreeMap<String, String>, f64)], labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|(l, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_per_route_and_status_without_user_ids() {
+    let node = Sandbox::new().node("metrics").start().await;
+    let http = node.client();
+    let user = "metrics-user-7f3a";
+    for i in 0..3 {
+        http.must_append_turn(
+            user,
+            &turn(&format!("m-{i}"), "s1", "Show GMV of East China", "ok"),
+        )
+        .await;
+    }
+    http.must_context(user, "s1", "and in October?").await;
+    http.must_session_turns(user, "s1").await;
+    let bad = http
+        .post(
+            &format!("/v1/users/{user}/turns"),
+            &json!({ "request_id": "m-bad" }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let unknown = http
+        .get(&format!("/v1/users/{user}/nothing-here"))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+
+    let text = http.must_metrics().await;
+    let requests = samples(&text, "engram_http_requests_total");
+    let turns = "/v1/users/{user}/turns";
+    let expectations = [
+        ("POST", turns, "200", 3.0),
+        ("POST", turns, "400", 1.0),
+        ("POST", "/v1/users/{user}/context", "200", 1.0),
+        (
+            "GET",
+            "/v1/users/{user}/sessions/{session_id}/memory",
+            "200",
+            1.0,
+        ),
+    ];
+    for (method, route, status, n) in expectations {
+        let got = count(
+            &requests,
+            &[("method", method), ("route", route), ("status", status)],
+        );
+        assert_eq!(got, n, "{method} {route} {status}:\n{text}");
+    }
+    assert_eq!(
+        count(&requests, &[("status", "404")]),
+        1.0,
+        "the unknown path is counted:\n{text}"
+    );
+    assert!(
+        count(&requests, &[("route", "/ready")]) >= 1.0,
+        "the harness's readiness probes:\n{text}"
+    );
+    let latency = samples(&text, "engram_http_request_seconds_count");
+    assert_eq!(
+        count(&latency, &[("method", "POST"), ("route", turns)]),
+        4.0,
+        "{text}"
+    );
+    assert!(
+        !text.contains(user),
+        "a user id leaked into the metrics:\n{text}"
+    );
+    assert!(text.contains("engram_storage_commits_total"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_on_one_sqlite_file_see_each_others_turns() {
+    let sandbox = Sandbox::new();
+    let a = sandbox.shared_node("share-a").start().await;
+    let b = sandbox.shared_node("share-b").start().await;
+    assert_eq!(a.spec().sqlite_path(), b.spec().sqlite_path());
+    assert_ne!(a.addr(), b.addr());
+    a.client()
+        .must_append_turn(
+            "carol",
+            &turn("share-1", "s1", "Show GMV of North China", "ok"),
+        )
+        .await;
+    let turns = b.client().must_session_turns("carol", "s1").await;
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(turns[0]["user_text"], "Show GMV of North China");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_start_fails_the_test_with_the_reason_from_its_log() {
+    let spec = Sandbox::new().node("invalid").set("memory.token-budget", 5);
+    let failed = tokio::spawn(async move { spec.start().await })
+        .await
+        .unwrap_err();
+    let panic = failed.into_panic();
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("node invalid did not start"), "{message}");
+    assert!(
+        message.contains("memory.token-budget"),
+        "the node's own explanation: {message}"
+    );
+}

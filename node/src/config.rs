@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use engram_storage::RetryPolicy;
-use engram_storage::sqlite::{SqliteOptions, Synchronous};
+use engram_storage::sqlite::{GroupCommit, SqliteOptions, Synchronous};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
@@ -228,6 +228,8 @@ pub struct SqliteConfig {
     pub busy_timeout: Duration,
     /// Idle read connections kept open.
     pub read_pool: usize,
+    /// Commit the write transactions waiting at once with one fsync (group commit).
+    pub group_commit: bool,
 }
 
 impl Default for SqliteConfig {
@@ -237,6 +239,7 @@ impl Default for SqliteConfig {
             synchronous: SynchronousMode::Full,
             busy_timeout: Duration::from_secs(5),
             read_pool: 8,
+            group_commit: true,
         }
     }
 }
@@ -379,6 +382,15 @@ impl Config {
 }
 
 impl SqliteConfig {
+    /// The storage crate's group-commit settings.
+    pub fn group_commit(&self) -> GroupCommit {
+        if self.group_commit {
+            GroupCommit::default()
+        } else {
+            GroupCommit::off()
+        }
+    }
+
     /// The storage crate's options for these settings.
     pub fn options(&self) -> SqliteOptions {
         SqliteOptions {

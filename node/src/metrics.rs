@@ -143,8 +143,18 @@ impl NodeMetrics {
             ),
             (
                 "engram_storage_commits_total",
-                "Committed storage transactions",
+                "Committed write transactions",
                 store.commits.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_storage_commit_batches_total",
+                "Durable commits; a group commit carries many write transactions",
+                store.batches.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_storage_reads_total",
+                "Completed read-only transactions",
+                store.reads.load(Ordering::Relaxed),
             ),
             (
                 "engram_storage_retries_total",

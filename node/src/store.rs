@@ -30,7 +30,8 @@ fn open_blocking(config: &Config) -> Result<Store> {
                 source,
             })?;
             let path = config.sqlite_path();
-            Store::sqlite(&path, config.storage.sqlite.options())
+            let sqlite = &config.storage.sqlite;
+            Store::sqlite_with(&path, sqlite.options(), sqlite.group_commit())
                 .map_err(Error::storage("opening the sqlite store"))?
         }
         Backend::Fdb => open_fdb(config)?,

@@ -61,8 +61,10 @@ impl RetryPolicy {
 /// Counters of a store's transactions, for metrics.
 #[derive(Debug, Default)]
 pub struct StoreStats {
-    /// Committed transactions.
+    /// Committed write transactions.
     pub commits: AtomicU64,
+    /// Completed read-only transactions.
+    pub reads: AtomicU64,
     /// Attempts that failed with a retryable error and were retried.
     pub retries: AtomicU64,
     /// Transactions that gave up after the retry bound.
@@ -197,9 +199,11 @@ impl Store {
             attempts.count += 1;
             match self.attempt(mode, &mut f) {
                 Ok(value) => {
-                    self.stats.commits.fetch_add(1, Ordering::Relaxed);
                     if mode == TxnMode::Write {
+                        self.stats.commits.fetch_add(1, Ordering::Relaxed);
                         self.stats.batches.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.stats.reads.fetch_add(1, Ordering::Relaxed);
                     }
                     return Ok(value);
                 }

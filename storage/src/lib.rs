@@ -29,6 +29,7 @@ pub mod kv;
 pub mod model;
 pub mod sqlite;
 mod store;
+pub mod vector;
 
 pub use error::{Error, Result};
 pub use keyspace::{KeyRange, Keyspace};

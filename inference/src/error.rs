@@ -1,11 +1,12 @@
 //! The crate's error type.
 //!
 //! Every failure here is ours, not the client's: a caller that maps these errors to HTTP
-//! answers 5xx (503 for a missing model or device, since the node cannot serve embeddings
-//! until an operator fixes it; 500 otherwise). Texts are never rejected: over-long inputs are
-//! truncated to the model's maximum length.
+//! answers 5xx (503 for a missing model or device, an overloaded or closed pool, since the
+//! node cannot serve embeddings now but may soon; 500 otherwise). Texts are never rejected:
+//! over-long inputs are truncated to the model's maximum length.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The result of this crate's fallible operations.
 pub type Result<T> = std::result::Result<T, Error>;
@@ -66,5 +67,36 @@ pub enum Error {
         index: usize,
         /// How many CUDA devices libtorch sees.
         available: usize,
+    },
+
+    /// The embedding pool's queue is full and the request was shed instead of queued: ours,
+    /// 503 (the caller may retry after a pause, ideally with backoff).
+    #[error("embedding pool overloaded: {queued} texts queued, capacity {capacity}")]
+    Overloaded {
+        /// Texts waiting when the request arrived.
+        queued: usize,
+        /// The queue's capacity in texts.
+        capacity: usize,
+    },
+
+    /// The embedding pool is shutting down or has stopped, or a message to one of its actors
+    /// could not be delivered: ours, 503 (another node, or this one after a restart, serves).
+    #[error("embedding pool is closed")]
+    PoolClosed,
+
+    /// The worker running this request's batch died (a panic in the forward pass): ours, 500.
+    #[error("embedding worker failed")]
+    WorkerFailed,
+
+    /// The forward pass of this request's batch failed; every request in the batch gets the
+    /// same shared error: ours, 500.
+    #[error("embedding batch failed")]
+    BatchFailed(#[source] Arc<Error>),
+
+    /// The pool's actors could not be spawned: ours, 500.
+    #[error("cannot start the embedding pool: {reason}")]
+    PoolStart {
+        /// ractor's spawn error, as text.
+        reason: String,
     },
 }

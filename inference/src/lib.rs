@@ -1,5 +1,6 @@
-//! Engram's inference: tokenizers and text encoders on libtorch (and, next, the inference actor
-//! pool and the rule-based distillation that runs before any model).
+//! Engram's inference: tokenizers and text encoders on libtorch, and the embedding actor pool
+//! that batches callers' texts onto them (next: the rule-based distillation that runs before
+//! any model).
 //!
 //! Architecture invariants:
 //! - This crate depends on no other workspace crate and does no storage or network I/O: it
@@ -13,6 +14,9 @@
 //!   implementations' embeddings (`tests/golden.rs`).
 //! - An [`Encoder`] is `Send`, not `Sync`: it lives in one worker's state and runs its forward
 //!   passes under `no_grad`, on CUDA when available, else on the CPU.
+//! - [`EmbeddingPool`] is how the rest of Engram embeds: a router actor batches requests
+//!   (up to `max_batch` texts or `max_wait`), sheds load past a bounded queue with
+//!   [`Error::Overloaded`], and hands batches to worker actors that each own an encoder.
 //! - Logs never carry texts, tokens or embeddings.
 //!
 //! Building needs libtorch: source the environment that `.ci/models` writes
@@ -23,8 +27,10 @@ mod bert;
 mod config;
 mod encoder;
 mod error;
+mod pool;
 mod tokenize;
 
 pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};
 pub use encoder::{Encoder, cuda_devices};
 pub use error::{Error, Result};
+pub use pool::{BATCH_BUCKETS, EmbeddingPool, PoolConfig, PoolStats};

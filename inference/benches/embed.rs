@@ -1,0 +1,292 @@
+//! Embedding throughput bench (a program that prints a markdown table, not a CI gate).
+//!
+//! Part 1: a direct [`Encoder`] at batch sizes 1, 8, 32 and 128, in embeddings per second,
+//! with the mean tokens per text. Part 2: the [`EmbeddingPool`] under 1, 8 and 32 concurrent
+//! callers each sending one text per call, against the same callers taking turns on one
+//! direct encoder (unbatched calls), measured in the same run: throughput, p50/p99 latency
+//! and the throughput ratio. Texts are the conversation turns of `shared/data/locomo-dev.json`.
+//!
+//! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench embed`
+//! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use engram_inference::{
+    DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, PoolConfig, PoolStats, TextRole,
+};
+use hdrhistogram::Histogram;
+
+/// Rounds per concurrency level, alternating pool and direct.
+const ROUNDS: u32 = 3;
+
+const COMMAND: &str = "source ~/.cache/engram/env && cargo bench -p engram-inference --bench embed";
+
+fn main() -> Result<()> {
+    let secs: u64 = std::env::var("ENGRAM_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let span = Duration::from_secs(secs);
+    let texts = Arc::new(locomo_turns()?);
+    let config = EncoderConfig {
+        device: DeviceChoice::Cpu,
+        ..EncoderConfig::default()
+    };
+    let encoder = Encoder::load(&config)?;
+    let tokens: usize = encoder
+        .tokenize(&texts, TextRole::Passage)?
+        .iter()
+        .map(Vec::len)
+        .sum();
+    println!("# embed bench\n");
+    println!("command: `{COMMAND}`\n");
+    println!(
+        "model {} on {}, libtorch threads {}, {} locomo turns, {:.1} tokens/text (prefix and \
+         special tokens included), {secs} s per measurement in {ROUNDS} alternating rounds\n",
+        encoder.model().name(),
+        encoder.device_name(),
+        tch::get_num_threads(),
+        texts.len(),
+        tokens as f64 / texts.len() as f64
+    );
+
+    println!("## direct encoder\n");
+    println!("| batch size | embeddings/s | ms/batch |");
+    println!("|---:|---:|---:|");
+    // Warm-up: libtorch's first passes at new shapes are several times slower.
+    for batch in [1, 8, 32, 128] {
+        direct_batches(&encoder, &texts, batch, Duration::from_millis(500))?;
+    }
+    // The sizes take turns in short rounds, so drift in the shared machine's load hits all.
+    let sizes = [1, 8, 32, 128];
+    let mut totals = [(0, Duration::ZERO); 4];
+    for _ in 0..ROUNDS {
+        for (batch, total) in sizes.iter().zip(&mut totals) {
+            let (done, elapsed) = direct_batches(&encoder, &texts, *batch, span / ROUNDS)?;
+            total.0 += done;
+            total.1 += elapsed;
+        }
+    }
+    for (batch, (done, elapsed)) in sizes.into_iter().zip(totals) {
+        let per_sec = done as f64 / elapsed.as_secs_f64();
+        let ms = elapsed.as_secs_f64() * 1000.0 * batch as f64 / done as f64;
+        println!("| {batch} | {per_sec:.1} | {ms:.1} |");
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(concurrent(encoder, config, texts, span))
+}
+
+/// Conversation turns of every LoCoMo sample, in file order.
+fn locomo_turns() -> Result<Vec<String>> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/locomo-dev.json");
+    let raw = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let samples: serde_json::Value = serde_json::from_slice(&raw)?;
+    let mut turns = Vec::new();
+    for sample in samples.as_array().into_iter().flatten() {
+        let Some(conversation) = sample.get("conversation").and_then(|c| c.as_object()) else {
+            continue;
+        };
+        for session in 1.. {
+            let Some(session) = conversation.get(&format!("session_{session}")) else {
+                break;
+            };
+            for turn in session.as_array().into_iter().flatten() {
+                if let Some(text) = turn.get("text").and_then(|t| t.as_str()) {
+                    turns.push(text.to_owned());
+                }
+            }
+        }
+    }
+    anyhow::ensure!(!turns.is_empty(), "no turns in {}", path.display());
+    Ok(turns)
+}
+
+/// Runs batches of `batch` consecutive turns for about `span`; returns texts done and time.
+fn direct_batches(
+    encoder: &Encoder,
+    texts: &[String],
+    batch: usize,
+    span: Duration,
+) -> Result<(usize, Duration)> {
+    encoder.embed(&texts[..batch], TextRole::Passage)?; // warm-up
+    let started = Instant::now();
+    let mut done = 0;
+    while started.elapsed() < span {
+        let start = done % (texts.len() - batch);
+        encoder.embed(&texts[start..start + batch], TextRole::Passage)?;
+        done += batch;
+    }
+    Ok((done, started.elapsed()))
+}
+
+/// One measurement: calls answered, time taken, latencies in microseconds.
+struct Run {
+    calls: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+impl Run {
+    fn empty() -> Result<Run> {
+        Ok(Run {
+            calls: 0,
+            elapsed: Duration::ZERO,
+            latency: Histogram::new(3)?,
+        })
+    }
+
+    fn merge(&mut self, other: Run) -> Result<()> {
+        self.calls += other.calls;
+        self.elapsed += other.elapsed;
+        self.latency.add(other.latency)?;
+        Ok(())
+    }
+
+    fn per_sec(&self) -> f64 {
+        self.calls as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn ms(&self, quantile: f64) -> f64 {
+        self.latency.value_at_quantile(quantile) as f64 / 1000.0
+    }
+}
+
+async fn concurrent(
+    encoder: Encoder,
+    config: EncoderConfig,
+    texts: Arc<Vec<String>>,
+    span: Duration,
+) -> Result<()> {
+    let pool_config = PoolConfig {
+        encoder: config,
+        workers: 1,
+        max_batch: 32,
+        max_wait: Duration::from_millis(5),
+        queue_capacity: 4096,
+    };
+    println!(
+        "\n## pool vs direct unbatched calls (one text per call)\n\npool: {} worker, max_batch \
+         {}, max_wait {:?}; direct: the callers take turns on one encoder; {ROUNDS} alternating \
+         rounds each\n",
+        pool_config.workers, pool_config.max_batch, pool_config.max_wait
+    );
+    let pool = EmbeddingPool::start(pool_config).await?;
+    let direct = Arc::new(Mutex::new(encoder));
+    println!(
+        "| callers | pool emb/s | pool p50 ms | pool p99 ms | mean batch | direct emb/s | \
+         direct p50 ms | direct p99 ms | pool/direct |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for callers in [1, 8, 32] {
+        let before = pool.stats();
+        // Pool and direct take turns in short rounds, so drift in the machine's load (it is
+        // shared) hits both alike.
+        let mut pooled = Run::empty()?;
+        let mut unbatched = Run::empty()?;
+        for _ in 0..ROUNDS {
+            let round = load(callers, span / ROUNDS, &texts, {
+                let pool = pool.clone();
+                move |text| {
+                    let pool = pool.clone();
+                    async move {
+                        pool.embed(vec![text], TextRole::Passage).await?;
+                        anyhow::Ok(())
+                    }
+                }
+            })
+            .await?;
+            pooled.merge(round)?;
+            let round = load(callers, span / ROUNDS, &texts, {
+                let direct = Arc::clone(&direct);
+                move |text| {
+                    let direct = Arc::clone(&direct);
+                    async move {
+                        tokio::task::spawn_blocking(move || {
+                            let encoder = direct.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                            encoder.embed(&[text], TextRole::Passage)?;
+                            anyhow::Ok(())
+                        })
+                        .await?
+                    }
+                }
+            })
+            .await?;
+            unbatched.merge(round)?;
+        }
+        let after = pool.stats();
+        println!(
+            "| {callers} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} |",
+            pooled.per_sec(),
+            pooled.ms(0.5),
+            pooled.ms(0.99),
+            mean_batch(&before, &after),
+            unbatched.per_sec(),
+            unbatched.ms(0.5),
+            unbatched.ms(0.99),
+            pooled.per_sec() / unbatched.per_sec()
+        );
+    }
+    let stats = pool.stats();
+    pool.shutdown().await;
+    println!(
+        "\npool totals: {} requests, {} batches, {} forward passes, {} rejected",
+        stats.requests, stats.batches, stats.forward_passes, stats.rejected
+    );
+    Ok(())
+}
+
+fn mean_batch(before: &PoolStats, after: &PoolStats) -> f64 {
+    let batches = after.batches - before.batches;
+    (after.texts - before.texts) as f64 / batches.max(1) as f64
+}
+
+/// `callers` tasks each call `call` with the next turn in a loop for `span` (after one
+/// warm-up call each); latencies of all calls go into one histogram.
+async fn load<F, Fut>(
+    callers: usize,
+    span: Duration,
+    texts: &Arc<Vec<String>>,
+    call: F,
+) -> Result<Run>
+where
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<(), anyhow::Error>> + Send,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..callers)
+        .map(|caller| {
+            let call = call.clone();
+            let texts = Arc::clone(texts);
+            tokio::spawn(async move {
+                let mut latency = Histogram::<u64>::new(3)?;
+                let mut calls = 0u64;
+                let mut next = caller * 97;
+                call(texts[next % texts.len()].clone()).await?;
+                while started.elapsed() < span {
+                    next += 1;
+                    let text = texts[next % texts.len()].clone();
+                    let t0 = Instant::now();
+                    call(text).await?;
+                    latency.record(u64::try_from(t0.elapsed().as_micros())?)?;
+                    calls += 1;
+                }
+                anyhow::Ok((calls, latency))
+            })
+        })
+        .collect();
+    let mut run = Run::empty()?;
+    for task in tasks {
+        let (calls, latency) = task.await??;
+        run.calls += calls;
+        run.latency.add(latency)?;
+    }
+    run.elapsed = started.elapsed();
+    Ok(run)
+}

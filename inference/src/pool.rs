@@ -1,0 +1,205 @@
+//! The embedding pool: encoders behind ractor actors, with dynamic batching, a bounded queue
+//! that sheds load, and metrics.
+//!
+//! Shape: one router actor ([`router`]) owns the queue and forms batches; `workers` worker
+//! actors ([`worker`]) each own one [`Encoder`] on the configured device and run one batch at
+//! a time on a blocking thread under `no_grad`. A batch leaves when `max_batch` texts wait or
+//! the oldest has waited `max_wait`; it is run as one call into the encoder, which sorts its
+//! texts by length so each forward pass pads little. Callers are answered in their own
+//! order, each with exactly the vectors a direct [`Encoder::embed`] gives.
+//!
+//! Why not `ractor::factory`: a factory hands a worker one job per `Worker::handle` call and
+//! counts it busy until that call returns, so a worker cannot hold several jobs to batch them
+//! without returning early and lying to the factory's queue and load shedding; and a factory
+//! worker has no timer message to flush a partial batch after `max_wait`. Batching in the
+//! router keeps one queue, one admission count and the deadline in one place.
+//!
+//! Admission: [`EmbeddingPool::embed`] reserves room on an atomic count of queued texts before
+//! it sends anything, and answers [`Error::Overloaded`] (503) when the queue is full, so
+//! nothing grows without bound. A request larger than the whole capacity is admitted only
+//! into an empty queue. Shutdown closes admission, runs what is queued, then stops the actors.
+//!
+//! This module does no I/O of its own, and it logs counts, never texts or vectors.
+
+mod router;
+mod stats;
+mod worker;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorRef};
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+use self::router::{Request, Router, RouterArgs, RouterMsg};
+use self::stats::Metrics;
+pub use self::stats::{BATCH_BUCKETS, PoolStats};
+use crate::config::{EncoderConfig, TextRole};
+use crate::encoder::Encoder;
+use crate::error::{Error, Result};
+
+/// The pool's configuration (the node's `[inference.pool]`-style section; durations are
+/// human-readable, as `"5ms"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PoolConfig {
+    /// The model every worker loads.
+    pub encoder: EncoderConfig,
+    /// Workers, each with its own copy of the model (at least 1).
+    pub workers: usize,
+    /// The most texts in one batch (at least 1); a single larger request runs alone.
+    pub max_batch: usize,
+    /// How long the oldest queued request may wait for a batch to fill.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+    /// The most texts waiting (not yet in a worker); more are shed with
+    /// [`Error::Overloaded`].
+    pub queue_capacity: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            encoder: EncoderConfig::default(),
+            workers: 1,
+            max_batch: 32,
+            max_wait: Duration::from_millis(5),
+            queue_capacity: 1024,
+        }
+    }
+}
+
+/// A handle to a running embedding pool; clones share the pool.
+#[derive(Clone)]
+pub struct EmbeddingPool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    router: ActorRef<RouterMsg>,
+    handle: tokio::sync::Mutex<Option<JoinHandle<()>>>,
+    metrics: Arc<Metrics>,
+    closed: Arc<AtomicBool>,
+    capacity: usize,
+    dim: usize,
+}
+
+impl EmbeddingPool {
+    /// Loads `config.workers` encoders (one after another, on blocking threads) and starts
+    /// the router and its workers.
+    pub async fn start(config: PoolConfig) -> Result<EmbeddingPool> {
+        let mut encoders = Vec::with_capacity(config.workers.max(1));
+        for _ in 0..config.workers.max(1) {
+            let encoder_config = config.encoder.clone();
+            let encoder = tokio::task::spawn_blocking(move || Encoder::load(&encoder_config))
+                .await
+                .map_err(|err| Error::PoolStart {
+                    reason: format!("encoder load panicked: {err}"),
+                })??;
+            encoders.push(encoder);
+        }
+        let dim = encoders.first().map_or(0, Encoder::dim);
+        let metrics = Arc::new(Metrics::default());
+        let closed = Arc::new(AtomicBool::new(false));
+        let args = RouterArgs {
+            encoders,
+            max_batch: config.max_batch,
+            max_wait: config.max_wait,
+            metrics: Arc::clone(&metrics),
+            closed: Arc::clone(&closed),
+        };
+        let (router, handle) =
+            Actor::spawn(None, Router, args)
+                .await
+                .map_err(|err| Error::PoolStart {
+                    reason: err.to_string(),
+                })?;
+        tracing::info!(
+            workers = config.workers.max(1),
+            max_batch = config.max_batch,
+            max_wait_ms = config.max_wait.as_millis(),
+            queue_capacity = config.queue_capacity,
+            "embedding pool started"
+        );
+        Ok(EmbeddingPool {
+            inner: Arc::new(Inner {
+                router,
+                handle: tokio::sync::Mutex::new(Some(handle)),
+                metrics,
+                closed,
+                capacity: config.queue_capacity,
+                dim,
+            }),
+        })
+    }
+
+    /// The embeddings' dimension.
+    pub fn dim(&self) -> usize {
+        self.inner.dim
+    }
+
+    /// One L2-normalised embedding per text, in order, as [`Encoder::embed`] gives them.
+    /// Fails fast with [`Error::Overloaded`] when the queue is full and with
+    /// [`Error::PoolClosed`] once shutdown has begun.
+    pub async fn embed(&self, texts: Vec<String>, role: TextRole) -> Result<Vec<Vec<f32>>> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(Error::PoolClosed);
+        }
+        let n = texts.len() as u64;
+        let capacity = inner.capacity as u64;
+        let admitted = inner.metrics.queued_texts.fetch_update(
+            Ordering::AcqRel,
+            Ordering::Acquire,
+            |queued| (queued == 0 || queued + n <= capacity).then_some(queued + n),
+        );
+        if let Err(queued) = admitted {
+            inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::Overloaded {
+                queued: usize::try_from(queued).unwrap_or(usize::MAX),
+                capacity: inner.capacity,
+            });
+        }
+        inner.metrics.requests.fetch_add(1, Ordering::Relaxed);
+        inner.metrics.texts.fetch_add(n, Ordering::Relaxed);
+        let (tx, rx) = ractor::concurrency::oneshot();
+        let request = Request {
+            texts,
+            role,
+            admitted: Instant::now(),
+            reply: tx.into(),
+        };
+        if inner.router.cast(RouterMsg::Embed(request)).is_err() {
+            inner.metrics.queued_texts.fetch_sub(n, Ordering::Relaxed);
+            return Err(Error::PoolClosed);
+        }
+        // A dropped reply port means the pool stopped without answering.
+        rx.await.unwrap_or(Err(Error::PoolClosed))
+    }
+
+    /// A snapshot of the pool's metrics.
+    pub fn stats(&self) -> PoolStats {
+        self.inner.metrics.snapshot()
+    }
+
+    /// Stops admitting requests (new calls get [`Error::PoolClosed`]), answers every request
+    /// already admitted, then stops the actors and waits for them. Every clone of the handle
+    /// sees the pool closed; calling it again is harmless.
+    pub async fn shutdown(self) {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::Release);
+        let (tx, rx) = ractor::concurrency::oneshot();
+        if inner.router.cast(RouterMsg::Drain(tx.into())).is_ok() {
+            let _ = rx.await;
+        }
+        if let Some(handle) = inner.handle.lock().await.take() {
+            let _ = handle.await;
+        }
+        tracing::info!("embedding pool stopped");
+    }
+}

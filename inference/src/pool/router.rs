@@ -1,0 +1,266 @@
+//! The pool's router: one actor that owns the queue, forms batches and hands them to idle
+//! workers, and supervises the workers.
+//!
+//! Batching rule: a batch leaves when an idle worker exists and either `max_batch` texts are
+//! waiting or the oldest request has waited `max_wait` (a self-addressed `Flush` timer wakes
+//! the router for that deadline); while every worker is busy requests accumulate and leave
+//! together as soon as one is idle. A batch takes whole requests in arrival order up to
+//! `max_batch` texts (a single larger request goes alone; the encoder splits it into passes).
+//! Admission and load shedding happen before a request reaches this actor (in the handle, on
+//! an atomic counter), so the router's mailbox is bounded by the queue's capacity. The router
+//! never runs a model and never blocks.
+//!
+//! Supervision: workers are linked children. ractor stops a supervisor when a child dies
+//! unless it overrides `handle_supervisor_evt`, which this one does: a dead worker is dropped
+//! from the pool (its batch's callers were answered with `WorkerFailed`) and its siblings
+//! carry on; when none is left the pool closes and queued callers get `WorkerFailed`.
+//! Workers are not restarted (that would need a fresh encoder load).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+
+use super::stats::Metrics;
+use super::worker::{EncoderWorker, WorkerArgs, WorkerMsg};
+use crate::config::TextRole;
+use crate::encoder::Encoder;
+use crate::error::{Error, Result};
+
+/// One caller's request, from admission to answer.
+pub(crate) struct Request {
+    pub(crate) texts: Vec<String>,
+    pub(crate) role: TextRole,
+    pub(crate) admitted: Instant,
+    pub(crate) reply: RpcReplyPort<Result<Vec<Vec<f32>>>>,
+}
+
+impl Request {
+    /// Answers the caller (who may have gone away) and records the latency.
+    pub(crate) fn answer(self, metrics: &Metrics, result: Result<Vec<Vec<f32>>>) {
+        if result.is_err() {
+            metrics.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        metrics.record_latency(self.admitted.elapsed());
+        let _ = self.reply.send(result);
+    }
+}
+
+/// The router's messages.
+pub(crate) enum RouterMsg {
+    /// An admitted request (already counted in `queued_texts`).
+    Embed(Request),
+    /// A worker finished its batch.
+    Idle(usize),
+    /// The oldest request's deadline may have passed.
+    Flush,
+    /// Dispatch everything now, wait for the workers, then stop; answered once drained.
+    Drain(RpcReplyPort<()>),
+}
+
+/// The router actor.
+pub(crate) struct Router;
+
+/// The router's start-up arguments.
+pub(crate) struct RouterArgs {
+    pub(crate) encoders: Vec<Encoder>,
+    pub(crate) max_batch: usize,
+    pub(crate) max_wait: Duration,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) closed: Arc<AtomicBool>,
+}
+
+/// The router's state.
+pub(crate) struct RouterState {
+    workers: Vec<Option<ActorRef<WorkerMsg>>>,
+    idle: Vec<usize>,
+    queue: VecDeque<Request>,
+    queued: usize,
+    max_batch: usize,
+    max_wait: Duration,
+    timer_armed: bool,
+    /// Shutdown callers waiting for the drain; non-empty means draining.
+    drain: Vec<RpcReplyPort<()>>,
+    metrics: Arc<Metrics>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Actor for Router {
+    type Msg = RouterMsg;
+    type State = RouterState;
+    type Arguments = RouterArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<RouterMsg>,
+        args: RouterArgs,
+    ) -> std::result::Result<RouterState, ActorProcessingErr> {
+        let mut workers = Vec::with_capacity(args.encoders.len());
+        for (index, encoder) in args.encoders.into_iter().enumerate() {
+            let worker_args = WorkerArgs {
+                index,
+                encoder,
+                router: myself.clone(),
+                metrics: Arc::clone(&args.metrics),
+            };
+            let (worker, _) =
+                Actor::spawn_linked(None, EncoderWorker, worker_args, myself.get_cell()).await?;
+            workers.push(Some(worker));
+        }
+        Ok(RouterState {
+            idle: (0..workers.len()).rev().collect(),
+            workers,
+            queue: VecDeque::new(),
+            queued: 0,
+            max_batch: args.max_batch.max(1),
+            max_wait: args.max_wait,
+            timer_armed: false,
+            drain: Vec::new(),
+            metrics: args.metrics,
+            closed: args.closed,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<RouterMsg>,
+        msg: RouterMsg,
+        state: &mut RouterState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        match msg {
+            RouterMsg::Embed(request) => {
+                state.queued += request.texts.len();
+                state.queue.push_back(request);
+            }
+            RouterMsg::Idle(index) => state.idle.push(index),
+            RouterMsg::Flush => state.timer_armed = false,
+            RouterMsg::Drain(reply) => state.drain.push(reply),
+        }
+        state.pump(&myself);
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<RouterMsg>,
+        event: SupervisionEvent,
+        state: &mut RouterState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        // `if let`, not `match`: the enum grows a variant under ractor's `cluster` feature.
+        let (SupervisionEvent::ActorTerminated(cell, _, _)
+        | SupervisionEvent::ActorFailed(cell, _)) = &event
+        else {
+            return Ok(());
+        };
+        let dead = cell.get_id();
+        let Some(index) = state
+            .workers
+            .iter()
+            .position(|w| w.as_ref().is_some_and(|w| w.get_id() == dead))
+        else {
+            return Ok(());
+        };
+        tracing::error!(
+            worker = index,
+            "embedding worker died; its siblings carry on"
+        );
+        state.workers[index] = None;
+        state.idle.retain(|&i| i != index);
+        if state.workers.iter().all(Option::is_none) {
+            state.closed.store(true, Ordering::Release);
+            tracing::error!("no embedding worker left; the pool is closed");
+            while let Some(request) = state.queue.pop_front() {
+                state.take_queued(request.texts.len());
+                request.answer(&state.metrics, Err(Error::WorkerFailed));
+            }
+        }
+        state.pump(&myself);
+        Ok(())
+    }
+}
+
+impl RouterState {
+    /// Hands out every batch that is due, arms the deadline timer for the rest, and finishes
+    /// a drain once nothing is queued or running.
+    fn pump(&mut self, myself: &ActorRef<RouterMsg>) {
+        while !self.queue.is_empty() && self.batch_due() {
+            let Some(index) = self.idle.pop() else { break };
+            let Some(worker) = self.workers[index].clone() else {
+                continue;
+            };
+            let batch = self.take_batch();
+            // A failed send means the worker died meanwhile: its supervision event removes it.
+            // (Other send errors carry no message back; their callers see `PoolClosed`.)
+            if let Err(ractor::MessagingErr::SendErr(WorkerMsg::Run(batch))) =
+                worker.cast(WorkerMsg::Run(batch))
+            {
+                self.fail_batch(batch);
+            }
+        }
+        if let Some(oldest) = self.queue.front()
+            && !self.timer_armed
+            && !self.idle.is_empty()
+        {
+            let wait = (oldest.admitted + self.max_wait).saturating_duration_since(Instant::now());
+            self.timer_armed = true;
+            myself.send_after(wait, || RouterMsg::Flush);
+        }
+        let live = self.workers.iter().filter(|w| w.is_some()).count();
+        if !self.drain.is_empty() && self.queue.is_empty() && self.idle.len() == live {
+            for worker in self.workers.iter().flatten() {
+                worker.stop(None);
+            }
+            for reply in self.drain.drain(..) {
+                let _ = reply.send(());
+            }
+            myself.stop(None);
+        }
+    }
+
+    fn batch_due(&self) -> bool {
+        !self.drain.is_empty()
+            || self.queued >= self.max_batch
+            || self
+                .queue
+                .front()
+                .is_some_and(|oldest| oldest.admitted.elapsed() >= self.max_wait)
+    }
+
+    /// Whole requests in arrival order, up to `max_batch` texts (at least one request).
+    fn take_batch(&mut self) -> Vec<Request> {
+        let mut batch = Vec::new();
+        let mut texts = 0;
+        while let Some(next) = self.queue.front() {
+            let n = next.texts.len();
+            if !batch.is_empty() && texts + n > self.max_batch {
+                break;
+            }
+            texts += n;
+            batch.extend(self.queue.pop_front());
+        }
+        self.take_queued(texts);
+        self.metrics
+            .in_flight_texts
+            .fetch_add(texts as u64, Ordering::Relaxed);
+        self.metrics.record_batch(texts);
+        batch
+    }
+
+    fn take_queued(&mut self, texts: usize) {
+        self.queued -= texts;
+        self.metrics
+            .queued_texts
+            .fetch_sub(texts as u64, Ordering::Relaxed);
+    }
+
+    fn fail_batch(&mut self, batch: Vec<Request>) {
+        for request in batch {
+            self.metrics
+                .in_flight_texts
+                .fetch_sub(request.texts.len() as u64, Ordering::Relaxed);
+            request.answer(&self.metrics, Err(Error::WorkerFailed));
+        }
+    }
+}

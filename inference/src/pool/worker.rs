@@ -1,0 +1,156 @@
+//! A pool worker: one actor owning one [`Encoder`], running one batch at a time.
+//!
+//! The encoder is `Send` but not `Sync`, so it lives in this actor's state and is moved onto
+//! a blocking thread (`spawn_blocking`) for each batch and back again: the forward pass never
+//! runs on an async thread, and the actor's mailbox waits meanwhile, so a worker never holds
+//! more than one batch. The worker tokenizes every request of the batch with its own role,
+//! runs them together (the encoder sorts them by length and pads each forward pass to its
+//! longest text), answers each caller, and tells the router it is idle. It does not queue,
+//! batch or shed: that is the router's job.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use super::router::{Request, RouterMsg};
+use super::stats::Metrics;
+use crate::encoder::Encoder;
+use crate::error::{Error, Result};
+
+/// What a worker is asked to do.
+pub(crate) enum WorkerMsg {
+    /// Embed these requests in one go and answer each.
+    Run(Vec<Request>),
+}
+
+/// The worker actor.
+pub(crate) struct EncoderWorker;
+
+/// A worker's start-up arguments.
+pub(crate) struct WorkerArgs {
+    pub(crate) index: usize,
+    pub(crate) encoder: Encoder,
+    pub(crate) router: ActorRef<RouterMsg>,
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// A worker's state: the encoder sits here between batches.
+pub(crate) struct WorkerState {
+    index: usize,
+    encoder: Option<Encoder>,
+    router: ActorRef<RouterMsg>,
+    metrics: Arc<Metrics>,
+}
+
+impl Actor for EncoderWorker {
+    type Msg = WorkerMsg;
+    type State = WorkerState;
+    type Arguments = WorkerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<WorkerMsg>,
+        args: WorkerArgs,
+    ) -> std::result::Result<WorkerState, ActorProcessingErr> {
+        Ok(WorkerState {
+            index: args.index,
+            encoder: Some(args.encoder),
+            router: args.router,
+            metrics: args.metrics,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<WorkerMsg>,
+        msg: WorkerMsg,
+        state: &mut WorkerState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        match msg {
+            WorkerMsg::Run(requests) => state.run(requests).await,
+        }
+    }
+}
+
+/// What the blocking thread hands back: the encoder, and the vectors or the error.
+type Outcome = (Encoder, Result<(Vec<Vec<f32>>, usize, usize)>);
+
+impl WorkerState {
+    async fn run(
+        &mut self,
+        mut requests: Vec<Request>,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        let counts: Vec<usize> = requests.iter().map(|r| r.texts.len()).collect();
+        let texts: usize = counts.iter().sum();
+        let Some(encoder) = self.encoder.take() else {
+            // Unreachable: the encoder is only missing after a panic, which stops the actor.
+            return Err("worker has no encoder".into());
+        };
+        // The texts travel to the blocking thread; the reply ports stay here, so every
+        // caller is answered even if the forward pass panics.
+        let inputs: Vec<_> = requests
+            .iter_mut()
+            .map(|r| (std::mem::take(&mut r.texts), r.role))
+            .collect();
+        let joined = tokio::task::spawn_blocking(move || -> Outcome {
+            let result = embed_all(&encoder, &inputs);
+            (encoder, result)
+        })
+        .await;
+        self.metrics
+            .in_flight_texts
+            .fetch_sub(texts as u64, Ordering::Relaxed);
+        let (encoder, result) = match joined {
+            Ok(outcome) => outcome,
+            Err(join) => {
+                tracing::error!(worker = self.index, texts, "forward pass panicked");
+                for request in requests {
+                    request.answer(&self.metrics, Err(Error::WorkerFailed));
+                }
+                return Err(format!("forward pass panicked: {join}").into());
+            }
+        };
+        self.encoder = Some(encoder);
+        match result {
+            Ok((vectors, passes, tokens)) => {
+                self.metrics
+                    .forward_passes
+                    .fetch_add(passes as u64, Ordering::Relaxed);
+                self.metrics
+                    .tokens
+                    .fetch_add(tokens as u64, Ordering::Relaxed);
+                let mut vectors = vectors.into_iter();
+                for (request, count) in requests.into_iter().zip(counts) {
+                    let mine: Vec<Vec<f32>> = vectors.by_ref().take(count).collect();
+                    request.answer(&self.metrics, Ok(mine));
+                }
+            }
+            Err(err) => {
+                tracing::warn!(worker = self.index, texts, error = %err, "batch failed");
+                let shared = Arc::new(err);
+                for request in requests {
+                    request.answer(&self.metrics, Err(Error::BatchFailed(Arc::clone(&shared))));
+                }
+            }
+        }
+        // If the router is gone the pool is stopping and this worker with it.
+        let _ = self.router.cast(RouterMsg::Idle(self.index));
+        Ok(())
+    }
+}
+
+/// Tokenizes each request with its role and embeds all of them together; returns the vectors
+/// in request order, the number of forward passes and the number of tokens.
+fn embed_all(
+    encoder: &Encoder,
+    inputs: &[(Vec<String>, crate::TextRole)],
+) -> Result<(Vec<Vec<f32>>, usize, usize)> {
+    let mut ids = Vec::new();
+    for (texts, role) in inputs {
+        ids.extend(encoder.tokenize(texts, *role)?);
+    }
+    let tokens = ids.iter().map(Vec::len).sum();
+    let (vectors, passes) = encoder.embed_ids(&ids)?;
+    Ok((vectors, passes, tokens))
+}

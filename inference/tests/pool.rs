@@ -1,0 +1,223 @@
+//! Embedding pool tests on the real multilingual-e5-small model and libtorch, on the CPU:
+//! callers get exactly what a direct encoder call gives, concurrent calls are batched, a full
+//! queue sheds with `Overloaded` while the pool keeps serving, and shutdown drains.
+//!
+//! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
+//! Each test starts one pool (a model load takes a couple of seconds) and checks several
+//! things on it.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use engram_inference::{
+    DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig, TextRole,
+};
+
+const TEXTS: [&str; 12] = [
+    "I prefer line charts for weekly revenue.",
+    "请按华东区汇总上个月的订单量",
+    "GMV excludes refunds: filter price > 0.",
+    "What did I ask about the Shanghai warehouse last week?",
+    "Remind me to renew the contract tomorrow morning.",
+    "我的快递还没有送到，我要投诉",
+    "Show the top ten customers by lifetime value, excluding test accounts and internal staff.",
+    "ok",
+    "Use the fiscal calendar, not the natural one, for quarter boundaries in every report.",
+    "帮我取消明天下午三点的预约",
+    "Which metric did we agree on for churn?",
+    "Caroline went to the LGBTQ support group on 7 May and said it was powerful.",
+];
+
+fn encoder_config() -> EncoderConfig {
+    EncoderConfig {
+        device: DeviceChoice::Cpu,
+        ..EncoderConfig::default()
+    }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let norm = |v: &[f32]| v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+fn owned(texts: &[&str]) -> Vec<String> {
+    texts.iter().map(|t| (*t).to_owned()).collect()
+}
+
+/// Waits until `check` holds, or fails after `limit`.
+async fn wait_for(limit: Duration, what: &str, check: impl Fn() -> bool) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_get_direct_vectors_and_are_batched() -> Result<()> {
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        workers: 1,
+        max_batch: 64,
+        max_wait: Duration::from_millis(100),
+        queue_capacity: 256,
+    })
+    .await?;
+    let direct = Encoder::load(&encoder_config())?;
+
+    // Every text alone, as a query and as a passage, plus a few multi-text requests: all at
+    // once, from separate tasks.
+    let mut requests: Vec<(Vec<String>, TextRole)> = Vec::new();
+    for text in TEXTS {
+        requests.push((vec![text.to_owned()], TextRole::Query));
+        requests.push((vec![text.to_owned()], TextRole::Passage));
+    }
+    requests.push((owned(&TEXTS[..5]), TextRole::Passage));
+    requests.push((owned(&TEXTS[5..]), TextRole::Query));
+    let calls = requests.len() as u64;
+    let tasks: Vec<_> = requests
+        .iter()
+        .map(|(texts, role)| {
+            let pool = pool.clone();
+            let (texts, role) = (texts.clone(), *role);
+            tokio::spawn(async move { pool.embed(texts, role).await })
+        })
+        .collect();
+    let mut min_cos = f64::INFINITY;
+    for (task, (texts, role)) in tasks.into_iter().zip(&requests) {
+        let got = task.await?.context("pooled embed")?;
+        let want = direct.embed(texts, *role)?;
+        ensure!(
+            got.len() == texts.len(),
+            "{} vectors for {} texts",
+            got.len(),
+            texts.len()
+        );
+        for (got, want) in got.iter().zip(&want) {
+            ensure!(got.len() == pool.dim(), "dimension {}", got.len());
+            min_cos = min_cos.min(cosine(got, want));
+        }
+    }
+    ensure!(
+        min_cos > 0.9999,
+        "a pooled vector differs from the direct one: cosine {min_cos}"
+    );
+
+    let stats = pool.stats();
+    println!("{stats:?}");
+    ensure!(
+        stats.requests == calls,
+        "{} requests admitted of {calls}",
+        stats.requests
+    );
+    ensure!(
+        stats.answered == calls && stats.failed == 0,
+        "answers: {stats:?}"
+    );
+    ensure!(
+        stats.batches < calls && stats.forward_passes < calls,
+        "{calls} concurrent calls took {} batches and {} forward passes",
+        stats.batches,
+        stats.forward_passes
+    );
+    ensure!(
+        stats.queued_texts == 0 && stats.in_flight_texts == 0,
+        "leftovers: {stats:?}"
+    );
+    ensure!(stats.tokens > 0 && stats.batch_sizes.iter().sum::<u64>() == stats.batches);
+
+    // Empty input is answered without a batch.
+    ensure!(pool.embed(Vec::new(), TextRole::Query).await?.is_empty());
+    pool.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
+    // Batches wait for 64 texts or 4 s, so queued requests stay queued while we look.
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        workers: 1,
+        max_batch: 64,
+        max_wait: Duration::from_secs(4),
+        queue_capacity: 4,
+    })
+    .await?;
+
+    // Fill the queue with one 4-text request.
+    let first = {
+        let pool = pool.clone();
+        tokio::spawn(async move { pool.embed(owned(&TEXTS[..4]), TextRole::Passage).await })
+    };
+    wait_for(Duration::from_secs(1), "the queue to fill", || {
+        pool.stats().queued_texts == 4
+    })
+    .await?;
+    match pool.embed(owned(&TEXTS[4..5]), TextRole::Query).await {
+        Err(Error::Overloaded {
+            queued: 4,
+            capacity: 4,
+        }) => {}
+        other => bail!("expected overloaded, got {other:?}"),
+    }
+    ensure!(pool.stats().rejected == 1);
+    // The queued request is still served, and so are later ones.
+    ensure!(first.await??.len() == 4);
+    ensure!(
+        pool.embed(owned(&TEXTS[4..6]), TextRole::Query)
+            .await?
+            .len()
+            == 2
+    );
+    // A request larger than the whole queue is admitted into an empty queue.
+    ensure!(pool.embed(owned(&TEXTS[..6]), TextRole::Query).await?.len() == 6);
+
+    // Shutdown answers what is queued at once (not after max_wait) and then refuses.
+    let queued: Vec<_> = TEXTS[6..9]
+        .iter()
+        .map(|text| {
+            let pool = pool.clone();
+            let text = (*text).to_owned();
+            tokio::spawn(async move { pool.embed(vec![text], TextRole::Query).await })
+        })
+        .collect();
+    wait_for(Duration::from_secs(1), "three queued requests", || {
+        pool.stats().queued_texts == 3
+    })
+    .await?;
+    let handle = pool.clone();
+    let started = Instant::now();
+    pool.shutdown().await;
+    let took = started.elapsed();
+    for task in queued {
+        ensure!(task.await??.len() == 1, "a queued request was not answered");
+    }
+    ensure!(
+        took < Duration::from_secs(4),
+        "shutdown waited for max_wait: {took:?}"
+    );
+    match handle.embed(owned(&TEXTS[..1]), TextRole::Query).await {
+        Err(Error::PoolClosed) => {}
+        other => bail!("expected closed, got {other:?}"),
+    }
+    let stats = handle.stats();
+    ensure!(stats.failed == 0 && stats.answered == 6, "{stats:?}");
+    Ok(())
+}
+
+#[test]
+fn pool_config_reads_kebab_case_and_human_durations() -> Result<()> {
+    let config: PoolConfig =
+        serde_json::from_str(r#"{"workers": 2, "max-wait": "3ms", "queue-capacity": 10}"#)?;
+    ensure!(config.workers == 2 && config.queue_capacity == 10);
+    ensure!(config.max_wait == Duration::from_millis(3));
+    ensure!(config.max_batch == PoolConfig::default().max_batch);
+    ensure!(serde_json::from_str::<PoolConfig>(r#"{"max-batches": 3}"#).is_err());
+    Ok(())
+}

@@ -9,4 +9,5 @@ pub mod context;
 pub mod entities;
 pub mod formation;
 pub mod policy;
+pub mod retrieve;
 pub mod text;

@@ -7,4 +7,5 @@
 
 pub mod harness;
 pub mod load;
+pub mod retrieval;
 pub mod storage_suite;

@@ -1,0 +1,268 @@
+//! Unit tests of hybrid retrieval: BM25 ranking, dense ranking, fusion, Chinese segmentation,
+//! filters, priors, replacement and removal.
+
+use std::sync::LazyLock;
+
+use engram_storage::model::Timestamp;
+
+use super::*;
+
+static EXTRACTOR: LazyLock<EntityExtractor> = LazyLock::new(EntityExtractor::default);
+
+/// A unit vector along `axis` tilted by `tilt` towards axis 3 (4 dimensions).
+fn unit(axis: usize, tilt: f32) -> Vec<f32> {
+    let mut v = [0.0f32; 4];
+    v[axis] = 1.0;
+    v[3] += tilt;
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    v.iter().map(|x| x / norm).collect()
+}
+
+fn ids(hits: &[(&'static str, f32)]) -> Vec<&'static str> {
+    hits.iter().map(|(id, _)| *id).collect()
+}
+
+fn retriever(docs: &[(&'static str, &str)]) -> Retriever<&'static str> {
+    let mut r = Retriever::new(RetrieverParams::default());
+    for &(id, text) in docs {
+        r.index(&EXTRACTOR, id, text, None, DocFeatures::default());
+    }
+    r
+}
+
+#[test]
+fn bm25_ranks_the_matching_document_first() {
+    let r = retriever(&[
+        ("a", "I went to the beach with my kids last weekend"),
+        ("b", "My favourite painting shows a sunset over the lake"),
+        ("c", "We adopted a puppy, a golden retriever named Oscar"),
+        ("d", "The weather was nice and we went for a walk"),
+    ]);
+    let hits = r.search(
+        &EXTRACTOR,
+        &Query::new("what is the name of the puppy", 2, SearchMode::Bm25),
+    );
+    assert_eq!(hits[0].0, "c", "{hits:?}");
+    let hits = r.search(
+        &EXTRACTOR,
+        &Query::new("paintings of sunsets", 4, SearchMode::Bm25),
+    );
+    assert_eq!(
+        ids(&hits),
+        ["b"],
+        "stemming matches plurals; non-matching docs are absent"
+    );
+}
+
+#[test]
+fn dense_ranks_by_cosine_and_skips_documents_without_vectors() {
+    let mut r = Retriever::new(RetrieverParams::default());
+    r.index(
+        &EXTRACTOR,
+        "x",
+        "one",
+        Some(&unit(0, 0.0)),
+        DocFeatures::default(),
+    );
+    r.index(
+        &EXTRACTOR,
+        "y",
+        "two",
+        Some(&unit(1, 0.0)),
+        DocFeatures::default(),
+    );
+    r.index(&EXTRACTOR, "z", "three", None, DocFeatures::default());
+    let q = unit(1, 0.1);
+    let hits = r.search(&EXTRACTOR, &Query::new("", 5, SearchMode::Dense).vector(&q));
+    assert_eq!(ids(&hits), ["y", "x"]);
+    assert!(hits[0].1 > 0.99 && hits[1].1.abs() < 0.01, "{hits:?}");
+    assert!(
+        r.search(&EXTRACTOR, &Query::new("one", 5, SearchMode::Dense))
+            .is_empty()
+    );
+}
+
+/// One relevant document ranks first by its words and third by its vector, another the other
+/// way round; each single signal puts a distractor second, so it finds one of the two in its
+/// top 2, and fusion finds both.
+#[test]
+fn fusion_beats_either_signal_alone() {
+    let mut r = Retriever::new(RetrieverParams::default());
+    let q = unit(0, 0.0);
+    let docs = [
+        // relevant: BM25 first, dense third
+        (
+            "lexical",
+            "my sister's wedding is in Lisbon in June",
+            unit(0, 0.8),
+        ),
+        // relevant: dense first, BM25 third (shares only "is")
+        (
+            "semantic",
+            "she is getting married this summer near Porto",
+            unit(0, 0.2),
+        ),
+        // distractor: BM25 second, dense last
+        ("words", "Lisbon in June is hot", unit(1, 0.0)),
+        // distractor: dense second, no shared word
+        ("near", "we talked about our plans", unit(0, 0.5)),
+        // fillers
+        ("filler1", "lunch was fine", unit(0, 1.0)),
+        ("filler2", "a quiet day at home", unit(0, 1.5)),
+    ];
+    for (id, text, v) in &docs {
+        r.index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default());
+    }
+    let text = "when is the wedding in Lisbon in June";
+    let relevant = ["lexical", "semantic"];
+    let recall = |mode| {
+        let hits = r.search(&EXTRACTOR, &Query::new(text, 2, mode).vector(&q));
+        hits.iter().filter(|(id, _)| relevant.contains(id)).count()
+    };
+    assert_eq!(recall(SearchMode::Bm25), 1);
+    assert_eq!(recall(SearchMode::Dense), 1);
+    assert_eq!(recall(SearchMode::Hybrid), 2);
+
+    let mut weighted = Retriever::new(RetrieverParams {
+        fusion: Fusion::Weighted,
+        ..RetrieverParams::default()
+    });
+    for (id, text, v) in &docs {
+        weighted.index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default());
+    }
+    let hits = weighted.search(
+        &EXTRACTOR,
+        &Query::new(text, 2, SearchMode::Hybrid).vector(&q),
+    );
+    assert_eq!(
+        hits.iter().filter(|(id, _)| relevant.contains(id)).count(),
+        2,
+        "{hits:?}"
+    );
+}
+
+#[test]
+fn chinese_queries_match_chinese_text_through_jieba_words() {
+    let r = retriever(&[
+        ("boss", "我的上司今年44岁。"),
+        ("job", "我的上司是银行行长。"),
+        ("hobby", "我妹妹的兴趣爱好是摄影。"),
+        ("city", "我住在广东深圳。"),
+    ]);
+    let hits = r.search(
+        &EXTRACTOR,
+        &Query::new("妹妹喜欢什么兴趣爱好？", 1, SearchMode::Bm25),
+    );
+    assert_eq!(ids(&hits), ["hobby"]);
+    let hits = r.search(
+        &EXTRACTOR,
+        &Query::new("上司是做什么工作的，银行吗", 1, SearchMode::Bm25),
+    );
+    assert_eq!(ids(&hits), ["job"]);
+}
+
+#[test]
+fn filters_apply_before_ranking() {
+    let mut r = Retriever::new(RetrieverParams::default());
+    for (i, id) in ["old", "new", "other"].into_iter().enumerate() {
+        let features = DocFeatures {
+            seen_at: Timestamp(i as i64 * 1000),
+            salience: 0.5,
+        };
+        r.index(
+            &EXTRACTOR,
+            id,
+            "GMV of East China",
+            Some(&unit(0, 0.0)),
+            features,
+        );
+    }
+    let keep = |id: &&str, f: &DocFeatures| *id != "other" && f.seen_at.0 >= 1000;
+    let q = unit(0, 0.0);
+    for mode in [SearchMode::Bm25, SearchMode::Dense, SearchMode::Hybrid] {
+        let hits = r.search(
+            &EXTRACTOR,
+            &Query::new("GMV", 3, mode).vector(&q).filter(&keep),
+        );
+        assert_eq!(ids(&hits), ["new"], "{mode:?}");
+    }
+}
+
+#[test]
+fn recency_and_salience_break_ties_in_hybrid_search() {
+    let mut r = Retriever::new(RetrieverParams::default());
+    let day = DAY_MS;
+    r.index(
+        &EXTRACTOR,
+        "stale",
+        "prefers line charts",
+        None,
+        DocFeatures {
+            seen_at: Timestamp(0),
+            salience: 0.5,
+        },
+    );
+    r.index(
+        &EXTRACTOR,
+        "fresh",
+        "prefers line charts",
+        None,
+        DocFeatures {
+            seen_at: Timestamp(60 * day),
+            salience: 0.5,
+        },
+    );
+    r.index(
+        &EXTRACTOR,
+        "salient",
+        "prefers line charts",
+        None,
+        DocFeatures {
+            seen_at: Timestamp(0),
+            salience: 1.0,
+        },
+    );
+    let hits = r.search(
+        &EXTRACTOR,
+        &Query::new("line charts", 3, SearchMode::Hybrid).now(Timestamp(60 * day)),
+    );
+    assert_eq!(hits[2].0, "stale", "{hits:?}");
+}
+
+#[test]
+fn reindexing_replaces_and_removal_forgets() {
+    let mut r = retriever(&[("a", "apples and pears"), ("b", "bananas")]);
+    r.index(&EXTRACTOR, "a", "cherries", None, DocFeatures::default());
+    assert_eq!(r.len(), 2);
+    assert!(
+        r.search(&EXTRACTOR, &Query::new("apples", 5, SearchMode::Bm25))
+            .is_empty()
+    );
+    assert_eq!(
+        ids(&r.search(&EXTRACTOR, &Query::new("cherries", 5, SearchMode::Bm25))),
+        ["a"]
+    );
+    assert!(r.remove(&"b"));
+    assert!(!r.remove(&"b"));
+    assert!(
+        r.search(&EXTRACTOR, &Query::new("bananas", 5, SearchMode::Hybrid))
+            .is_empty()
+    );
+    assert_eq!(r.len(), 1);
+}
+
+#[test]
+fn stemming_conflates_common_english_forms() {
+    let s = |w: &str| {
+        let mut w = w.to_owned();
+        stem(&mut w);
+        w
+    };
+    assert_eq!(s("paintings"), s("painting"));
+    assert_eq!(s("painted"), s("paint"));
+    assert_eq!(s("loved"), s("love"));
+    assert_eq!(s("loving"), s("love"));
+    assert_eq!(s("running"), s("run"));
+    assert_eq!(s("stories"), s("story"));
+    assert_eq!(s("华东地区"), "华东地区");
+}

@@ -1,0 +1,331 @@
+//! Loading the evaluation sets (shared/data/README.md) into one shape: conversations of
+//! passages with questions whose evidence is a set of passage positions.
+//!
+//! LoCoMo: every turn is a passage (`dia_id`), category 5 (adversarial, no evidence) is
+//! skipped and malformed evidence lists ("D8:6; D9:17") are split. MemDaily: every message
+//! is a passage (`mid`), `target_step_id` is the evidence and the file's prefix the category.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// How passages are written for indexing and embedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassageStyle {
+    /// Put the session date (LoCoMo) or message time (MemDaily) before the text.
+    pub dates: bool,
+    /// Put the speaker's name before the text (LoCoMo).
+    pub speakers: bool,
+    /// Add the caption of a shared image (LoCoMo).
+    pub captions: bool,
+}
+
+/// One indexed unit: a turn or a message.
+#[derive(Debug, Clone)]
+pub struct Passage {
+    /// Its id in the data set (`D1:3`, or a message id).
+    pub id: String,
+    /// The text that is indexed and embedded.
+    pub text: String,
+}
+
+/// A question with its evidence.
+#[derive(Debug, Clone)]
+pub struct Question {
+    /// The question.
+    pub text: String,
+    /// Its category's name.
+    pub category: String,
+    /// Positions of its evidence among the conversation's passages.
+    pub evidence: Vec<usize>,
+}
+
+/// One conversation (LoCoMo sample, MemDaily trajectory): its passages in order and its
+/// questions.
+#[derive(Debug, Clone)]
+pub struct Conversation {
+    /// Name for reports.
+    pub name: String,
+    /// Passages, in conversation order.
+    pub passages: Vec<Passage>,
+    /// Questions with at least one known evidence passage.
+    pub questions: Vec<Question>,
+    /// Questions skipped for having no evidence (LoCoMo category 5, empty lists).
+    pub skipped_questions: usize,
+    /// Evidence ids that name no passage (dropped from their question).
+    pub unknown_evidence: usize,
+}
+
+/// A loaded file.
+#[derive(Debug, Clone, Default)]
+pub struct Dataset {
+    /// Which set: "LoCoMo" or "MemDaily".
+    pub kind: &'static str,
+    /// Conversations.
+    pub conversations: Vec<Conversation>,
+}
+
+/// The conversations of `file` as one: passages concatenated in order, evidence shifted.
+pub fn pool(file: &Path, conversations: Vec<Conversation>) -> Conversation {
+    let mut out = Conversation {
+        name: file.display().to_string(),
+        passages: Vec::new(),
+        questions: Vec::new(),
+        skipped_questions: 0,
+        unknown_evidence: 0,
+    };
+    for mut c in conversations {
+        let offset = out.passages.len();
+        for q in &mut c.questions {
+            q.evidence.iter_mut().for_each(|e| *e += offset);
+        }
+        out.passages.append(&mut c.passages);
+        out.questions.append(&mut c.questions);
+        out.skipped_questions += c.skipped_questions;
+        out.unknown_evidence += c.unknown_evidence;
+    }
+    out
+}
+
+/// The `D<session>:<turn>` ids in an evidence string, however they are separated
+/// ("D8:6; D9:17", "D8:6 D9:17").
+fn dia_ids(evidence: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in evidence.match_indices('D') {
+        let rest = &evidence[at + 1..];
+        let session: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let Some(after) = rest[session.len()..].strip_prefix(':') else {
+            continue;
+        };
+        let turn: String = after.chars().take_while(char::is_ascii_digit).collect();
+        if !session.is_empty() && !turn.is_empty() {
+            out.push(format!("D{session}:{turn}"));
+        }
+    }
+    out
+}
+
+/// Loads a LoCoMo or MemDaily file, telling them apart by shape.
+pub fn load(path: &Path, style: PassageStyle) -> Result<Dataset> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let value: Value =
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
+    let Some(items) = value.as_array() else {
+        bail!("{}: not a JSON array", path.display());
+    };
+    let first = items.first();
+    if first.is_some_and(|v| v.get("conversation").is_some()) {
+        load_locomo(items, style)
+    } else if first.is_some_and(|v| v.get("message_list").is_some()) {
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("memdaily");
+        let category = stem.trim_end_matches("_roles").to_owned();
+        load_memdaily(items, &category, style)
+    } else {
+        bail!("{}: neither LoCoMo nor MemDaily", path.display())
+    }
+}
+
+fn text(v: &Value, key: &str) -> String {
+    match v.get(key) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Number(n)) => n.to_string(),
+        Some(_) | None => String::new(),
+    }
+}
+
+fn locomo_category(n: u64) -> &'static str {
+    match n {
+        1 => "1 multi-hop",
+        2 => "2 temporal",
+        3 => "3 open-domain",
+        4 => "4 single-hop",
+        _ => "other",
+    }
+}
+
+fn load_locomo(items: &[Value], style: PassageStyle) -> Result<Dataset> {
+    let mut out = Dataset {
+        kind: "LoCoMo",
+        ..Dataset::default()
+    };
+    for item in items {
+        let conv = item
+            .get("conversation")
+            .context("sample without conversation")?;
+        let mut sessions: Vec<(u64, &Vec<Value>)> = conv
+            .as_object()
+            .context("conversation is not an object")?
+            .iter()
+            .filter_map(|(key, v)| {
+                let n = key.strip_prefix("session_")?.parse::<u64>().ok()?;
+                Some((n, v.as_array()?))
+            })
+            .collect();
+        sessions.sort_by_key(|(n, _)| *n);
+        let mut passages = Vec::new();
+        for (n, turns) in sessions {
+            let date = text(conv, &format!("session_{n}_date_time"));
+            for turn in turns {
+                let mut body = String::new();
+                if style.dates && !date.is_empty() {
+                    body.push_str(&format!("[{date}] "));
+                }
+                if style.speakers {
+                    body.push_str(&format!("{}: ", text(turn, "speaker")));
+                }
+                body.push_str(&text(turn, "text"));
+                let caption = text(turn, "blip_caption");
+                if style.captions && !caption.is_empty() {
+                    body.push_str(&format!(" (shares a photo: {caption})"));
+                }
+                passages.push(Passage {
+                    id: text(turn, "dia_id"),
+                    text: body,
+                });
+            }
+        }
+        let position: HashMap<&str, usize> = passages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id.as_str(), i))
+            .collect();
+        let mut questions = Vec::new();
+        let (mut skipped, mut unknown) = (0, 0);
+        for qa in item
+            .get("qa")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let category = qa.get("category").and_then(Value::as_u64).unwrap_or(0);
+            let mut evidence = Vec::new();
+            for e in qa
+                .get("evidence")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                for id in dia_ids(e.as_str().unwrap_or("")) {
+                    match position.get(id.as_str()) {
+                        Some(&i) if !evidence.contains(&i) => evidence.push(i),
+                        Some(_) => {}
+                        None => unknown += 1,
+                    }
+                }
+            }
+            if category == 5 || evidence.is_empty() {
+                skipped += 1;
+                continue;
+            }
+            questions.push(Question {
+                text: text(qa, "question"),
+                category: locomo_category(category).to_owned(),
+                evidence,
+            });
+        }
+        out.conversations.push(Conversation {
+            name: text(item, "sample_id"),
+            passages,
+            questions,
+            skipped_questions: skipped,
+            unknown_evidence: unknown,
+        });
+    }
+    Ok(out)
+}
+
+fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result<Dataset> {
+    let mut out = Dataset {
+        kind: "MemDaily",
+        ..Dataset::default()
+    };
+    for item in items {
+        let mut passages = Vec::new();
+        for m in item
+            .get("message_list")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let time = text(m, "time");
+            let body = if style.dates && !time.is_empty() {
+                format!("[{time}] {}", text(m, "message"))
+            } else {
+                text(m, "message")
+            };
+            passages.push(Passage {
+                id: text(m, "mid"),
+                text: body,
+            });
+        }
+        let position: HashMap<&str, usize> = passages
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.id.as_str(), i))
+            .collect();
+        let mut questions = Vec::new();
+        let (mut skipped, mut unknown) = (0, 0);
+        for q in item
+            .get("question_list")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let mut evidence = Vec::new();
+            for mid in q
+                .get("target_step_id")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let id = match mid {
+                    Value::Number(n) => n.to_string(),
+                    Value::String(s) => s.clone(),
+                    Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => {
+                        String::new()
+                    }
+                };
+                match position.get(id.as_str()) {
+                    Some(&i) if !evidence.contains(&i) => evidence.push(i),
+                    Some(_) => {}
+                    None => unknown += 1,
+                }
+            }
+            if evidence.is_empty() {
+                skipped += 1;
+                continue;
+            }
+            questions.push(Question {
+                text: text(q, "question"),
+                category: category.to_owned(),
+                evidence,
+            });
+        }
+        out.conversations.push(Conversation {
+            name: format!("{category}/{}", text(item, "tid")),
+            passages,
+            questions,
+            skipped_questions: skipped,
+            unknown_evidence: unknown,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dia_ids;
+
+    #[test]
+    fn malformed_evidence_lists_are_split() {
+        assert_eq!(dia_ids("D8:6; D9:17"), ["D8:6", "D9:17"]);
+        assert_eq!(dia_ids("D1:3"), ["D1:3"]);
+        assert_eq!(dia_ids("D10:2 D:5 D3"), ["D10:2"]);
+        assert!(dia_ids("").is_empty());
+    }
+}

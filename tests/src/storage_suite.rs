@@ -371,3 +371,32 @@ macro_rules! storage_conformance {
         )*
     };
 }
+
+/// Asserts that the keys `{prefix}{i:08}` written in order by one writer form a gap-free
+/// prefix of its stream holding each index as its value, and that the prefix reaches
+/// `last_acked`, the last index the writer saw acknowledged (every acknowledged write
+/// survived).
+pub fn assert_acknowledged_prefix(store: &Store, prefix: &str, last_acked: Option<u32>) {
+    let end = format!("{prefix}\u{7f}");
+    let rows = store
+        .read_blocking(|txn| {
+            txn.get_range(prefix.as_bytes(), end.as_bytes(), RangeOptions::default())
+        })
+        .unwrap();
+    if let Some(last) = last_acked {
+        assert!(
+            rows.len() as u32 > last,
+            "{prefix}: {} writes were acknowledged but {} are stored",
+            last + 1,
+            rows.len()
+        );
+    }
+    for (i, (key, value)) in rows.iter().enumerate() {
+        assert_eq!(
+            key,
+            format!("{prefix}{i:08}").as_bytes(),
+            "{prefix}: a gap in the writes"
+        );
+        assert_eq!(value, &(i as u32).to_le_bytes());
+    }
+}

@@ -150,23 +150,7 @@ fn sigkill_loses_no_acknowledged_write() {
     child.wait().unwrap();
     let acked = acked.expect("the worker acknowledged nothing");
     let store = Store::sqlite(&path, SqliteOptions::default()).unwrap();
-    let rows = store
-        .read_blocking(|txn| txn.get_range(b"acked/", b"acked0", RangeOptions::default()))
-        .unwrap();
-    assert!(
-        rows.len() as u32 > acked,
-        "acknowledged {} writes but found {}",
-        acked + 1,
-        rows.len()
-    );
-    for (i, (key, value)) in rows.iter().enumerate() {
-        assert_eq!(
-            key,
-            format!("acked/{i:08}").as_bytes(),
-            "a gap in the acknowledged writes"
-        );
-        assert_eq!(value, &(i as u32).to_le_bytes());
-    }
+    engram_tests::storage_suite::assert_acknowledged_prefix(&store, "acked/", Some(acked));
 }
 
 #[test]

@@ -5,35 +5,16 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use engram_storage::kv::decode_counter;
 use engram_storage::sqlite::{GroupCommit, SqliteOptions};
 use engram_storage::{Error, RangeOptions, Store};
 
-fn worker(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_kv_worker"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
-}
+#[path = "support/kv_worker.rs"]
+mod kv_worker;
 
-fn finish(child: Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "worker failed: {:?}", out.status);
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn kill_9(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
+use kv_worker::{finish, kill_9, worker};
 
 /// One writer's scenario under its own prefix: read-your-writes, then an aborted transaction,
 /// then one over the value limit; only the first may leave anything.

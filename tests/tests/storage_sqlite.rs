@@ -2,13 +2,17 @@
 //! store, the same file shared by two processes, and the file store across a SIGKILL.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use engram_storage::kv::decode_counter;
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Error, RangeOptions, RetryPolicy, Store};
 use tempfile::TempDir;
+
+#[path = "support/kv_worker.rs"]
+mod kv_worker;
+
+use kv_worker::{finish, kill_9, worker};
 
 fn open_file() -> (Store, TempDir) {
     let dir = tempfile::tempdir().unwrap();
@@ -22,21 +26,6 @@ mod file {
 
 mod memory {
     engram_tests::storage_conformance!((engram_storage::Store::in_memory().unwrap(), ()));
-}
-
-fn worker(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_kv_worker"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
-}
-
-fn finish(child: Child) -> String {
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "worker failed: {:?}", out.status);
-    String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
@@ -166,12 +155,4 @@ fn commits_survive_reopening_the_file() {
         store.read_blocking(|txn| txn.get(b"k")).unwrap().as_deref(),
         Some(&b"v"[..])
     );
-}
-
-fn kill_9(pid: u32) {
-    let status = Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
 }

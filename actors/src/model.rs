@@ -8,6 +8,7 @@ pub mod conflict;
 pub mod context;
 pub mod entities;
 pub mod formation;
+pub mod index;
 pub mod policy;
 pub mod retrieve;
 pub mod text;

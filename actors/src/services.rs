@@ -9,11 +9,13 @@ use std::time::Duration;
 use engram_storage::{Keyspace, Store};
 
 use crate::clock::SharedClock;
+use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
+use crate::model::index::IndexParams;
 use crate::model::policy::DAY_MS;
 
 /// Settings of the user actors.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// A user actor idle this long is stopped; its state is reloaded from storage on next use.
     pub idle_timeout: Duration,
@@ -26,6 +28,8 @@ pub struct Settings {
     pub max_restarts: u32,
     /// The window of `max_restarts`.
     pub restart_window: Duration,
+    /// Tuning of each user's memory index.
+    pub index: IndexParams,
 }
 
 impl Default for Settings {
@@ -36,6 +40,7 @@ impl Default for Settings {
             shards: 1024,
             max_restarts: 3,
             restart_window: Duration::from_secs(10),
+            index: IndexParams::default(),
         }
     }
 }
@@ -53,6 +58,11 @@ pub struct Metrics {
     pub restarts: AtomicU64,
     /// Requests retried because the user's actor stopped while they were queued.
     pub redeliveries: AtomicU64,
+    /// Context reads answered without the query's embedding because the pool was overloaded
+    /// or closed (ranked by words and priors alone).
+    pub contexts_without_vector: AtomicU64,
+    /// Memory records loaded without a usable embedding (none stored, or another model's).
+    pub records_without_vector: AtomicU64,
 }
 
 /// What every user actor of a node shares.
@@ -66,6 +76,8 @@ pub struct Services {
     pub clock: SharedClock,
     /// The entity extractor (jieba with the business lexicon).
     pub extractor: Arc<EntityExtractor>,
+    /// The embedding pool, if the node embeds (`None`: ranking by words and priors only).
+    pub embedder: Option<Embedder>,
     /// Settings.
     pub settings: Settings,
     /// Counters.
@@ -76,6 +88,7 @@ impl std::fmt::Debug for Services {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Services")
             .field("store", &self.store)
+            .field("embedder", &self.embedder)
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }

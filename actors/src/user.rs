@@ -2,20 +2,24 @@
 //! It serialises the user's writes (one message at a time), runs each write as one storage
 //! transaction that also records the request id, and acknowledges only after the commit.
 //!
-//! Its state is a cache of storage (the user's memory records with their search words),
-//! loaded when it starts and updated after each commit; losing it loses nothing. An actor idle
+//! Its state is a cache of storage (the user's memory records in a [`MemoryIndex`]: words,
+//! embeddings and priors for hybrid retrieval), loaded when it starts and updated after each
+//! commit; losing it loses nothing. Embeddings of what a write may store are computed by the
+//! node's pool before the write's transaction starts. An actor idle
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
 pub mod api;
 pub mod ops;
 mod validate;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use engram_storage::data::UserData;
 use engram_storage::model::{
-    IdempotencyEntry, Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow,
+    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, ReviewFlag,
+    SessionRow, Turn,
 };
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -25,17 +29,25 @@ use tokio::time::Instant;
 
 use self::api::{
     ClearAck, ContextQuery, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
-    MemoryAck, MemoryWrite, SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck,
-    TurnRequest,
+    MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory, StatusChange,
+    SweepReport, SweepScope, TurnAck, TurnRequest,
 };
-use self::ops::{DEFAULT_SESSION, Outcome, WriteScope, session_rule};
+use self::ops::{
+    DEFAULT_SESSION, Outcome, Prepared, WriteScope, choice_preference, session_rule, topic_phrase,
+    turn_text,
+};
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
 use crate::directory::Directory;
 use crate::error::{Error, Result};
-use crate::model::context::{ContextRequest, IndexedRecord, MemoryContext, assemble};
-use crate::model::policy::SESSION_IDLE_MS;
+use crate::model::conflict::record_topic;
+use crate::model::context::{ContextRequest, MemoryContext, assemble};
+use crate::model::formation::{Feedback, from_feedback, from_turn, profile};
+use crate::model::index::{MemoryIndex, MemoryQuery};
+use crate::model::policy::{ASSISTANT_TEXT_CAP, REPEATED_CHOICE_THRESHOLD, SESSION_IDLE_MS};
+use crate::model::retrieve::SearchMode;
+use crate::model::text::truncate_chars;
 use crate::placement::UserKey;
 use crate::services::Services;
 
@@ -48,6 +60,8 @@ pub enum UserMsg {
     Feedback(FeedbackRequest, RpcReplyPort<Result<FeedbackAck>>),
     /// Assemble a memory context.
     Context(ContextQuery, RpcReplyPort<Result<MemoryContext>>),
+    /// Search the user's memories.
+    Search(SearchQuery, RpcReplyPort<Result<SearchResult>>),
     /// Write or upsert a memory record.
     WriteMemory(MemoryWrite, RpcReplyPort<Result<MemoryAck>>),
     /// Activate, suppress or delete a memory.
@@ -106,10 +120,12 @@ pub struct UserArgs {
     pub directory: Arc<Directory>,
 }
 
-/// The actor's state: a cache of the user's records.
+/// The actor's state: a cache of the user's records and their index.
 pub struct UserState {
     args: UserArgs,
-    records: BTreeMap<String, IndexedRecord>,
+    index: MemoryIndex,
+    /// Embeddings of the user's profile topic phrases, by normalised topic.
+    topics: HashMap<String, Vec<f32>>,
     last_active: Instant,
     ticker: Option<JoinHandle<()>>,
 }
@@ -147,26 +163,7 @@ impl Actor for UserActor {
         myself: ActorRef<UserMsg>,
         args: UserArgs,
     ) -> Result<UserState, ActorProcessingErr> {
-        let (store, ks) = (args.services.store.clone(), args.services.keyspace.clone());
-        let key = args.key.clone();
-        let records = store
-            .read(move |txn| {
-                let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
-                let mut all = Vec::new();
-                for kind in MemoryKind::ALL {
-                    all.extend(u.records(kind)?);
-                }
-                Ok(all)
-            })
-            .await?;
-        let extractor = args.services.extractor.clone();
-        let records = tokio::task::spawn_blocking(move || {
-            records
-                .into_iter()
-                .map(|r| (r.memory_id.clone(), IndexedRecord::new(r, &extractor)))
-                .collect::<BTreeMap<_, _>>()
-        })
-        .await?;
+        let index = load_index(&args).await?;
         let tick =
             (args.services.settings.idle_timeout / 2).max(std::time::Duration::from_millis(10));
         let ticker = myself.send_interval(tick, || UserMsg::Tick);
@@ -174,10 +171,11 @@ impl Actor for UserActor {
             .metrics
             .actors_started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::debug!(user = %args.key.log_id(), records = records.len(), "user actor started");
+        tracing::debug!(user = %args.key.log_id(), records = index.len(), "user actor started");
         Ok(UserState {
             args,
-            records,
+            index,
+            topics: HashMap::new(),
             last_active: Instant::now(),
             ticker: Some(ticker),
         })
@@ -216,6 +214,10 @@ impl Actor for UserActor {
                 let result = state.context(query).await;
                 let _ = reply.send(result);
             }
+            UserMsg::Search(query, reply) => {
+                let result = state.search(query).await;
+                let _ = reply.send(result);
+            }
             UserMsg::WriteMemory(req, reply) => {
                 let result = state.write_memory(req).await;
                 let _ = reply.send(result);
@@ -226,10 +228,10 @@ impl Actor for UserActor {
             }
             UserMsg::ListMemories(kind, reply) => {
                 let records = state
-                    .records
-                    .values()
-                    .filter(|r| kind.is_none_or(|k| r.record.kind == k))
-                    .map(|r| r.record.clone())
+                    .index
+                    .records()
+                    .filter(|r| kind.is_none_or(|k| r.kind == k))
+                    .cloned()
                     .collect();
                 let _ = reply.send(Ok(records));
             }
@@ -251,7 +253,9 @@ impl Actor for UserActor {
                 reply,
             } => {
                 let result = state
-                    .write(&request_id, move |u, _| ops::clear_session(u, &session))
+                    .write(&request_id, Prepared::default(), None, move |u, _| {
+                        ops::clear_session(u, &session)
+                    })
                     .await;
                 let _ = reply.send(result);
             }
@@ -315,13 +319,152 @@ impl Actor for UserActor {
     }
 }
 
+/// What a user actor loads from storage when it starts.
+struct Loaded {
+    records: Vec<MemoryRecord>,
+    embeddings: HashMap<String, Embedding>,
+    /// The text of every retained turn that an episodic record points at.
+    turns: HashMap<(String, u64), String>,
+}
+
+/// Loads the user's records, embeddings and retained turn texts, and indexes them on a
+/// blocking thread. Embeddings of another model than the node's are not used (the records are
+/// found by their words until they are written again).
+async fn load_index(args: &UserArgs) -> Result<MemoryIndex> {
+    let (store, ks) = (args.services.store.clone(), args.services.keyspace.clone());
+    let key = args.key.clone();
+    let loaded = store
+        .read(move |txn| {
+            let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
+            let mut records = Vec::new();
+            for kind in MemoryKind::ALL {
+                records.extend(u.records(kind)?);
+            }
+            let embeddings = u.embeddings()?.into_iter().collect();
+            let sessions: BTreeSet<String> = records
+                .iter()
+                .filter(|r| r.kind == MemoryKind::Episodic)
+                .filter_map(|r| r.session_id.clone())
+                .collect();
+            let mut turns = HashMap::new();
+            for session in sessions {
+                for t in u.turns_from(&session, 0)? {
+                    turns.insert(
+                        (session.clone(), t.seq),
+                        turn_text(&t.user_text, &t.assistant_text),
+                    );
+                }
+            }
+            Ok(Loaded {
+                records,
+                embeddings,
+                turns,
+            })
+        })
+        .await?;
+    let services = args.services.clone();
+    let model = services.embedder.as_ref().map(|e| e.model_name());
+    let log_id = args.key.log_id();
+    let index = tokio::task::spawn_blocking(move || {
+        let Loaded {
+            records,
+            mut embeddings,
+            turns,
+        } = loaded;
+        let mut index = MemoryIndex::new(services.settings.index.clone());
+        let mut without_vector = 0u64;
+        for record in records {
+            let text = match (&record.session_id, record.turn_id) {
+                (Some(session), Some(turn)) if record.kind == MemoryKind::Episodic => {
+                    turns.get(&(session.clone(), turn)).cloned()
+                }
+                (Some(_) | None, Some(_) | None) => None,
+            };
+            let vector = embeddings
+                .remove(&record.memory_id)
+                .filter(|e| Some(e.model.as_str()) == model)
+                .map(|e| e.vector);
+            if model.is_some() && vector.is_none() && record.status != MemoryStatus::Deleted {
+                without_vector += 1;
+            }
+            if let Err(err) =
+                index.upsert(&services.extractor, record.clone(), text.clone(), vector)
+            {
+                tracing::warn!(user = %log_id, error = %err, "stored embedding refused");
+                without_vector += 1;
+                // Its words still find it.
+                let _ = index.upsert(&services.extractor, record, text, None);
+            }
+        }
+        services
+            .metrics
+            .records_without_vector
+            .fetch_add(without_vector, Ordering::Relaxed);
+        index
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?;
+    Ok(index)
+}
+
 impl UserState {
     fn scope_parts(&self) -> (Services, UserKey) {
         (self.args.services.clone(), self.args.key.clone())
     }
 
+    /// Embeds, before a write's transaction, the texts it may store and the topics it may
+    /// compare (with the user's existing profile topics). Nothing when the node does not embed.
+    async fn prepare(&mut self, texts: Vec<String>, new_topics: Vec<String>) -> Result<Prepared> {
+        let Some(embedder) = self.args.services.embedder.clone() else {
+            return Ok(Prepared::default());
+        };
+        let mut topics: Vec<String> = Vec::new();
+        if !new_topics.is_empty() {
+            let existing = self
+                .index
+                .records()
+                .filter(|r| r.kind == MemoryKind::Profile)
+                .filter_map(|r| record_topic(r).map(|(topic, _)| topic));
+            for topic in new_topics.into_iter().chain(existing) {
+                if !topics.contains(&topic) {
+                    topics.push(topic);
+                }
+            }
+        }
+        let missing: Vec<String> = topics
+            .iter()
+            .filter(|t| !self.topics.contains_key(*t))
+            .cloned()
+            .collect();
+        let mut texts: Vec<String> = texts.into_iter().filter(|t| !t.is_empty()).collect();
+        texts.sort();
+        texts.dedup();
+        let mut batch = texts.clone();
+        batch.extend(missing.iter().map(|t| topic_phrase(t)));
+        let mut vectors = embedder.passages(batch).await?;
+        let topic_vectors = vectors.split_off(texts.len());
+        self.topics.extend(missing.into_iter().zip(topic_vectors));
+        Ok(Prepared {
+            model: Some(embedder.model_name().to_owned()),
+            vectors: texts.into_iter().zip(vectors).collect(),
+            topics: topics
+                .into_iter()
+                .filter_map(|t| self.topics.get(&t).map(|v| (t, v.clone())))
+                .collect(),
+            topic_threshold: embedder.topic_threshold(),
+        })
+    }
+
     /// Runs a write as one transaction that first checks and then records the request id.
-    async fn write<T, F>(&mut self, request_id: &str, mut body: F) -> Result<T>
+    /// `turn` is the (session, text) of the turn the write appends, for the episodic memory
+    /// it forms.
+    async fn write<T, F>(
+        &mut self,
+        request_id: &str,
+        prepared: Prepared,
+        turn: Option<String>,
+        mut body: F,
+    ) -> Result<T>
     where
         T: Replayable,
         F: FnMut(&mut UserData<'_>, &WriteScope<'_>) -> Outcome<T> + Send + 'static,
@@ -331,6 +474,8 @@ impl UserState {
         let rule = session_rule(services.settings.retention_ms);
         let request_id = request_id.to_owned();
         let ks = services.keyspace.clone();
+        let prepared = Arc::new(prepared);
+        let in_txn = Arc::clone(&prepared);
         let written = services
             .store
             .run(move |txn| {
@@ -343,6 +488,7 @@ impl UserState {
                     user: &key.user,
                     now,
                     rule,
+                    prepared: &in_txn,
                 };
                 match body(&mut u, &scope)? {
                     Ok((ack, changed)) => {
@@ -361,7 +507,7 @@ impl UserState {
             .await?;
         match written {
             Written::Fresh(ack, changed) => {
-                self.cache(changed).await?;
+                self.cache(changed, turn.as_deref(), &prepared);
                 Ok(ack)
             }
             Written::Replay(bytes) => {
@@ -389,27 +535,30 @@ impl UserState {
             .await?)
     }
 
-    async fn cache(&mut self, changed: Vec<MemoryRecord>) -> Result<()> {
-        if changed.is_empty() {
-            return Ok(());
+    /// Updates the index with committed records: an episodic memory formed from `turn_text`
+    /// is indexed by it; a record is given the vector `prepared` holds for the text it is
+    /// indexed by (others keep theirs).
+    fn cache(&mut self, changed: Vec<MemoryRecord>, turn_text: Option<&str>, prepared: &Prepared) {
+        let extractor = Arc::clone(&self.args.services.extractor);
+        for record in changed {
+            let text = turn_text
+                .filter(|_| {
+                    record.kind == MemoryKind::Episodic
+                        && self.index.get(&record.memory_id).is_none()
+                })
+                .map(str::to_owned);
+            let vector = prepared
+                .vectors
+                .get(text.as_deref().unwrap_or(&record.summary_text))
+                .cloned();
+            if let Err(err) = self
+                .index
+                .upsert(&extractor, record.clone(), text.clone(), vector)
+            {
+                tracing::warn!(user = %self.args.key.log_id(), error = %err, "embedding refused by the index");
+                let _ = self.index.upsert(&extractor, record, text, None);
+            }
         }
-        let extractor = self.args.services.extractor.clone();
-        let indexed = tokio::task::spawn_blocking(move || {
-            changed
-                .into_iter()
-                .map(|r| IndexedRecord::new(r, &extractor))
-                .collect::<Vec<_>>()
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
-        for record in indexed {
-            self.records.insert(record.record.memory_id.clone(), record);
-        }
-        Ok(())
-    }
-
-    fn cached_records(&self) -> Vec<MemoryRecord> {
-        self.records.values().map(|r| r.record.clone()).collect()
     }
 
     async fn turn(&mut self, req: TurnRequest) -> Result<TurnAck> {
@@ -419,27 +568,108 @@ impl UserState {
         let entities = tokio::task::spawn_blocking(move || extractor.extract(&text))
             .await
             .map_err(|e| Error::Internal(e.to_string()))?;
+        let stored_text = turn_text(
+            &req.user_text,
+            &truncate_chars(&req.assistant_text, ASSISTANT_TEXT_CAP),
+        );
+        let prepared = if req.success && self.args.services.embedder.is_some() {
+            let (texts, topics) = self.turn_plan(&req, &stored_text).await?;
+            self.prepare(texts, topics).await?
+        } else {
+            Prepared::default()
+        };
         let request_id = req.request_id.clone();
-        self.write(&request_id, move |u, scope| {
+        self.write(&request_id, prepared, Some(stored_text), move |u, scope| {
             ops::append_turn(u, scope, &req, &entities)
         })
         .await
     }
 
+    /// The texts and topics a turn may store: its own text (its episodic memory), the profile
+    /// memories its words state, and those its choices reach the threshold with.
+    async fn turn_plan(
+        &self,
+        req: &TurnRequest,
+        stored_text: &str,
+    ) -> Result<(Vec<String>, Vec<String>)> {
+        let provisional = Turn {
+            session_id: String::new(),
+            seq: 0,
+            request_id: String::new(),
+            trace_id: None,
+            route: None,
+            user_text: req.user_text.clone(),
+            assistant_text: String::new(),
+            entities: Vec::new(),
+            created_at: self.args.services.clock.now(),
+        };
+        let mut texts = vec![stored_text.to_owned()];
+        let mut topics = Vec::new();
+        let mut formed: Vec<_> = from_turn(&provisional, true)
+            .into_iter()
+            .filter(|m| m.kind == MemoryKind::Profile)
+            .collect();
+        if !req.choices.is_empty() {
+            let choices = req.choices.clone();
+            let counts = self
+                .read(move |u| {
+                    choices
+                        .iter()
+                        .map(|(topic, value)| u.choice_count(topic, value))
+                        .collect::<engram_storage::Result<Vec<u64>>>()
+                })
+                .await?;
+            for ((topic, value), count) in req.choices.iter().zip(counts) {
+                if count + 1 == REPEATED_CHOICE_THRESHOLD {
+                    formed.push(profile(
+                        &choice_preference(topic, value),
+                        engram_storage::model::Trigger::RepeatedChoice,
+                    ));
+                }
+            }
+        }
+        for memory in formed {
+            texts.push(memory.summary_text.clone());
+            if let Some(topic) = memory.topic() {
+                topics.push(topic.to_owned());
+            }
+        }
+        Ok((texts, topics))
+    }
+
     async fn feedback(&mut self, req: FeedbackRequest) -> Result<FeedbackAck> {
         validate::feedback(&req)?;
+        let fb = Feedback {
+            liked: req.liked,
+            corrected_sql: req.corrected_sql.clone(),
+            comment: req.comment.clone(),
+        };
+        let texts = from_feedback(&fb, None)
+            .into_iter()
+            .map(|m| m.summary_text)
+            .collect();
+        let prepared = self.prepare(texts, Vec::new()).await?;
         let cached = self.cached_records();
         let request_id = req.request_id.clone();
-        self.write(&request_id, move |u, scope| {
+        self.write(&request_id, prepared, None, move |u, scope| {
             ops::feedback(u, scope, &req, &cached)
         })
         .await
     }
 
+    fn cached_records(&self) -> Vec<MemoryRecord> {
+        self.index.records().cloned().collect()
+    }
+
     async fn write_memory(&mut self, req: MemoryWrite) -> Result<MemoryAck> {
         validate::memory_write(&req)?;
+        let topics = match req.payload.get("topic").and_then(|t| t.as_str()) {
+            Some(topic) if req.kind == MemoryKind::Profile => vec![topic.to_owned()],
+            Some(_) | None => Vec::new(),
+        };
+        let prepared = self.prepare(vec![req.text.clone()], topics).await?;
         let request_id = req.request_id.clone();
-        self.write(&request_id, move |u, scope| {
+        self.write(&request_id, prepared, None, move |u, scope| {
             ops::write_memory(u, scope, &req)
         })
         .await
@@ -448,17 +678,40 @@ impl UserState {
     async fn set_status(&mut self, req: StatusChange) -> Result<MemoryAck> {
         validate::status_change(&req)?;
         let request_id = req.request_id.clone();
-        self.write(&request_id, move |u, scope| ops::set_status(u, scope, &req))
-            .await
+        self.write(&request_id, Prepared::default(), None, move |u, scope| {
+            ops::set_status(u, scope, &req)
+        })
+        .await
     }
 
     async fn write_intent(&mut self, req: IntentWrite) -> Result<IntentAck> {
         validate::intent(&req)?;
         let request_id = req.request_id.clone();
-        self.write(&request_id, move |u, scope| {
+        self.write(&request_id, Prepared::default(), None, move |u, scope| {
             ops::write_intent(u, scope, &req)
         })
         .await
+    }
+
+    /// The query's embedding, or `None` when the node does not embed or its pool cannot take
+    /// the query now (a read degrades to words and priors rather than failing).
+    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+        let embedder = self.args.services.embedder.as_ref()?;
+        if query.trim().is_empty() {
+            return None;
+        }
+        match embedder.query(query).await {
+            Ok(vector) => Some(vector),
+            Err(err) => {
+                tracing::debug!(user = %self.args.key.log_id(), error = %err, "query not embedded");
+                self.args
+                    .services
+                    .metrics
+                    .contexts_without_vector
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
     }
 
     async fn context(&mut self, query: ContextQuery) -> Result<MemoryContext> {
@@ -476,19 +729,52 @@ impl UserState {
                 Some(_) | None => Ok(Vec::new()),
             })
             .await?;
+        let vector = match &query.query {
+            Some(q) => self.query_vector(q).await,
+            None => None,
+        };
         let request = ContextRequest {
             query: query.query.as_deref(),
+            query_vector: vector.as_deref(),
             route: query.route,
             token_budget: query.token_budget,
             now,
         };
-        let records: Vec<&IndexedRecord> = self.records.values().collect();
-        Ok(assemble(
-            &request,
-            &turns,
-            &records,
-            &self.args.services.extractor,
-        ))
+        assemble(&request, &turns, &self.index, &self.args.services.extractor)
+            .map_err(|err| Error::Internal(format!("context ranking: {err}")))
+    }
+
+    async fn search(&mut self, query: SearchQuery) -> Result<SearchResult> {
+        validate::search(&query)?;
+        let vector = match query.mode {
+            SearchMode::Bm25 => None,
+            SearchMode::Dense | SearchMode::Hybrid => self.query_vector(&query.query).await,
+        };
+        let now = self.args.services.clock.now();
+        let search = MemoryQuery {
+            text: &query.query,
+            vector: vector.as_deref(),
+            k: query.k,
+            mode: query.mode,
+            now,
+            kinds: &query.kinds,
+            exclude_turns: &[],
+            fill: false,
+        };
+        let hits = self
+            .index
+            .search(&self.args.services.extractor, &search)
+            .map_err(|err| Error::Internal(format!("search: {err}")))?
+            .into_iter()
+            .map(|(record, score)| SearchHit {
+                memory: record.clone(),
+                score,
+            })
+            .collect();
+        Ok(SearchResult {
+            hits,
+            embedded: vector.is_some(),
+        })
     }
 
     async fn session_memory(&self, session: String, limit: usize) -> Result<SessionMemory> {
@@ -515,7 +801,8 @@ impl UserState {
             .store
             .run(move |txn| UserData::new(txn, &ks, &key.tenant, &key.user).forget())
             .await?;
-        self.records.clear();
+        self.index.clear();
+        self.topics.clear();
         tracing::info!(user = %self.args.key.log_id(), records = report.records, "user forgotten");
         Ok(ForgetAck {
             records: report.records,
@@ -529,6 +816,7 @@ impl UserState {
         let rule = session_rule(services.settings.retention_ms);
         let records = self.cached_records();
         let ks = services.keyspace.clone();
+        let prepared = Prepared::default();
         let (report, changed, purged) = services
             .store
             .run(move |txn| {
@@ -538,14 +826,16 @@ impl UserState {
                     user: &key.user,
                     now,
                     rule,
+                    prepared: &prepared,
                 };
                 ops::sweep(&mut u, &scope, what, &records)
             })
             .await?;
+        let extractor = Arc::clone(&services.extractor);
         for id in purged {
-            self.records.remove(&id);
+            self.index.remove(&extractor, &id);
         }
-        self.cache(changed).await?;
+        self.cache(changed, None, &Prepared::default());
         Ok(report)
     }
 }

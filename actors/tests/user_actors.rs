@@ -43,6 +43,7 @@ fn node(dir: &TempDir, settings: Settings) -> Node {
         keyspace: Keyspace::new("engram"),
         clock: clock.clone() as SharedClock,
         extractor: extractor(),
+        embedder: None,
         settings,
         metrics: Arc::new(Metrics::default()),
     };

@@ -1,14 +1,15 @@
 //! Conflict resolution between a newly formed memory and the user's existing ones.
 //!
-//! - Profile: a memory on the same topic (same kind, namespace and scope, same normalised
-//!   `topic`) with the same value reinforces the existing one; with another value it
+//! - Profile: a memory on the same topic (same kind, namespace and scope, and a topic the
+//!   caller's `same_topic` accepts) with the same value reinforces the existing one; with another value it
 //!   supersedes it (the old one becomes suppressed with `valid_to` set) - unless the new one
 //!   was only inferred (repeated choices) and the old one was stated explicitly: that
 //!   contradiction is flagged for review instead.
 //! - Corrections are kept side by side (listed newest first); episodic memories coexist.
 //!
-//! Until the vector index exists "same topic" is the normalised topic in the payload; the
-//! embedding-similarity rule (cosine > 0.85) replaces it with the inference issue.
+//! "Same topic" is decided by the caller: the user actor accepts equal normalised topics and
+//! topics whose phrases' embeddings have a cosine above the model's threshold (DESIGN.md's
+//! 0.85, calibrated per model: see `ModelKind::same_topic_threshold`).
 
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Trigger};
 
@@ -51,8 +52,13 @@ pub fn record_topic(record: &MemoryRecord) -> Option<(String, String)> {
     ))
 }
 
-/// Decides how `new` relates to `existing` (the user's records of the same kind).
-pub fn resolve(new: &NewMemory, existing: &[MemoryRecord]) -> Resolution {
+/// Decides how `new` relates to `existing` (the user's records of the same kind);
+/// `same_topic(new, old)` says whether two normalised topics are the same topic.
+pub fn resolve(
+    new: &NewMemory,
+    existing: &[MemoryRecord],
+    same_topic: &dyn Fn(&str, &str) -> bool,
+) -> Resolution {
     if new.kind != MemoryKind::Profile {
         return Resolution::Insert;
     }
@@ -70,7 +76,7 @@ pub fn resolve(new: &NewMemory, existing: &[MemoryRecord]) -> Resolution {
         let Some((old_topic, old_value)) = record_topic(record) else {
             continue;
         };
-        if old_topic != topic {
+        if !same_topic(topic, &old_topic) {
             continue;
         }
         if old_value == value {
@@ -102,6 +108,10 @@ mod tests {
 
     use super::*;
     use crate::model::formation::{Preference, profile};
+
+    fn equal(a: &str, b: &str) -> bool {
+        a == b
+    }
 
     fn stored(id: &str, topic: &str, value: &str, trigger: Trigger) -> MemoryRecord {
         MemoryRecord {
@@ -155,7 +165,8 @@ mod tests {
         assert_eq!(
             resolve(
                 &new("chart_type", "line", Trigger::ExplicitStatement),
-                &existing
+                &existing,
+                &equal
             ),
             Resolution::Reinforce {
                 memory_id: "m1".into()
@@ -172,7 +183,8 @@ mod tests {
         assert_eq!(
             resolve(
                 &new("chart_type", "bar", Trigger::ExplicitStatement),
-                &existing
+                &existing,
+                &equal
             ),
             Resolution::Supersede {
                 memory_ids: vec!["m1".into()]
@@ -189,7 +201,8 @@ mod tests {
         assert_eq!(
             resolve(
                 &new("chart_type", "bar", Trigger::ExplicitStatement),
-                &[old, other]
+                &[old, other],
+                &equal
             ),
             Resolution::Insert
         );
@@ -204,7 +217,7 @@ mod tests {
             Trigger::ExplicitStatement,
         )];
         assert!(matches!(
-            resolve(&new("chart_type", "bar", Trigger::RepeatedChoice), &existing),
+            resolve(&new("chart_type", "bar", Trigger::RepeatedChoice), &existing, &equal),
             Resolution::Flag { memory_id, .. } if memory_id == "m1"
         ));
         // A stated value overrides an inferred one.
@@ -212,9 +225,40 @@ mod tests {
         assert!(matches!(
             resolve(
                 &new("chart_type", "bar", Trigger::ExplicitStatement),
-                &inferred
+                &inferred,
+                &equal
             ),
             Resolution::Supersede { .. }
         ));
+    }
+
+    #[test]
+    fn a_similar_topic_counts_as_the_same_topic() {
+        let existing = [stored(
+            "m1",
+            "chart_type",
+            "line",
+            Trigger::ExplicitStatement,
+        )];
+        let similar =
+            |a: &str, b: &str| a == b || matches!((a, b), ("pref:chart_style", "chart_type"));
+        assert_eq!(
+            resolve(
+                &new("pref:chart_style", "bar", Trigger::ExplicitStatement),
+                &existing,
+                &similar
+            ),
+            Resolution::Supersede {
+                memory_ids: vec!["m1".into()]
+            }
+        );
+        assert_eq!(
+            resolve(
+                &new("pref:chart_style", "bar", Trigger::ExplicitStatement),
+                &existing,
+                &equal
+            ),
+            Resolution::Insert
+        );
     }
 }

@@ -4,16 +4,18 @@
 //! drops the oldest summaries first and says so. The result has a structured form and a
 //! rendered text block ready to put in a prompt.
 //!
-//! Ranking here is lexical overlap with the query plus recency and decayed salience; the
-//! hybrid retrieval of the inference issue (dense + BM25) replaces `rank`.
-
-use std::collections::HashSet;
+//! The slots are ranked by the user's [`MemoryIndex`]: hybrid retrieval fusing the query's
+//! embedding, BM25 over its words, recency and salience; with no query, by recency and
+//! salience alone.
 
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Turn};
+use engram_storage::vector::VectorError;
 use serde::Serialize;
 
 use super::entities::EntityExtractor;
-use super::policy::{DAY_MS, RAW_TURNS, Route, decayed_salience};
+use super::index::{MemoryIndex, MemoryQuery};
+use super::policy::{RAW_TURNS, Route};
+use super::retrieve::SearchMode;
 use super::text::{count_tokens, extractive_summary};
 
 /// The instruction that closes every rendered context.
@@ -24,6 +26,8 @@ pub const NO_INVENTION: &str = "Do not invent memories that are not listed.";
 pub struct ContextRequest<'a> {
     /// The question about to be sent to the LLM, if any.
     pub query: Option<&'a str>,
+    /// The question's embedding (query role), if the node embeds.
+    pub query_vector: Option<&'a [f32]>,
     /// The route, which sets the slot budgets.
     pub route: Route,
     /// Token budget of the whole rendered context.
@@ -98,33 +102,15 @@ pub struct MemoryContext {
     pub text: String,
 }
 
-/// A memory record with its search words, computed once when the record is loaded or written
-/// rather than on every context read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct IndexedRecord {
-    /// The record.
-    pub record: MemoryRecord,
-    /// The words of its text, as [`EntityExtractor::tokens`] splits them.
-    pub words: HashSet<String>,
-}
-
-impl IndexedRecord {
-    /// Indexes `record`.
-    pub fn new(record: MemoryRecord, extractor: &EntityExtractor) -> Self {
-        let words = extractor.tokens(&record.summary_text).into_iter().collect();
-        IndexedRecord { record, words }
-    }
-}
-
 /// Assembles the context of a session. `turns` are the session's current window, oldest
-/// first; `records` are the user's memory records of every kind (filtered here by status,
-/// expiry and kind).
+/// first; `index` holds the user's memory records of every kind (filtered here by status,
+/// expiry and kind). Fails only on a query vector the index cannot take.
 pub fn assemble(
     request: &ContextRequest<'_>,
     turns: &[Turn],
-    records: &[&IndexedRecord],
+    index: &MemoryIndex,
     extractor: &EntityExtractor,
-) -> MemoryContext {
+) -> Result<MemoryContext, VectorError> {
     let split = turns.len().saturating_sub(RAW_TURNS);
     let (older, recent) = turns.split_at(split);
     let summaries: Vec<ContextSummary> = older
@@ -144,39 +130,35 @@ pub fn assemble(
         })
         .collect();
 
-    let query_tokens: HashSet<String> = request
-        .query
-        .map(|q| extractor.tokens(q).into_iter().collect())
-        .unwrap_or_default();
     let budget = request.route.budget();
     // Episodic memories of turns already in the working memory would repeat them.
-    let in_window: HashSet<(&str, u64)> = turns
+    let in_window: Vec<(&str, u64)> = turns
         .iter()
         .map(|t| (t.session_id.as_str(), t.seq))
         .collect();
-    let records: Vec<&IndexedRecord> = records
-        .iter()
-        .copied()
-        .filter(|r| match (&r.record.session_id, r.record.turn_id) {
-            (Some(session), Some(seq)) if r.record.kind == MemoryKind::Episodic => {
-                !in_window.contains(&(session.as_str(), seq))
-            }
-            (Some(_), Some(_)) => true,
-            (Some(_) | None, None) | (None, Some(_)) => true,
-        })
-        .collect();
-    let rank_kind = |kind, cap| {
-        rank(
-            records.iter().copied(),
-            kind,
-            &query_tokens,
-            request.now,
-            cap,
-        )
+    let slot = |kind: MemoryKind, cap: usize| -> Result<Vec<ContextMemory>, VectorError> {
+        if cap == 0 {
+            return Ok(Vec::new());
+        }
+        let query = MemoryQuery {
+            text: request.query.unwrap_or(""),
+            vector: request.query_vector,
+            k: cap,
+            mode: SearchMode::Hybrid,
+            now: request.now,
+            kinds: &[kind],
+            exclude_turns: &in_window,
+            fill: true,
+        };
+        Ok(index
+            .search(extractor, &query)?
+            .into_iter()
+            .map(|(r, score)| context_memory(r, score))
+            .collect())
     };
-    let profile = rank_kind(MemoryKind::Profile, budget.profile);
-    let episodic = rank_kind(MemoryKind::Episodic, budget.episodic);
-    let corrections = rank_kind(MemoryKind::Correction, budget.correction);
+    let profile = slot(MemoryKind::Profile, budget.profile)?;
+    let episodic = slot(MemoryKind::Episodic, budget.episodic)?;
+    let corrections = slot(MemoryKind::Correction, budget.correction)?;
 
     let mut entities: Vec<String> = Vec::new();
     for e in turns.iter().flat_map(|t| t.entities.iter().cloned()).chain(
@@ -233,7 +215,7 @@ pub fn assemble(
     }
     ctx.tokens = count_tokens(&ctx.text);
     ctx.truncated = !ctx.dropped.is_empty();
-    ctx
+    Ok(ctx)
 }
 
 fn drop_note(summaries: usize, others: &[String], budget: usize) -> Vec<String> {
@@ -258,53 +240,19 @@ pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
     ) && record.expires_at.is_none_or(|at| at > now)
 }
 
-fn rank<'r>(
-    records: impl IntoIterator<Item = &'r IndexedRecord>,
-    kind: MemoryKind,
-    query: &HashSet<String>,
-    now: Timestamp,
-    cap: usize,
-) -> Vec<ContextMemory> {
-    if cap == 0 {
-        return Vec::new();
+fn context_memory(r: &MemoryRecord, score: f32) -> ContextMemory {
+    ContextMemory {
+        memory_id: r.memory_id.clone(),
+        text: r.summary_text.clone(),
+        score,
+        corrected_sql: serde_json::from_str::<serde_json::Value>(&r.payload)
+            .ok()
+            .and_then(|p| {
+                p.get("corrected_sql")
+                    .and_then(|s| s.as_str())
+                    .map(str::to_owned)
+            }),
     }
-    let mut scored: Vec<(f32, &MemoryRecord)> = records
-        .into_iter()
-        .filter(|r| r.record.kind == kind && is_live(&r.record, now))
-        .map(|indexed| {
-            let r = &indexed.record;
-            let overlap = if query.is_empty() {
-                0.0
-            } else {
-                query.intersection(&indexed.words).count() as f32 / query.len() as f32
-            };
-            let age_days = (now.0 - r.last_seen_at.0).max(0) as f32 / DAY_MS as f32;
-            let recency = 1.0 / (1.0 + age_days / 7.0);
-            let salience = decayed_salience(kind, r.salience, r.last_seen_at, now);
-            (0.6 * overlap + 0.2 * recency + 0.2 * salience, r)
-        })
-        .collect();
-    // Best first; ties go to the newest (corrections are listed newest first).
-    scored.sort_by(|a, b| {
-        b.0.total_cmp(&a.0)
-            .then(b.1.created_at.cmp(&a.1.created_at))
-    });
-    scored
-        .into_iter()
-        .take(cap)
-        .map(|(score, r)| ContextMemory {
-            memory_id: r.memory_id.clone(),
-            text: r.summary_text.clone(),
-            score,
-            corrected_sql: serde_json::from_str::<serde_json::Value>(&r.payload)
-                .ok()
-                .and_then(|p| {
-                    p.get("corrected_sql")
-                        .and_then(|s| s.as_str())
-                        .map(str::to_owned)
-                }),
-        })
-        .collect()
 }
 
 /// The prompt block of `ctx`'s sections, with `notes` before the closing instruction.

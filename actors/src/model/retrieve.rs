@@ -6,8 +6,9 @@
 //!
 //! A [`Retriever`] holds one user's index: term statistics (document frequencies, lengths,
 //! postings) are kept up to date on every [`Retriever::index`] and [`Retriever::remove`], so a
-//! search touches only the postings of the query's words and one dot product per document.
-//! Filters run before ranking: a filtered-out document takes no rank in any list.
+//! search touches only the postings of the query's words. Vectors live in a storage
+//! [`VectorIndex`]: exact scans for small sets, HNSW once a set passes the configured
+//! threshold. Filters run before ranking: a filtered-out document takes no rank in any list.
 //!
 //! It does not embed text (the caller brings vectors from the inference pool), read a clock
 //! (the query says what "now" is) or persist anything: it is derived state, rebuilt from
@@ -17,10 +18,12 @@ mod bm25;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 
 use engram_storage::model::Timestamp;
+use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
 
 use self::bm25::Bm25Index;
 use super::entities::EntityExtractor;
@@ -76,6 +79,8 @@ pub struct RetrieverParams {
     pub recency_half_life_days: f32,
     /// Weight of the salience prior (the document's salience, 0 to 1).
     pub salience_weight: f32,
+    /// The vector index (its dimension is taken from the first vector indexed).
+    pub vectors: VectorConfig,
 }
 
 impl Default for RetrieverParams {
@@ -92,6 +97,7 @@ impl Default for RetrieverParams {
             recency_weight: 0.1,
             recency_half_life_days: 30.0,
             salience_weight: 0.1,
+            vectors: VectorConfig::default(),
         }
     }
 }
@@ -131,6 +137,10 @@ pub struct Query<'a, D> {
     pub now: Option<Timestamp>,
     /// Keeps only the documents it returns `true` for, before ranking.
     pub filter: Option<DocFilter<'a, D>>,
+    /// In hybrid mode, also return documents that match neither the words nor the vector,
+    /// ranked by their priors alone after every matched one (a context with no query still
+    /// fills its slots with the most recent and salient memories).
+    pub fill: bool,
 }
 
 impl<D> std::fmt::Debug for Query<'_, D> {
@@ -141,6 +151,7 @@ impl<D> std::fmt::Debug for Query<'_, D> {
             .field("mode", &self.mode)
             .field("has_vector", &self.vector.is_some())
             .field("has_filter", &self.filter.is_some())
+            .field("fill", &self.fill)
             .finish_non_exhaustive()
     }
 }
@@ -155,6 +166,7 @@ impl<'a, D> Query<'a, D> {
             mode,
             now: None,
             filter: None,
+            fill: false,
         }
     }
 
@@ -175,21 +187,28 @@ impl<'a, D> Query<'a, D> {
         self.now = Some(now);
         self
     }
+
+    /// Hybrid search also ranks unmatched documents, by their priors (see [`Query::fill`]).
+    pub fn fill(mut self) -> Self {
+        self.fill = true;
+        self
+    }
 }
 
 struct Doc<D> {
     id: D,
-    vector: Option<Vec<f32>>,
     features: DocFeatures,
     live: bool,
 }
 
-/// One user's retrieval index. `D` is the caller's document id.
+/// One user's retrieval index. `D` is the caller's document id (a string key: it also keys
+/// the vector index).
 pub struct Retriever<D> {
     params: RetrieverParams,
     docs: Vec<Doc<D>>,
     slots: HashMap<D, usize>,
     bm25: Bm25Index,
+    vectors: Option<VectorIndex>,
 }
 
 impl<D> std::fmt::Debug for Retriever<D> {
@@ -201,7 +220,7 @@ impl<D> std::fmt::Debug for Retriever<D> {
     }
 }
 
-impl<D: Clone + Eq + Hash> Retriever<D> {
+impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
     /// An empty index.
     pub fn new(params: RetrieverParams) -> Self {
         Retriever {
@@ -209,7 +228,13 @@ impl<D: Clone + Eq + Hash> Retriever<D> {
             docs: Vec::new(),
             slots: HashMap::new(),
             bm25: Bm25Index::default(),
+            vectors: None,
         }
+    }
+
+    /// Counters of the vector index (`None` before the first vector).
+    pub fn vector_stats(&self) -> Option<engram_storage::vector::VectorStats> {
+        self.vectors.as_ref().map(VectorIndex::stats)
     }
 
     /// The tuning.
@@ -227,8 +252,9 @@ impl<D: Clone + Eq + Hash> Retriever<D> {
         self.slots.is_empty()
     }
 
-    /// Indexes a document, replacing any earlier one with the same id. `vector` must be
-    /// L2-normalised and of the query vectors' dimension.
+    /// Indexes a document, replacing any earlier one with the same id. `vector` must have
+    /// the dimension of the first vector indexed (it is normalised here); a bad vector is
+    /// refused and leaves the index unchanged.
     pub fn index(
         &mut self,
         extractor: &EntityExtractor,
@@ -236,37 +262,74 @@ impl<D: Clone + Eq + Hash> Retriever<D> {
         text: &str,
         vector: Option<&[f32]>,
         features: DocFeatures,
-    ) {
-        self.remove(&id);
+    ) -> Result<(), VectorError> {
+        match vector {
+            Some(vector) => {
+                let vectors = match &mut self.vectors {
+                    Some(vectors) => vectors,
+                    empty @ None => empty.insert(VectorIndex::new(VectorConfig {
+                        dimension: vector.len(),
+                        ..self.params.vectors.clone()
+                    })?),
+                };
+                vectors.upsert(id.borrow(), vector)?;
+            }
+            None => {
+                if let Some(vectors) = &self.vectors {
+                    vectors.remove(id.borrow());
+                }
+            }
+        }
+        self.remove_terms(&id);
         let terms = self.terms(extractor, text);
         let slot = self.docs.len();
         self.bm25.add(slot, &terms);
         self.docs.push(Doc {
             id: id.clone(),
-            vector: vector.map(<[f32]>::to_vec),
             features,
             live: true,
         });
         self.slots.insert(id, slot);
+        Ok(())
     }
 
     /// Removes a document; returns whether it was there.
     pub fn remove(&mut self, id: &D) -> bool {
-        let Some(slot) = self.slots.remove(id) else {
+        if let Some(vectors) = &self.vectors {
+            vectors.remove(id.borrow());
+        }
+        self.remove_terms(id)
+    }
+
+    fn remove_terms(&mut self, id: &D) -> bool {
+        let Some(slot) = self.slots.remove::<str>(id.borrow()) else {
             return false;
         };
         self.bm25.remove(slot);
-        let doc = &mut self.docs[slot];
-        doc.live = false;
-        doc.vector = None;
+        self.docs[slot].live = false;
         true
     }
 
+    /// Rebuilds the vector index if its tombstones or size ask for it (after many updates of
+    /// a large set); run it off the async threads.
+    pub fn maintain(&self) {
+        if let Some(vectors) = &self.vectors
+            && vectors.needs_rebuild()
+        {
+            vectors.compact();
+        }
+    }
+
     /// The `query.k` best documents, best first, with their scores (BM25, cosine, or the
-    /// fused score, by mode). Ties keep indexing order.
-    pub fn search(&self, extractor: &EntityExtractor, query: &Query<'_, D>) -> Vec<(D, f32)> {
+    /// fused score, by mode). Ties keep indexing order. Fails only on a query vector of the
+    /// wrong dimension or with non-finite components.
+    pub fn search(
+        &self,
+        extractor: &EntityExtractor,
+        query: &Query<'_, D>,
+    ) -> Result<Vec<(D, f32)>, VectorError> {
         if query.k == 0 || self.slots.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let allowed: Vec<bool> = self
             .docs
@@ -274,14 +337,14 @@ impl<D: Clone + Eq + Hash> Retriever<D> {
             .map(|d| d.live && query.filter.is_none_or(|f| f(&d.id, &d.features)))
             .collect();
         let ranked = match query.mode {
-            SearchMode::Dense => self.dense(query.vector, &allowed),
+            SearchMode::Dense => self.dense(query.vector, query.k, &allowed)?,
             SearchMode::Bm25 => self.lexical(extractor, query.text, &allowed),
-            SearchMode::Hybrid => self.hybrid(extractor, query, &allowed),
+            SearchMode::Hybrid => self.hybrid(extractor, query, &allowed)?,
         };
-        top_k(ranked, query.k)
+        Ok(top_k(ranked, query.k)
             .into_iter()
             .map(|(slot, score)| (self.docs[slot].id.clone(), score))
-            .collect()
+            .collect())
     }
 
     fn terms(&self, extractor: &EntityExtractor, text: &str) -> Vec<String> {
@@ -305,16 +368,21 @@ impl<D: Clone + Eq + Hash> Retriever<D> {
             .score(&terms, self.params.k1, self.params.b, allowed)
     }
 
-    fn dense(&self, vector: Option<&[f32]>, allowed: &[bool]) -> Vec<(usize, f32)> {
-        let Some(query) = vector else {
-            return Vec::new();
+    fn dense(
+        &self,
+        vector: Option<&[f32]>,
+        k: usize,
+        allowed: &[bool],
+    ) -> Result<Vec<(usize, f32)>, VectorError> {
+        let (Some(query), Some(vectors)) = (vector, &self.vectors) else {
+            return Ok(Vec::new());
         };
-        self.docs
-            .iter()
-            .enumerate()
-            .filter(|(slot, _)| allowed[*slot])
-            .filter_map(|(slot, doc)| doc.vector.as_deref().map(|v| (slot, dot(query, v))))
-            .collect()
+        let slot_of = |id: &str| self.slots.get(id).copied();
+        let hits = vectors.search(query, k, |id| slot_of(id).is_some_and(|s| allowed[s]))?;
+        Ok(hits
+            .into_iter()
+            .filter_map(|(id, score)| Some((slot_of(&id)?, score)))
+            .collect())
     }
 
     fn hybrid(
@@ -322,9 +390,9 @@ impl<D: Clone + Eq + Hash> Retriever<D> {
         extractor: &EntityExtractor,
         query: &Query<'_, D>,
         allowed: &[bool],
-    ) -> Vec<(usize, f32)> {
+    ) -> Result<Vec<(usize, f32)>, VectorError> {
         let p = &self.params;
-        let mut dense = self.dense(query.vector, allowed);
+        let mut dense = self.dense(query.vector, p.depth, allowed)?;
         let mut lexical = self.lexical(extractor, query.text, allowed);
         sort_desc(&mut dense);
         sort_desc(&mut lexical);
@@ -378,12 +446,22 @@ impl<D: Clone + Eq + Hash> Retriever<D> {
                 }
             }
         }
-        fused.into_iter().collect()
+        if query.fill {
+            // Unmatched documents rank after every matched one, by their priors alone.
+            let floor = fused.values().copied().reduce(f32::min).unwrap_or(0.0);
+            let scale = match p.fusion {
+                Fusion::Rrf { k } => 1.0 / (k + 1.0),
+                Fusion::Weighted => 1.0,
+            };
+            let top = (p.recency_weight + p.salience_weight) * scale + f32::EPSILON;
+            for slot in (0..self.docs.len()).filter(|&slot| allowed[slot]) {
+                fused
+                    .entry(slot)
+                    .or_insert_with(|| floor - top + prior(slot) * scale);
+            }
+        }
+        Ok(fused.into_iter().collect())
     }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 /// Best first; equal scores keep slot (indexing) order.

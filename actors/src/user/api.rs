@@ -6,6 +6,7 @@ use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, SessionRow, 
 use serde::{Deserialize, Serialize};
 
 use crate::model::policy::Route;
+use crate::model::retrieve::SearchMode;
 
 /// A conversation turn sent by a gateway.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,6 +98,38 @@ pub struct ContextQuery {
     pub route: Route,
     /// Token budget.
     pub token_budget: usize,
+}
+
+/// A search of a user's memories (the retrieval behind the context's slots, exposed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchQuery {
+    /// What to look for.
+    pub query: String,
+    /// At most this many hits (1 to 100).
+    pub k: usize,
+    /// Only these kinds (empty: every kind).
+    pub kinds: Vec<MemoryKind>,
+    /// Which signals rank.
+    pub mode: SearchMode,
+}
+
+/// A memory found by a search.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchHit {
+    /// The memory.
+    pub memory: MemoryRecord,
+    /// Its score (fused, BM25 or cosine, by mode).
+    pub score: f32,
+}
+
+/// The outcome of a search.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResult {
+    /// Hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// Whether the query was embedded (false: the node does not embed, or its pool was
+    /// overloaded and the search fell back to words and priors).
+    pub embedded: bool,
 }
 
 /// A direct write of a memory record (write a candidate, or upsert by id).

@@ -3,13 +3,16 @@
 //! acknowledgement plus the records it changed (for the actor's cache).
 //!
 //! Domain rejections (unknown turn, unknown memory) happen before the first write, so a
-//! rejected request commits nothing.
+//! rejected request commits nothing. Embeddings were computed before the transaction
+//! ([`Prepared`]); a record is stored with the embedding of the text it is indexed by.
+
+use std::collections::HashMap;
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{
-    Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag,
-    SessionRule, Timestamp, Trigger, Turn,
+    Embedding, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel,
+    ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
 };
 use serde_json::json;
 
@@ -47,6 +50,69 @@ pub struct WriteScope<'a> {
     pub now: Timestamp,
     /// Session rules (window and retention).
     pub rule: SessionRule,
+    /// What was computed before the transaction.
+    pub prepared: &'a Prepared,
+}
+
+/// What a write computed before its transaction: embeddings of the texts it may store and of
+/// the topics it may compare. Empty when the node does not embed.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    /// The model of the vectors (`None`: the node does not embed).
+    pub model: Option<String>,
+    /// Passage embeddings, by text.
+    pub vectors: HashMap<String, Vec<f32>>,
+    /// Embeddings of topic phrases ([`topic_phrase`]), by normalised topic.
+    pub topics: HashMap<String, Vec<f32>>,
+    /// The cosine above which two topics are the same topic.
+    pub topic_threshold: f32,
+}
+
+impl Prepared {
+    /// Whether two normalised topics are the same topic: equal, or their phrases' embeddings
+    /// are closer than the model's threshold.
+    pub fn same_topic(&self, a: &str, b: &str) -> bool {
+        a == b
+            || match (self.topics.get(a), self.topics.get(b)) {
+                (Some(x), Some(y)) => {
+                    x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>() > self.topic_threshold
+                }
+                (Some(_) | None, Some(_) | None) => false,
+            }
+    }
+
+    /// Stores the embedding of `text` as `memory_id`'s, or removes a stale one when there is
+    /// none (the text changed on a node that does not embed).
+    fn store(&self, u: &mut UserData<'_>, memory_id: &str, text: &str) -> StorageResult<()> {
+        match (&self.model, self.vectors.get(text)) {
+            (Some(model), Some(vector)) => u.put_embedding(
+                memory_id,
+                &Embedding {
+                    model: model.clone(),
+                    vector: vector.clone(),
+                },
+            ),
+            (Some(_) | None, Some(_) | None) => u.remove_embedding(memory_id),
+        }
+    }
+}
+
+/// The phrase a normalised topic is embedded as: `chart_type` is "chart type",
+/// `pref:spicy_food` is "spicy food".
+pub fn topic_phrase(topic: &str) -> String {
+    topic
+        .strip_prefix("pref:")
+        .unwrap_or(topic)
+        .replace('_', " ")
+}
+
+/// The text a turn is indexed and embedded by (its episodic memory's).
+pub fn turn_text(user_text: &str, assistant_text: &str) -> String {
+    if assistant_text.is_empty() {
+        user_text.to_owned()
+    } else {
+        format!("{user_text}\n{assistant_text}")
+    }
 }
 
 /// The session rule of the memory model with a retention period.
@@ -102,17 +168,7 @@ pub fn append_turn(
     }
     for (topic, value) in &req.choices {
         if u.count_choice(topic, value)? == REPEATED_CHOICE_THRESHOLD {
-            let phrase = format!("{topic}: {value}");
-            let (topic, value) = if topic.is_empty() {
-                normalise_preference(value)
-            } else {
-                (topic.clone(), value.clone())
-            };
-            let p = Preference {
-                topic,
-                value,
-                phrase,
-            };
+            let p = choice_preference(topic, value);
             let (change, records) = apply(u, scope, &origin, profile(&p, Trigger::RepeatedChoice))?;
             changes.push(change);
             changed.extend(records);
@@ -127,6 +183,22 @@ pub fn append_turn(
         replayed: false,
     };
     Ok(Ok((ack, changed)))
+}
+
+/// The preference a choice counts towards: its topic as given (or one found in its value
+/// when the topic is empty) and its value.
+pub fn choice_preference(topic: &str, value: &str) -> Preference {
+    let phrase = format!("{topic}: {value}");
+    let (topic, value) = if topic.is_empty() {
+        normalise_preference(value)
+    } else {
+        (topic.to_owned(), value.to_owned())
+    };
+    Preference {
+        topic,
+        value,
+        phrase,
+    }
 }
 
 /// Records feedback on a turn: a dislike with a corrected SQL and a comment forms a
@@ -228,6 +300,9 @@ pub fn write_memory(
         record.last_seen_at = scope.now;
         record.expires_at = expires_at(record.kind, scope.now);
         u.put_record(&record)?;
+        scope
+            .prepared
+            .store(u, &record.memory_id, &record.summary_text)?;
         let ack = MemoryAck {
             memory: record.clone(),
             action: "updated".into(),
@@ -254,6 +329,7 @@ pub fn write_memory(
         agent: req.source_agent.clone(),
         memory_id: req.memory_id.clone(),
         valid: (req.valid_from, req.valid_to),
+        text: None,
     };
     let (change, records) = apply(u, scope, &origin, new)?;
     let memory = records
@@ -422,6 +498,8 @@ struct Origin {
     agent: Option<String>,
     memory_id: Option<String>,
     valid: (Option<Timestamp>, Option<Timestamp>),
+    /// The turn's text, which an episodic memory is indexed by.
+    text: Option<String>,
 }
 
 impl Origin {
@@ -431,6 +509,7 @@ impl Origin {
             turn: Some(turn.seq),
             trace: turn.trace_id.clone(),
             route: turn.route.clone(),
+            text: Some(turn_text(&turn.user_text, &turn.assistant_text)),
             ..Origin::default()
         }
     }
@@ -465,7 +544,7 @@ fn apply(
     } else {
         Vec::new()
     };
-    let resolution = resolve(&new, &existing);
+    let resolution = resolve(&new, &existing, &|a, b| scope.prepared.same_topic(a, b));
     if let Resolution::Reinforce { memory_id } = &resolution
         && let Some(mut record) = existing.into_iter().find(|r| &r.memory_id == memory_id)
     {
@@ -546,6 +625,11 @@ fn apply(
         }
     };
     u.put_record(&record)?;
+    let text = match &origin.text {
+        Some(turn) if record.kind == MemoryKind::Episodic => turn.as_str(),
+        Some(_) | None => record.summary_text.as_str(),
+    };
+    scope.prepared.store(u, &memory_id, text)?;
     let change = MemoryChange {
         memory_id,
         kind: record.kind,

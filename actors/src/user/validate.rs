@@ -4,7 +4,7 @@
 use engram_storage::model::{MemoryKind, MemoryStatus};
 
 use super::api::{
-    ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, StatusChange, TurnRequest,
+    ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, SearchQuery, StatusChange, TurnRequest,
 };
 use crate::error::{Error, Result};
 
@@ -189,6 +189,20 @@ pub(super) fn intent(req: &IntentWrite) -> Result<()> {
         return Err(Error::invalid(
             "fields",
             format!("is {size} bytes of JSON; at most {MAX_PAYLOAD}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Most hits a search may ask for.
+pub const MAX_SEARCH_K: usize = 100;
+
+pub(super) fn search(query: &SearchQuery) -> Result<()> {
+    check_text("query", &query.query, MAX_QUERY, true)?;
+    if query.k == 0 || query.k > MAX_SEARCH_K {
+        return Err(Error::invalid(
+            "k",
+            format!("is {}; must be 1 to {MAX_SEARCH_K}", query.k),
         ));
     }
     Ok(())

@@ -8,6 +8,7 @@ use engram_storage::model::{
 use proptest::prelude::*;
 
 use super::*;
+use crate::model::index::MemoryIndex;
 
 static EXTRACTOR: LazyLock<EntityExtractor> = LazyLock::new(EntityExtractor::default);
 
@@ -29,14 +30,17 @@ fn turns(n: u64) -> Vec<Turn> {
         .collect()
 }
 
-fn rec(
-    id: &str,
-    kind: MemoryKind,
-    text: &str,
-    status: MemoryStatus,
-    created: i64,
-) -> IndexedRecord {
-    IndexedRecord::new(raw(id, kind, text, status, created), &EXTRACTOR)
+fn rec(id: &str, kind: MemoryKind, text: &str, status: MemoryStatus, created: i64) -> MemoryRecord {
+    raw(id, kind, text, status, created)
+}
+
+/// An index of `records` (no vectors: BM25 and the priors rank).
+fn index(records: impl IntoIterator<Item = MemoryRecord>) -> MemoryIndex {
+    let mut index = MemoryIndex::default();
+    for r in records {
+        index.upsert(&EXTRACTOR, r, None, None).unwrap();
+    }
+    index
 }
 
 fn raw(id: &str, kind: MemoryKind, text: &str, status: MemoryStatus, created: i64) -> MemoryRecord {
@@ -72,6 +76,7 @@ fn raw(id: &str, kind: MemoryKind, text: &str, status: MemoryStatus, created: i6
 fn request(budget: usize) -> ContextRequest<'static> {
     ContextRequest {
         query: Some("GMV chart for East China"),
+        query_vector: None,
         route: Route::Nl2sqlQuery,
         token_budget: budget,
         now: Timestamp(1_000),
@@ -80,7 +85,13 @@ fn request(budget: usize) -> ContextRequest<'static> {
 
 #[test]
 fn last_six_turns_raw_and_older_ones_summarised() {
-    let ctx = assemble(&request(5_000), &turns(10), &[], &EXTRACTOR);
+    let ctx = assemble(
+        &request(5_000),
+        &turns(10),
+        &MemoryIndex::default(),
+        &EXTRACTOR,
+    )
+    .unwrap();
     assert_eq!(
         ctx.recent_turns.iter().map(|t| t.seq).collect::<Vec<_>>(),
         [4, 5, 6, 7, 8, 9]
@@ -162,14 +173,15 @@ fn slots_follow_route_budgets_and_skip_dead_records() {
         MemoryStatus::Active,
         1,
     );
-    expired.record.expires_at = Some(Timestamp(999));
+    expired.expires_at = Some(Timestamp(999));
     records.push(expired);
     let ctx = assemble(
         &request(5_000),
         &turns(2),
-        &records.iter().collect::<Vec<_>>(),
+        &index(records.clone()),
         &EXTRACTOR,
-    );
+    )
+    .unwrap();
     let ids = |m: &[ContextMemory]| m.iter().map(|m| m.memory_id.clone()).collect::<Vec<_>>();
     let mut profile = ids(&ctx.profile);
     profile.sort();
@@ -182,9 +194,10 @@ fn slots_follow_route_budgets_and_skip_dead_records() {
             ..request(5_000)
         },
         &turns(2),
-        &records.iter().collect::<Vec<_>>(),
+        &index(records),
         &EXTRACTOR,
-    );
+    )
+    .unwrap();
     assert!(kpi.episodic.is_empty(), "kpi_lookup has no episodic slot");
     assert_eq!(kpi.corrections.len(), 1);
 }
@@ -207,16 +220,8 @@ fn memories_formed_from_turns_in_the_window_are_not_repeated() {
         1,
     );
     (older.session_id, older.turn_id) = (Some("s-old".into()), Some(1));
-    let records = [
-        IndexedRecord::new(from_window, &EXTRACTOR),
-        IndexedRecord::new(older, &EXTRACTOR),
-    ];
-    let ctx = assemble(
-        &request(5_000),
-        &turns(3),
-        &records.iter().collect::<Vec<_>>(),
-        &EXTRACTOR,
-    );
+    let records = [from_window, older];
+    let ctx = assemble(&request(5_000), &turns(3), &index(records), &EXTRACTOR).unwrap();
     let ids: Vec<_> = ctx.episodic.iter().map(|m| m.memory_id.as_str()).collect();
     assert_eq!(ids, ["e2"]);
 }
@@ -239,20 +244,27 @@ fn relevant_memories_rank_first() {
             1,
         ),
     ];
-    let ctx = assemble(
-        &request(5_000),
-        &[],
-        &records.iter().collect::<Vec<_>>(),
-        &EXTRACTOR,
-    );
+    let ctx = assemble(&request(5_000), &[], &index(records), &EXTRACTOR).unwrap();
     assert_eq!(ctx.profile[0].memory_id, "p2");
 }
 
 #[test]
 fn over_budget_drops_oldest_summaries_first_and_says_so() {
-    let all = assemble(&request(100_000), &turns(20), &[], &EXTRACTOR);
+    let all = assemble(
+        &request(100_000),
+        &turns(20),
+        &MemoryIndex::default(),
+        &EXTRACTOR,
+    )
+    .unwrap();
     let budget = all.tokens - 30;
-    let ctx = assemble(&request(budget), &turns(20), &[], &EXTRACTOR);
+    let ctx = assemble(
+        &request(budget),
+        &turns(20),
+        &MemoryIndex::default(),
+        &EXTRACTOR,
+    )
+    .unwrap();
     assert!(
         ctx.truncated && ctx.tokens <= budget,
         "{} > {budget}",
@@ -277,7 +289,7 @@ proptest! {
     #[test]
     fn the_rendered_context_fits_any_reasonable_budget(n in 0u64..20, budget in 150usize..3000) {
         let records: Vec<_> = (0..10).map(|i| rec(&format!("m{i}"), MemoryKind::ALL[i % 4], "prefers monthly GMV by region in 华东", MemoryStatus::Active, i as i64)).collect();
-        let ctx = assemble(&request(budget), &turns(n), &records.iter().collect::<Vec<_>>(), &EXTRACTOR);
+        let ctx = assemble(&request(budget), &turns(n), &index(records), &EXTRACTOR).unwrap();
         prop_assert!(ctx.tokens <= budget || (ctx.summaries.is_empty() && ctx.profile.is_empty() && ctx.recent_turns.len() <= 1));
         prop_assert_eq!(ctx.tokens, count_tokens(&ctx.text));
         prop_assert!(ctx.text.ends_with(NO_INVENTION));

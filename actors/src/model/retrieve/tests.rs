@@ -25,7 +25,8 @@ fn ids(hits: &[(&'static str, f32)]) -> Vec<&'static str> {
 fn retriever(docs: &[(&'static str, &str)]) -> Retriever<&'static str> {
     let mut r = Retriever::new(RetrieverParams::default());
     for &(id, text) in docs {
-        r.index(&EXTRACTOR, id, text, None, DocFeatures::default());
+        r.index(&EXTRACTOR, id, text, None, DocFeatures::default())
+            .unwrap();
     }
     r
 }
@@ -38,15 +39,19 @@ fn bm25_ranks_the_matching_document_first() {
         ("c", "We adopted a puppy, a golden retriever named Oscar"),
         ("d", "The weather was nice and we went for a walk"),
     ]);
-    let hits = r.search(
-        &EXTRACTOR,
-        &Query::new("what is the name of the puppy", 2, SearchMode::Bm25),
-    );
+    let hits = r
+        .search(
+            &EXTRACTOR,
+            &Query::new("what is the name of the puppy", 2, SearchMode::Bm25),
+        )
+        .unwrap();
     assert_eq!(hits[0].0, "c", "{hits:?}");
-    let hits = r.search(
-        &EXTRACTOR,
-        &Query::new("paintings of sunsets", 4, SearchMode::Bm25),
-    );
+    let hits = r
+        .search(
+            &EXTRACTOR,
+            &Query::new("paintings of sunsets", 4, SearchMode::Bm25),
+        )
+        .unwrap();
     assert_eq!(
         ids(&hits),
         ["b"],
@@ -63,21 +68,27 @@ fn dense_ranks_by_cosine_and_skips_documents_without_vectors() {
         "one",
         Some(&unit(0, 0.0)),
         DocFeatures::default(),
-    );
+    )
+    .unwrap();
     r.index(
         &EXTRACTOR,
         "y",
         "two",
         Some(&unit(1, 0.0)),
         DocFeatures::default(),
-    );
-    r.index(&EXTRACTOR, "z", "three", None, DocFeatures::default());
+    )
+    .unwrap();
+    r.index(&EXTRACTOR, "z", "three", None, DocFeatures::default())
+        .unwrap();
     let q = unit(1, 0.1);
-    let hits = r.search(&EXTRACTOR, &Query::new("", 5, SearchMode::Dense).vector(&q));
+    let hits = r
+        .search(&EXTRACTOR, &Query::new("", 5, SearchMode::Dense).vector(&q))
+        .unwrap();
     assert_eq!(ids(&hits), ["y", "x"]);
     assert!(hits[0].1 > 0.99 && hits[1].1.abs() < 0.01, "{hits:?}");
     assert!(
         r.search(&EXTRACTOR, &Query::new("one", 5, SearchMode::Dense))
+            .unwrap()
             .is_empty()
     );
 }
@@ -111,12 +122,15 @@ fn fusion_beats_either_signal_alone() {
         ("filler2", "a quiet day at home", unit(0, 1.5)),
     ];
     for (id, text, v) in &docs {
-        r.index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default());
+        r.index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default())
+            .unwrap();
     }
     let text = "when is the wedding in Lisbon in June";
     let relevant = ["lexical", "semantic"];
     let recall = |mode| {
-        let hits = r.search(&EXTRACTOR, &Query::new(text, 2, mode).vector(&q));
+        let hits = r
+            .search(&EXTRACTOR, &Query::new(text, 2, mode).vector(&q))
+            .unwrap();
         hits.iter().filter(|(id, _)| relevant.contains(id)).count()
     };
     assert_eq!(recall(SearchMode::Bm25), 1);
@@ -128,12 +142,16 @@ fn fusion_beats_either_signal_alone() {
         ..RetrieverParams::default()
     });
     for (id, text, v) in &docs {
-        weighted.index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default());
+        weighted
+            .index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default())
+            .unwrap();
     }
-    let hits = weighted.search(
-        &EXTRACTOR,
-        &Query::new(text, 2, SearchMode::Hybrid).vector(&q),
-    );
+    let hits = weighted
+        .search(
+            &EXTRACTOR,
+            &Query::new(text, 2, SearchMode::Hybrid).vector(&q),
+        )
+        .unwrap();
     assert_eq!(
         hits.iter().filter(|(id, _)| relevant.contains(id)).count(),
         2,
@@ -149,15 +167,19 @@ fn chinese_queries_match_chinese_text_through_jieba_words() {
         ("hobby", "我妹妹的兴趣爱好是摄影。"),
         ("city", "我住在广东深圳。"),
     ]);
-    let hits = r.search(
-        &EXTRACTOR,
-        &Query::new("妹妹喜欢什么兴趣爱好？", 1, SearchMode::Bm25),
-    );
+    let hits = r
+        .search(
+            &EXTRACTOR,
+            &Query::new("妹妹喜欢什么兴趣爱好？", 1, SearchMode::Bm25),
+        )
+        .unwrap();
     assert_eq!(ids(&hits), ["hobby"]);
-    let hits = r.search(
-        &EXTRACTOR,
-        &Query::new("上司是做什么工作的，银行吗", 1, SearchMode::Bm25),
-    );
+    let hits = r
+        .search(
+            &EXTRACTOR,
+            &Query::new("上司是做什么工作的，银行吗", 1, SearchMode::Bm25),
+        )
+        .unwrap();
     assert_eq!(ids(&hits), ["job"]);
 }
 
@@ -175,15 +197,18 @@ fn filters_apply_before_ranking() {
             "GMV of East China",
             Some(&unit(0, 0.0)),
             features,
-        );
+        )
+        .unwrap();
     }
     let keep = |id: &&str, f: &DocFeatures| *id != "other" && f.seen_at.0 >= 1000;
     let q = unit(0, 0.0);
     for mode in [SearchMode::Bm25, SearchMode::Dense, SearchMode::Hybrid] {
-        let hits = r.search(
-            &EXTRACTOR,
-            &Query::new("GMV", 3, mode).vector(&q).filter(&keep),
-        );
+        let hits = r
+            .search(
+                &EXTRACTOR,
+                &Query::new("GMV", 3, mode).vector(&q).filter(&keep),
+            )
+            .unwrap();
         assert_eq!(ids(&hits), ["new"], "{mode:?}");
     }
 }
@@ -201,7 +226,8 @@ fn recency_and_salience_break_ties_in_hybrid_search() {
             seen_at: Timestamp(0),
             salience: 0.5,
         },
-    );
+    )
+    .unwrap();
     r.index(
         &EXTRACTOR,
         "fresh",
@@ -211,7 +237,8 @@ fn recency_and_salience_break_ties_in_hybrid_search() {
             seen_at: Timestamp(60 * day),
             salience: 0.5,
         },
-    );
+    )
+    .unwrap();
     r.index(
         &EXTRACTOR,
         "salient",
@@ -221,31 +248,39 @@ fn recency_and_salience_break_ties_in_hybrid_search() {
             seen_at: Timestamp(0),
             salience: 1.0,
         },
-    );
-    let hits = r.search(
-        &EXTRACTOR,
-        &Query::new("line charts", 3, SearchMode::Hybrid).now(Timestamp(60 * day)),
-    );
+    )
+    .unwrap();
+    let hits = r
+        .search(
+            &EXTRACTOR,
+            &Query::new("line charts", 3, SearchMode::Hybrid).now(Timestamp(60 * day)),
+        )
+        .unwrap();
     assert_eq!(hits[2].0, "stale", "{hits:?}");
 }
 
 #[test]
 fn reindexing_replaces_and_removal_forgets() {
     let mut r = retriever(&[("a", "apples and pears"), ("b", "bananas")]);
-    r.index(&EXTRACTOR, "a", "cherries", None, DocFeatures::default());
+    r.index(&EXTRACTOR, "a", "cherries", None, DocFeatures::default())
+        .unwrap();
     assert_eq!(r.len(), 2);
     assert!(
         r.search(&EXTRACTOR, &Query::new("apples", 5, SearchMode::Bm25))
+            .unwrap()
             .is_empty()
     );
     assert_eq!(
-        ids(&r.search(&EXTRACTOR, &Query::new("cherries", 5, SearchMode::Bm25))),
+        ids(&r
+            .search(&EXTRACTOR, &Query::new("cherries", 5, SearchMode::Bm25))
+            .unwrap()),
         ["a"]
     );
     assert!(r.remove(&"b"));
     assert!(!r.remove(&"b"));
     assert!(
         r.search(&EXTRACTOR, &Query::new("bananas", 5, SearchMode::Hybrid))
+            .unwrap()
             .is_empty()
     );
     assert_eq!(r.len(), 1);

@@ -1,0 +1,278 @@
+//! The user actors with the real embedding pool (multilingual-e5-small from the pinned wheel,
+//! installed by `.ci/models`) on a real SQLite file: every written memory is stored with its
+//! embedding, searches and contexts rank by meaning, the index is rebuilt from storage by a
+//! fresh node, and the conflict rule compares topics by embedding.
+
+use std::sync::Arc;
+
+use engram_actors::clock::{ManualClock, SharedClock};
+use engram_actors::directory::Directory;
+use engram_actors::embed::Embedder;
+use engram_actors::model::context::MemoryContext;
+use engram_actors::model::entities::EntityExtractor;
+use engram_actors::model::policy::Route;
+use engram_actors::model::retrieve::SearchMode;
+use engram_actors::placement::UserKey;
+use engram_actors::services::{Metrics, Services, Settings};
+use engram_actors::user::UserMsg;
+use engram_actors::user::api::{
+    ContextQuery, MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
+};
+use engram_inference::{EmbeddingPool, ModelKind, PoolConfig};
+use engram_storage::data::UserData;
+use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
+use engram_storage::sqlite::SqliteOptions;
+use engram_storage::{Keyspace, Store};
+use serde_json::json;
+use tempfile::TempDir;
+
+struct Node {
+    directory: Arc<Directory>,
+    store: Store,
+}
+
+async fn node(dir: &TempDir, pool: &EmbeddingPool) -> Node {
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let services = Services {
+        store: store.clone(),
+        keyspace: Keyspace::new("engram"),
+        clock: ManualClock::new(Timestamp(1_780_000_000_000)) as SharedClock,
+        extractor: Arc::new(EntityExtractor::default()),
+        embedder: Some(Embedder::new(pool.clone(), ModelKind::MultilingualE5Small)),
+        settings: Settings::default(),
+        metrics: Arc::new(Metrics::default()),
+    };
+    Node {
+        directory: Directory::new(services),
+        store,
+    }
+}
+
+fn alice() -> UserKey {
+    UserKey::new("acme", "alice")
+}
+
+async fn turn(node: &Node, id: &str, session: &str, text: &str) {
+    let req = TurnRequest {
+        request_id: id.into(),
+        session_id: Some(session.into()),
+        user_text: text.into(),
+        assistant_text: "Noted.".into(),
+        route: None,
+        success: true,
+        trace_id: None,
+        choices: Vec::new(),
+    };
+    let ack = node
+        .directory
+        .call(&alice(), |reply| UserMsg::Turn(req.clone(), reply))
+        .await
+        .unwrap();
+    assert!(ack.written);
+}
+
+async fn search(node: &Node, query: &str, mode: SearchMode) -> SearchResult {
+    let q = SearchQuery {
+        query: query.into(),
+        k: 3,
+        kinds: Vec::new(),
+        mode,
+    };
+    node.directory
+        .call(&alice(), |reply| UserMsg::Search(q.clone(), reply))
+        .await
+        .unwrap()
+}
+
+async fn profile(node: &Node, id: &str, topic: &str, value: &str, text: &str) -> MemoryAck {
+    let req = MemoryWrite {
+        request_id: id.into(),
+        memory_id: None,
+        kind: MemoryKind::Profile,
+        text: text.into(),
+        payload: json!({ "topic": topic, "value": value }),
+        status: MemoryStatus::Active,
+        namespace: "default".into(),
+        scope: "global".into(),
+        confidence: 0.8,
+        salience: 0.6,
+        valid_from: None,
+        valid_to: None,
+        session_id: None,
+        source_route: None,
+        source_agent: None,
+        trace_id: None,
+    };
+    node.directory
+        .call(&alice(), |reply| UserMsg::WriteMemory(req.clone(), reply))
+        .await
+        .unwrap()
+}
+
+async fn pool() -> EmbeddingPool {
+    EmbeddingPool::start(PoolConfig::default())
+        .await
+        .expect("the e5 model is installed by .ci/models")
+}
+
+const TURNS: [&str; 3] = [
+    "We adopted a golden retriever puppy and named him Oscar",
+    "The quarterly GMV report for East China is ready",
+    "I went hiking in the mountains last weekend",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memories_are_stored_with_embeddings_and_found_by_meaning_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool().await;
+    let first = node(&dir, &pool).await;
+    for (i, text) in TURNS.iter().enumerate() {
+        turn(&first, &format!("r{i}"), "s1", text).await;
+    }
+
+    // Every episodic memory has its turn's embedding in storage, of the node's model.
+    let ks = Keyspace::new("engram");
+    let (records, embeddings) = first
+        .store
+        .read(move |txn| {
+            let mut u = UserData::new(txn, &ks, "acme", "alice");
+            Ok((u.records(MemoryKind::Episodic)?, u.embeddings()?))
+        })
+        .await
+        .unwrap();
+    assert_eq!(records.len(), 3);
+    assert_eq!(embeddings.len(), 3);
+    for (id, embedding) in &embeddings {
+        assert!(records.iter().any(|r| &r.memory_id == id));
+        assert_eq!(embedding.model, "multilingual-e5-small");
+        assert_eq!(embedding.vector.len(), 384);
+    }
+
+    // No word of the question is in the turn: only the embedding can find it.
+    let question = "what is my dog called?";
+    let dense = search(&first, question, SearchMode::Dense).await;
+    assert!(dense.embedded);
+    assert_eq!(dense.hits[0].memory.turn_id, Some(0), "{:?}", dense.hits);
+    let hybrid = search(&first, question, SearchMode::Hybrid).await;
+    assert_eq!(hybrid.hits[0].memory.turn_id, Some(0));
+    let bm25 = search(&first, question, SearchMode::Bm25).await;
+    assert!(!bm25.embedded, "a BM25 search embeds nothing");
+    first
+        .directory
+        .shutdown(std::time::Duration::from_secs(5))
+        .await;
+
+    // A fresh node on the same file rebuilds the index from the stored embeddings.
+    let second = node(&dir, &pool).await;
+    let again = search(&second, question, SearchMode::Dense).await;
+    assert_eq!(again.hits[0].memory.turn_id, Some(0));
+    assert!(
+        (again.hits[0].score - dense.hits[0].score).abs() < 1e-4,
+        "the rebuilt index scores as the live one did"
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_context_ranks_past_interactions_by_the_query_embedding() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool().await;
+    let node = node(&dir, &pool).await;
+    for (i, text) in TURNS.iter().enumerate() {
+        turn(&node, &format!("r{i}"), "yesterday", text).await;
+    }
+    let query = ContextQuery {
+        session_id: Some("today".into()),
+        query: Some("any news about my pet?".into()),
+        route: Route::DeepAnalysisWorkflow,
+        token_budget: 1200,
+    };
+    let ctx: MemoryContext = node
+        .directory
+        .call(&alice(), |reply| UserMsg::Context(query.clone(), reply))
+        .await
+        .unwrap();
+    assert_eq!(ctx.episodic.len(), 3, "all past turns fill the slot");
+    assert!(
+        ctx.episodic[0].text.contains("puppy"),
+        "the pet turn ranks first: {:?}",
+        ctx.episodic
+    );
+    pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_on_a_similar_topic_supersedes_and_an_unrelated_topic_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool().await;
+    let node = node(&dir, &pool).await;
+    let line = profile(&node, "w1", "chart_type", "line", "prefers line charts").await;
+    assert_eq!(line.action, "created");
+    // "chart style" and "chart type" are one topic by their embeddings.
+    let bar = profile(&node, "w2", "chart_style", "bar", "prefers bar charts").await;
+    assert_eq!(bar.action, "superseded");
+    let coffee = profile(&node, "w3", "coffee", "latte", "drinks lattes").await;
+    assert_eq!(coffee.action, "created");
+    // Coffee and tea are neighbours in meaning but not one topic.
+    let tea = profile(&node, "w4", "tea", "green", "drinks green tea").await;
+    assert_eq!(tea.action, "created");
+    let records = node
+        .directory
+        .call(&alice(), |reply| {
+            UserMsg::ListMemories(Some(MemoryKind::Profile), reply)
+        })
+        .await
+        .unwrap();
+    let status = |id: &str| {
+        records
+            .iter()
+            .find(|r| r.memory_id == id)
+            .map(|r| r.status)
+            .unwrap()
+    };
+    assert_eq!(status(&line.memory.memory_id), MemoryStatus::Suppressed);
+    assert_eq!(status(&bar.memory.memory_id), MemoryStatus::Active);
+    assert_eq!(status(&coffee.memory.memory_id), MemoryStatus::Active);
+    pool.shutdown().await;
+}
+
+/// The calibrated threshold separates topic phrases that name one topic from those that do
+/// not, with the real model (the pairs behind `ModelKind::same_topic_threshold`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topic_threshold_separates_paraphrases_from_other_topics() {
+    let pool = pool().await;
+    let same = [
+        ("chart type", "chart style"),
+        ("chart type", "type of chart"),
+        ("region", "sales region"),
+        ("granularity", "time granularity"),
+        ("unit", "currency unit"),
+        ("language", "answer language"),
+    ];
+    let different = [
+        ("coffee", "tea"),
+        ("chart type", "region"),
+        ("language", "region"),
+        ("chart type", "granularity"),
+        ("图表类型", "地区"),
+        ("spicy food", "coffee"),
+    ];
+    let threshold = ModelKind::MultilingualE5Small.same_topic_threshold();
+    let embedder = Embedder::new(pool.clone(), ModelKind::MultilingualE5Small);
+    let cosine = async |a: &str, b: &str| {
+        let v = embedder
+            .passages(vec![a.to_owned(), b.to_owned()])
+            .await
+            .unwrap();
+        v[0].iter().zip(&v[1]).map(|(x, y)| x * y).sum::<f32>()
+    };
+    for (a, b) in same {
+        let c = cosine(a, b).await;
+        assert!(c > threshold, "{a:?} / {b:?}: {c} <= {threshold}");
+    }
+    for (a, b) in different {
+        let c = cosine(a, b).await;
+        assert!(c <= threshold, "{a:?} / {b:?}: {c} > {threshold}");
+    }
+    pool.shutdown().await;
+}

@@ -52,6 +52,11 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// The embedding pool could not start (the operator's: models not installed, or a CUDA
+    /// device named that is not there). The message says what to do.
+    #[error("starting the embedding pool: {0}")]
+    Inference(#[from] engram_inference::Error),
+
     /// The start-up self-check read back something other than what it wrote (ours or the
     /// store's: the node does not start on a store it cannot trust).
     #[error("storage self-check failed: {0}")]

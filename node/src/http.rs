@@ -69,6 +69,7 @@ pub fn router(state: AppState, limits: Limits) -> Router {
             "/v1/users/{user}/memories",
             post(routes::create_memory).get(routes::list_memories),
         )
+        .route("/v1/users/{user}/memories/search", post(routes::search))
         .route(
             "/v1/users/{user}/memories/{memory_id}",
             put(routes::upsert_memory),

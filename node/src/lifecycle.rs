@@ -17,9 +17,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use engram_actors::clock::SystemClock;
 use engram_actors::directory::Directory;
+use engram_actors::embed::Embedder;
 use engram_actors::model::entities::EntityExtractor;
+use engram_actors::model::index::IndexParams;
 use engram_actors::services::{Metrics, Services, Settings};
 
+use engram_inference::EmbeddingPool;
 use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -68,15 +71,26 @@ pub async fn run(config: Config) -> Result<()> {
             step: "loading the segmenter".to_owned(),
             source: e.into(),
         })?;
+    let embedder = if config.inference.enabled {
+        let pool = EmbeddingPool::start(config.inference.pool()).await?;
+        Some(Embedder::new(pool, config.inference.model))
+    } else {
+        info!("inference disabled: memories are ranked by words, recency and salience");
+        None
+    };
+    let mut index = IndexParams::default();
+    index.retriever.vectors.exact_threshold = config.inference.exact_search_below;
     let services = Services {
         store: store.clone(),
         keyspace: keyspace.clone(),
         clock: Arc::new(SystemClock),
         extractor: Arc::new(extractor),
+        embedder: embedder.clone(),
         settings: Settings {
             idle_timeout: config.memory.idle_timeout,
             retention_ms: i64::try_from(config.memory.retention.as_millis()).unwrap_or(i64::MAX),
             shards: config.cluster.shards,
+            index,
             ..Settings::default()
         },
         metrics: Arc::new(Metrics::default()),
@@ -120,6 +134,9 @@ pub async fn run(config: Config) -> Result<()> {
         job.abort();
     }
     directory.shutdown(grace).await;
+    if let Some(embedder) = embedder {
+        embedder.pool().clone().shutdown().await;
+    }
 
     let left = Member {
         heartbeat_at: now(),

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_actors::directory::Directory;
+use engram_inference::{BATCH_BUCKETS, PoolStats};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
@@ -142,6 +143,16 @@ impl NodeMetrics {
                 actors.redeliveries.load(Ordering::Relaxed),
             ),
             (
+                "engram_contexts_without_vector_total",
+                "Context reads and searches ranked without the query's embedding (pool overloaded or closed)",
+                actors.contexts_without_vector.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_records_without_vector_total",
+                "Memory records loaded without a usable embedding",
+                actors.records_without_vector.load(Ordering::Relaxed),
+            ),
+            (
                 "engram_storage_commits_total",
                 "Committed write transactions",
                 store.commits.load(Ordering::Relaxed),
@@ -177,8 +188,77 @@ impl NodeMetrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
             ));
         }
+        if let Some(embedder) = &directory.services().embedder {
+            render_pool(&mut text, &embedder.pool().stats());
+        }
         text
     }
+}
+
+/// The embedding pool's metrics: queue depth, counters, batch sizes (a histogram) and
+/// latency from admission to answer (a summary of p50 and p99).
+fn render_pool(text: &mut String, stats: &PoolStats) {
+    use std::fmt::Write;
+    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+        let _ = write!(
+            text,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+        );
+    };
+    metric(
+        "engram_embedding_queue_texts",
+        "gauge",
+        "Texts waiting for a batch",
+        stats.queued_texts,
+    );
+    metric(
+        "engram_embedding_in_flight_texts",
+        "gauge",
+        "Texts in batches being embedded",
+        stats.in_flight_texts,
+    );
+    for (name, help, value) in [
+        ("requests", "Embedding requests admitted", stats.requests),
+        ("texts", "Texts admitted", stats.texts),
+        (
+            "rejected",
+            "Requests shed because the queue was full",
+            stats.rejected,
+        ),
+        ("failed", "Requests answered with an error", stats.failed),
+        ("forward_passes", "Forward passes run", stats.forward_passes),
+        ("tokens", "Tokens read by the model", stats.tokens),
+    ] {
+        metric(
+            &format!("engram_embedding_{name}_total"),
+            "counter",
+            help,
+            value,
+        );
+    }
+    let name = "engram_embedding_batch_size";
+    let _ = write!(
+        text,
+        "# HELP {name} Texts per batch handed to a worker\n# TYPE {name} histogram\n"
+    );
+    let mut cumulative = 0;
+    for (bound, count) in BATCH_BUCKETS.iter().zip(&stats.batch_sizes) {
+        cumulative += count;
+        let _ = writeln!(text, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+    }
+    let _ = writeln!(text, "{name}_bucket{{le=\"+Inf\"}} {}", stats.batches);
+    let batched = stats.texts.saturating_sub(stats.queued_texts);
+    let _ = writeln!(text, "{name}_sum {batched}\n{name}_count {}", stats.batches);
+    let name = "engram_embedding_latency_seconds";
+    let _ = write!(
+        text,
+        "# HELP {name} Time from admission to answer (quantiles rounded up to a power of two microseconds)\n# TYPE {name} summary\n"
+    );
+    for (q, d) in [("0.5", stats.latency_p50), ("0.99", stats.latency_p99)] {
+        let _ = writeln!(text, "{name}{{quantile=\"{q}\"}} {}", d.as_secs_f64());
+    }
+    let sum = stats.latency_mean.as_secs_f64() * stats.answered as f64;
+    let _ = writeln!(text, "{name}_sum {sum}\n{name}_count {}", stats.answered);
 }
 
 impl Default for NodeMetrics {

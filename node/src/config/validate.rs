@@ -146,6 +146,37 @@ impl Config {
                 "must be between 100 and 32000".to_owned(),
             );
         }
+        let inference = &self.inference;
+        if inference.workers == 0 || inference.workers > 64 {
+            problem("inference.workers", "must be between 1 and 64".to_owned());
+        }
+        if inference.max_batch == 0 || inference.max_batch > 1024 {
+            problem(
+                "inference.max-batch",
+                "must be between 1 and 1024".to_owned(),
+            );
+        }
+        if inference.queue_capacity < inference.max_batch {
+            problem(
+                "inference.queue-capacity",
+                "must be at least inference.max-batch".to_owned(),
+            );
+        }
+        if inference.max_wait > Duration::from_secs(1) {
+            problem("inference.max-wait", "must be at most 1s".to_owned());
+        }
+        if inference.max_batch_tokens < 512 {
+            problem(
+                "inference.max-batch-tokens",
+                "must be at least 512 (one full-length text)".to_owned(),
+            );
+        }
+        if inference.exact_search_below == 0 {
+            problem(
+                "inference.exact-search-below",
+                "must be at least 1".to_owned(),
+            );
+        }
         for (key, schedule) in [
             ("jobs.expiry-sweep", &self.jobs.expiry_sweep),
             ("jobs.retention", &self.jobs.retention),

@@ -7,16 +7,16 @@ use axum::response::{IntoResponse, Response};
 use engram_actors::placement::UserKey;
 use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
-    ContextQuery, FeedbackRequest, MemoryWrite, StatusChange, TurnRequest,
+    ContextQuery, FeedbackRequest, MemoryWrite, SearchQuery, StatusChange, TurnRequest,
 };
 use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::wire::{
     ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
-    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse,
-    SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody, TurnResponse, parse_kind,
-    parse_route, parse_status, ts,
+    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, SearchBody,
+    SearchHitView, SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody,
+    TurnResponse, parse_kind, parse_mode, parse_route, parse_status, ts,
 };
 use super::{ApiError, ApiJson, AppState, Tenant, ok, user_key};
 
@@ -122,6 +122,48 @@ pub async fn context(
         .call(&key, |reply| UserMsg::Context(query.clone(), reply))
         .await?;
     Ok(ok(ContextResponse::from(ctx)))
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/memories/search", tag = "memories",
+    params(("user" = String, Path, description = "User id")),
+    request_body = SearchBody,
+    responses((status = 200, body = SearchResponse), (status = 400, body = ErrorBody)))]
+/// Searches a user's live memories by meaning and words (the retrieval behind the context's
+/// slots). Episodic memories carry the session and turn they came from.
+pub async fn search(
+    State(s): State<AppState>,
+    tenant: Tenant,
+    Path(user): Path<String>,
+    ApiJson(body): ApiJson<SearchBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(tenant, &user)?;
+    let kinds = body
+        .kinds
+        .unwrap_or_default()
+        .iter()
+        .map(|k| parse_kind(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let query = SearchQuery {
+        query: body.query,
+        k: body.k.unwrap_or(10),
+        kinds,
+        mode: parse_mode(body.mode.as_deref())?,
+    };
+    let result = s
+        .directory
+        .call(&key, |reply| UserMsg::Search(query.clone(), reply))
+        .await?;
+    Ok(ok(SearchResponse {
+        hits: result
+            .hits
+            .into_iter()
+            .map(|h| SearchHitView {
+                memory: h.memory.into(),
+                score: h.score,
+            })
+            .collect(),
+        embedded: result.embedded,
+    }))
 }
 
 /// Builds a memory write from its body.

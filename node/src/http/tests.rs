@@ -33,6 +33,7 @@ fn app(dir: &tempfile::TempDir) -> Router {
         keyspace: Keyspace::new("engram"),
         clock: Arc::new(SystemClock),
         extractor: extractor(),
+        embedder: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),
     };

@@ -6,6 +6,7 @@
 use engram_actors::Error;
 use engram_actors::model::context::{ContextMemory, ContextSummary, ContextTurn, MemoryContext};
 use engram_actors::model::policy::Route;
+use engram_actors::model::retrieve::SearchMode;
 use engram_actors::user::api::{FeedbackAck, MemoryChange, TurnAck};
 use engram_storage::model::{MemoryKind, MemoryStatus};
 use serde::{Deserialize, Serialize};
@@ -214,6 +215,52 @@ pub struct ContextBody {
     pub route: Option<String>,
     /// Token budget; default from `[memory] token-budget`.
     pub token_budget: Option<usize>,
+}
+
+/// A search of a user's memories.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    /// What to look for (required, at most 4,000 characters).
+    pub query: String,
+    /// At most this many hits, 1 to 100; default 10.
+    pub k: Option<usize>,
+    /// Only these kinds (`profile`, `episodic`, `correction`); default every kind.
+    pub kinds: Option<Vec<String>>,
+    /// `hybrid` (default: dense, BM25, recency and salience fused), `dense` or `bm25`.
+    pub mode: Option<String>,
+}
+
+/// A memory found by a search.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SearchHitView {
+    /// The memory.
+    pub memory: MemoryView,
+    /// Its score: fused (hybrid), BM25 or cosine similarity (dense).
+    pub score: f32,
+}
+
+/// Search results, best first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SearchResponse {
+    /// Hits.
+    pub hits: Vec<SearchHitView>,
+    /// Whether the query was embedded; false when the node does not embed or its embedding
+    /// pool was overloaded (the search then used words, recency and salience).
+    pub embedded: bool,
+}
+
+/// Parses a search mode.
+pub fn parse_mode(mode: Option<&str>) -> Result<SearchMode, Error> {
+    match mode {
+        None | Some("hybrid") => Ok(SearchMode::Hybrid),
+        Some("dense") => Ok(SearchMode::Dense),
+        Some("bm25") => Ok(SearchMode::Bm25),
+        Some(other) => Err(Error::invalid(
+            "mode",
+            format!("unknown mode {other:?}; expected hybrid, dense or bm25"),
+        )),
+    }
 }
 
 /// A recent turn in a context.

@@ -1,22 +1,34 @@
-//! The retrieval benchmark's logic (the program is `src/bin/retrieval.rs`): embedding passages
-//! and questions through an on-disk cache, indexing each conversation's passages in one
-//! [`Retriever`] (one user's documents), searching every question by dense, BM25 and hybrid
-//! ranking, and reporting evidence recall@k per category with search latency.
-//!
-//! It calls the retriever directly, not the gateway: the actors have no embeddings yet.
+//! The retrieval benchmark's logic (the program is `src/bin/retrieval.rs`). Each
+//! conversation is written into a fresh user through the user actors, the path the gateway's
+//! `POST /v1/users/{user}/turns` takes: validation, entity extraction, embedding by the pool
+//! before the transaction, one SQLite transaction (turn, episodic memory, embedding, request
+//! id), and the index updated after the commit. Each question is then asked through the
+//! memory search behind the context's slots (`POST /v1/users/{user}/memories/search`) in each
+//! mode, and evidence recall@k is counted per category, with the search latency as a gateway
+//! sees it (dense and hybrid include embedding the question; BM25 embeds nothing).
 
-pub mod cache;
 pub mod dataset;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, anyhow};
+use engram_actors::clock::{ManualClock, SharedClock};
+use engram_actors::directory::Directory;
+use engram_actors::embed::Embedder;
 use engram_actors::model::entities::EntityExtractor;
-use engram_actors::model::retrieve::{DocFeatures, Query, Retriever, RetrieverParams, SearchMode};
-use engram_inference::{Encoder, TextRole};
+use engram_actors::model::index::IndexParams;
+use engram_actors::model::retrieve::SearchMode;
+use engram_actors::placement::UserKey;
+use engram_actors::services::{Metrics, Services, Settings};
+use engram_actors::user::UserMsg;
+use engram_actors::user::api::{SearchQuery, TurnRequest};
+use engram_inference::{EmbeddingPool, PoolConfig};
+use engram_storage::model::{MemoryKind, Timestamp};
+use engram_storage::sqlite::SqliteOptions;
+use engram_storage::{Keyspace, Store};
 
-use self::cache::{EmbeddingCache, key};
 use self::dataset::Conversation;
 
 /// The cut-offs reported.
@@ -25,62 +37,108 @@ pub const KS: [usize; 3] = [5, 10, 20];
 /// The modes compared, in report order.
 pub const MODES: [SearchMode; 3] = [SearchMode::Dense, SearchMode::Bm25, SearchMode::Hybrid];
 
-/// Embeds `texts` in `role`, taking what it can from `cache` and adding the rest, `batch`
-/// texts per encoder call. Prints progress and rate to stderr.
-pub fn embed_cached(
-    encoder: &Encoder,
-    cache: &mut EmbeddingCache,
-    texts: &[&str],
-    role: TextRole,
-    batch: usize,
-) -> Result<Vec<Vec<f32>>> {
-    let model = encoder.model().name();
-    let role_tag = match role {
-        TextRole::Query => "query",
-        TextRole::Passage => "passage",
-    };
-    let keys: Vec<u64> = texts.iter().map(|t| key(&[model, role_tag, t])).collect();
-    let mut missing: Vec<usize> = (0..texts.len())
-        .filter(|&i| cache.get(keys[i]).is_none())
-        .collect();
-    missing.sort_unstable();
-    missing.dedup_by_key(|i| keys[*i]);
-    if !missing.is_empty() {
-        let started = Instant::now();
-        let mut done = 0;
-        for chunk in missing.chunks(batch.max(1)) {
-            let chunk_texts: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            let vectors = encoder.embed(&chunk_texts, role)?;
-            cache.insert(chunk.iter().map(|&i| keys[i]).zip(vectors).collect())?;
-            done += chunk.len();
-            let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9);
-            eprintln!(
-                "embedded {done}/{} {role_tag} texts ({rate:.1}/s)",
-                missing.len()
-            );
-        }
-    }
-    keys.iter()
-        .map(|k| {
-            cache
-                .get(*k)
-                .map(<[f32]>::to_vec)
-                .ok_or_else(|| anyhow::anyhow!("embedding missing after encoding"))
-        })
-        .collect()
+/// A node's worth of user actors on a temporary SQLite file, with an embedding pool.
+pub struct Bench {
+    directory: Arc<Directory>,
+    pool: EmbeddingPool,
+    clock: Arc<ManualClock>,
+    _dir: tempfile::TempDir,
 }
 
-/// How passages are indexed beyond their own text.
-#[derive(Debug, Clone)]
-pub struct EvalOptions {
-    /// The retriever's tuning.
-    pub params: RetrieverParams,
-    /// Weight of the neighbouring passages' vectors mixed into a passage's vector (0: none).
-    pub dense_context: f32,
-    /// Whether a passage's BM25 text also holds the previous passage's text.
-    pub bm25_previous: bool,
-    /// Whether a passage's BM25 text also holds the next passage's text.
-    pub bm25_next: bool,
+impl Bench {
+    /// Starts the pool and the actors; `index` tunes every user's memory index.
+    pub async fn start(pool: PoolConfig, index: IndexParams) -> Result<Bench> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::sqlite(&dir.path().join("bench.sqlite"), SqliteOptions::default())?;
+        let model = pool.encoder.model;
+        let pool = EmbeddingPool::start(pool).await?;
+        let clock = ManualClock::new(Timestamp(1_780_000_000_000));
+        let services = Services {
+            store,
+            keyspace: Keyspace::new("bench"),
+            clock: clock.clone() as SharedClock,
+            extractor: Arc::new(EntityExtractor::default()),
+            embedder: Some(Embedder::new(pool.clone(), model)),
+            settings: Settings {
+                index,
+                ..Settings::default()
+            },
+            metrics: Arc::new(Metrics::default()),
+        };
+        Ok(Bench {
+            directory: Directory::new(services),
+            pool,
+            clock,
+            _dir: dir,
+        })
+    }
+
+    /// The pool (for its statistics).
+    pub fn pool(&self) -> &EmbeddingPool {
+        &self.pool
+    }
+
+    /// Writes `conversation` as user `user` (one turn a passage, in order, in its session)
+    /// and searches all its questions in every mode.
+    pub async fn evaluate(&self, user: &str, conversation: &Conversation) -> Result<Report> {
+        let key = UserKey::new("bench", user);
+        let mut report = Report::default();
+        let mut passage_of: HashMap<(String, u64), usize> = HashMap::new();
+        for (i, passage) in conversation.passages.iter().enumerate() {
+            let req = TurnRequest {
+                request_id: format!("{user}-{i}"),
+                session_id: Some(passage.session.clone()),
+                user_text: passage.text.clone(),
+                assistant_text: String::new(),
+                route: None,
+                success: true,
+                trace_id: None,
+                choices: Vec::new(),
+            };
+            let ack = self
+                .directory
+                .call(&key, |reply| UserMsg::Turn(req.clone(), reply))
+                .await
+                .with_context(|| format!("writing passage {} of {user}", passage.id))?;
+            let seq = ack.seq.ok_or_else(|| anyhow!("turn {i} was not written"))?;
+            passage_of.insert((passage.session.clone(), seq), i);
+            self.clock.advance(1_000);
+        }
+        report.passages += conversation.passages.len();
+        let k_max = KS[KS.len() - 1];
+        for question in &conversation.questions {
+            report.questions += 1;
+            for mode in MODES {
+                let query = SearchQuery {
+                    query: question.text.clone(),
+                    k: k_max,
+                    kinds: vec![MemoryKind::Episodic],
+                    mode,
+                };
+                let started = Instant::now();
+                let result = self
+                    .directory
+                    .call(&key, |reply| UserMsg::Search(query.clone(), reply))
+                    .await
+                    .with_context(|| format!("searching for {user}"))?;
+                report
+                    .latency
+                    .entry(mode_index(mode))
+                    .or_default()
+                    .push(started.elapsed());
+                let hits: Vec<usize> = result
+                    .hits
+                    .iter()
+                    .filter_map(|h| {
+                        let turn = (h.memory.session_id.clone()?, h.memory.turn_id?);
+                        passage_of.get(&turn).copied()
+                    })
+                    .collect();
+                report.add(mode, &question.category, &question.evidence, &hits);
+            }
+        }
+        Ok(report)
+    }
 }
 
 /// Recall sums of one (mode, category).
@@ -95,7 +153,7 @@ struct Cell {
 pub struct Report {
     cells: BTreeMap<(usize, String), Cell>,
     latency: BTreeMap<usize, Vec<Duration>>,
-    /// Passages indexed.
+    /// Passages written.
     pub passages: usize,
     /// Questions searched.
     pub questions: usize,
@@ -109,91 +167,6 @@ fn mode_index(mode: SearchMode) -> usize {
     }
 }
 
-fn normalise(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
-}
-
-/// Indexes one conversation and searches all its questions in every mode.
-pub fn evaluate(
-    conversation: &Conversation,
-    passage_vectors: &[Vec<f32>],
-    question_vectors: &[Vec<f32>],
-    options: &EvalOptions,
-    extractor: &EntityExtractor,
-    report: &mut Report,
-) -> Result<()> {
-    let passages = &conversation.passages;
-    ensure!(
-        passage_vectors.len() == passages.len(),
-        "one vector per passage"
-    );
-    ensure!(
-        question_vectors.len() == conversation.questions.len(),
-        "one vector per question"
-    );
-    let mut retriever: Retriever<usize> = Retriever::new(options.params.clone());
-    for (i, passage) in passages.iter().enumerate() {
-        let mut vector = passage_vectors[i].clone();
-        if options.dense_context > 0.0 {
-            for j in [i.wrapping_sub(1), i + 1] {
-                if let Some(n) = passage_vectors.get(j) {
-                    for (x, y) in vector.iter_mut().zip(n) {
-                        *x += options.dense_context * y;
-                    }
-                }
-            }
-            normalise(&mut vector);
-        }
-        let mut text = passage.text.clone();
-        if let Some(prev) = i.checked_sub(1).filter(|_| options.bm25_previous) {
-            text = format!("{} {text}", passages[prev].text);
-        }
-        if let Some(next) = passages.get(i + 1).filter(|_| options.bm25_next) {
-            text = format!("{text} {}", next.text);
-        }
-        retriever.index(extractor, i, &text, Some(&vector), DocFeatures::default());
-    }
-    report.passages += passages.len();
-    let k_max = KS[KS.len() - 1];
-    for (question, vector) in conversation.questions.iter().zip(question_vectors) {
-        report.questions += 1;
-        for mode in MODES {
-            let query = Query::new(&question.text, k_max, mode).vector(vector);
-            let started = Instant::now();
-            let hits = retriever.search(extractor, &query);
-            let elapsed = started.elapsed();
-            report
-                .latency
-                .entry(mode_index(mode))
-                .or_default()
-                .push(elapsed);
-            let mut recall = [0.0; KS.len()];
-            for (slot, &k) in KS.iter().enumerate() {
-                let found = question
-                    .evidence
-                    .iter()
-                    .filter(|e| hits.iter().take(k).any(|(id, _)| id == *e))
-                    .count();
-                recall[slot] = found as f64 / question.evidence.len() as f64;
-            }
-            for category in [question.category.clone(), "all".to_owned()] {
-                let cell = report
-                    .cells
-                    .entry((mode_index(mode), category))
-                    .or_default();
-                cell.questions += 1;
-                for (sum, r) in cell.recall.iter_mut().zip(recall) {
-                    *sum += r;
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -203,6 +176,41 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 impl Report {
+    /// Counts one question's hits (passage indices, best first) against its evidence.
+    fn add(&mut self, mode: SearchMode, category: &str, evidence: &[usize], hits: &[usize]) {
+        let mut recall = [0.0; KS.len()];
+        for (slot, &k) in KS.iter().enumerate() {
+            let found = evidence
+                .iter()
+                .filter(|e| hits.iter().take(k).any(|h| h == *e))
+                .count();
+            recall[slot] = found as f64 / evidence.len().max(1) as f64;
+        }
+        for category in [category.to_owned(), "all".to_owned()] {
+            let cell = self.cells.entry((mode_index(mode), category)).or_default();
+            cell.questions += 1;
+            for (sum, r) in cell.recall.iter_mut().zip(recall) {
+                *sum += r;
+            }
+        }
+    }
+
+    /// Adds another report's counts to this one.
+    pub fn merge(&mut self, other: Report) {
+        for (key, cell) in other.cells {
+            let mine = self.cells.entry(key).or_default();
+            mine.questions += cell.questions;
+            for (sum, r) in mine.recall.iter_mut().zip(cell.recall) {
+                *sum += r;
+            }
+        }
+        for (mode, mut latency) in other.latency {
+            self.latency.entry(mode).or_default().append(&mut latency);
+        }
+        self.passages += other.passages;
+        self.questions += other.questions;
+    }
+
     /// Mean recall@k of `mode` over `category` ("all" for every question).
     pub fn recall(&self, mode: SearchMode, category: &str) -> Option<[f64; KS.len()]> {
         let cell = self.cells.get(&(mode_index(mode), category.to_owned()))?;
@@ -260,10 +268,10 @@ impl Report {
                 .unwrap_or_default();
             lat.sort_unstable();
             out.push_str(&format!(
-                "| {mode:?} | {} | {:.1} µs | {:.1} µs |\n",
+                "| {mode:?} | {} | {:.2} ms | {:.2} ms |\n",
                 lat.len(),
-                percentile(&lat, 0.5).as_secs_f64() * 1e6,
-                percentile(&lat, 0.99).as_secs_f64() * 1e6,
+                percentile(&lat, 0.5).as_secs_f64() * 1e3,
+                percentile(&lat, 0.99).as_secs_f64() * 1e3,
             ));
         }
         out

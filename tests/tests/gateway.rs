@@ -1,6 +1,7 @@
 //! The HTTP gateway of real `engram-node` processes, started by the harness: the README
 //! walk-through, durability of acknowledged writes across SIGKILL, clean shutdown with writes
-//! in flight, per-route metrics, and two nodes on one SQLite file.
+//! in flight, per-route metrics, search by meaning across a SIGKILL (the index rebuilt from
+//! stored embeddings), and two nodes on one SQLite file.
 //!
 //! Each test starts its own node in its own sandbox. Loads are bounded in count and time.
 
@@ -476,6 +477,61 @@ async fn metrics_count_requests_per_route_and_status_without_user_ids() {
         "a user id leaked into the metrics:\n{text}"
     );
     assert!(text.contains("engram_storage_commits_total"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_finds_memories_by_meaning_before_and_after_a_sigkill() {
+    let mut node = Sandbox::new().node("search").start().await;
+    let http = node.client();
+    let user = "dana";
+    let turns = [
+        "We adopted a golden retriever puppy and named him Oscar",
+        "Show the quarterly GMV of East China",
+        "我上周末去爬山了",
+    ];
+    for (i, text) in turns.iter().enumerate() {
+        http.must_append_turn(user, &turn(&format!("q-{i}"), "s1", text, "ok"))
+            .await;
+    }
+    let search = |mode: &'static str| json!({ "query": "what is my dog called?", "k": 2, "mode": mode, "kinds": ["episodic"] });
+    let path = format!("/v1/users/{user}/memories/search");
+    let before = http.must_post(&path, &search("dense")).await;
+    assert_eq!(before["embedded"], true, "{before}");
+    assert_eq!(before["hits"][0]["memory"]["turn_id"], 0, "{before}");
+    // Across languages: a Chinese question finds the Chinese turn, an English one its twin.
+    let hiking = http
+        .must_post(
+            &path,
+            &json!({ "query": "did I go hiking recently?", "k": 1, "mode": "dense" }),
+        )
+        .await;
+    assert_eq!(hiking["hits"][0]["memory"]["turn_id"], 2, "{hiking}");
+    let bad = http
+        .post(&path, &json!({ "query": "dog", "mode": "telepathy" }))
+        .await
+        .unwrap();
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.text().contains("mode"), "{}", bad.text());
+
+    let metrics = http.must_metrics().await;
+    let texts: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("engram_embedding_texts_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(texts >= 5.0, "turns and queries were embedded:\n{metrics}");
+    assert!(
+        metrics.contains("engram_embedding_batch_size_bucket"),
+        "{metrics}"
+    );
+
+    node.kill();
+    node.restart().await;
+    let after = node.client().must_post(&path, &search("hybrid")).await;
+    assert_eq!(
+        after["hits"][0]["memory"]["turn_id"], 0,
+        "the restarted node rebuilt the index from storage: {after}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,31 +1,32 @@
-//! `retrieval`: the retrieval benchmark. Loads LoCoMo and MemDaily files (shared/data), treats
-//! every conversation turn or message as a passage of one user, embeds passages and questions
-//! with the encoder (cached on disk by a hash of model, role and text, so reruns are fast),
+//! `retrieval`: the retrieval benchmark. Loads LoCoMo and MemDaily files (shared/data), writes
+//! every conversation into a fresh user through the user actors (the gateway's write path:
+//! one turn a passage, embedded by the pool before its transaction, stored in a temporary
+//! SQLite file), asks every question through the memory search behind the context's slots,
 //! and prints evidence recall@5/10/20 per category for dense-only, BM25-only and hybrid
-//! search, with the search latency (the encoder's time excluded).
+//! search, with the search latency (dense and hybrid include embedding the question).
 //!
 //! ```text
 //! cargo run --release -p engram-tests --bin retrieval                       # all shared data
 //! retrieval ../shared/data/locomo-dev.json --max-conversations 2            # a subset
-//! retrieval --fusion weighted --dense-context 0 --bm25-previous false       # variants
+//! retrieval --fusion weighted --neighbour-weight 0 --neighbour-text false   # variants
 //! retrieval ../shared/data/memdaily-dev/*.json --pool                       # one user a file
 //! ```
 //!
-//! This first version calls the retriever (`engram_actors::model::retrieve`) directly, not
-//! through the gateway and the user actors, which do not hold embeddings yet. LoCoMo's
-//! category 5 (adversarial, no evidence) is skipped; malformed evidence lists are split.
+//! Conversations are written concurrently (one user each), so the pool batches across users
+//! as it would across a node's users. LoCoMo's category 5 (adversarial, no evidence) is
+//! skipped; malformed evidence lists are split.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
-use engram_actors::model::entities::EntityExtractor;
+use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::{Fusion, RetrieverParams};
-use engram_inference::{Encoder, EncoderConfig, ModelKind, TextRole, default_model_dir};
-use engram_tests::retrieval::cache::EmbeddingCache;
+use engram_inference::{EncoderConfig, ModelKind, PoolConfig};
 use engram_tests::retrieval::dataset::{self, Dataset, PassageStyle};
-use engram_tests::retrieval::{EvalOptions, Report, embed_cached, evaluate};
+use engram_tests::retrieval::{Bench, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum FusionArg {
@@ -39,7 +40,8 @@ enum ModelArg {
     Minilm,
 }
 
-/// Evidence recall of dense, BM25 and hybrid retrieval on LoCoMo and MemDaily.
+/// Evidence recall of dense, BM25 and hybrid retrieval on LoCoMo and MemDaily, through the
+/// user actors.
 #[derive(Debug, Parser)]
 #[command(name = "retrieval", about)]
 struct Args {
@@ -51,15 +53,9 @@ struct Args {
     /// Encoder.
     #[arg(long, value_enum, default_value_t = ModelArg::E5)]
     model: ModelArg,
-    /// Texts per encoder call.
-    #[arg(long, default_value_t = 64)]
-    batch: usize,
-    /// Where embeddings are cached (default `$ENGRAM_CACHE/embeddings`).
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
-    /// Keep embeddings in memory only.
-    #[arg(long)]
-    no_cache: bool,
+    /// Most texts in one embedding batch.
+    #[arg(long, default_value_t = 32)]
+    max_batch: usize,
     /// Hybrid fusion.
     #[arg(long, value_enum, default_value_t = FusionArg::Rrf)]
     fusion: FusionArg,
@@ -87,15 +83,12 @@ struct Args {
     /// Leave speakers' names out of the passages.
     #[arg(long)]
     no_speakers: bool,
-    /// Weight of neighbouring turns' vectors mixed into each turn's vector (0: none).
-    #[arg(long, default_value_t = 0.3)]
-    dense_context: f32,
-    /// Index each turn's words with the previous turn's.
+    /// Weight of each neighbouring turn's vector mixed into a turn's (0: none).
+    #[arg(long, default_value_t = IndexParams::default().neighbour_weight)]
+    neighbour_weight: f32,
+    /// Index each turn's words with its neighbouring turns' words.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    bm25_previous: bool,
-    /// Index each turn's words with the next turn's.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    bm25_next: bool,
+    neighbour_text: bool,
     /// Search each file's conversations as one user's documents (MemDaily trajectories hold
     /// only 4-8 messages each, which makes recall@10 trivial).
     #[arg(long)]
@@ -149,24 +142,16 @@ fn main() -> Result<()> {
         ModelArg::E5 => ModelKind::MultilingualE5Small,
         ModelArg::Minilm => ModelKind::AllMiniLmL6V2,
     };
-    let encoder = Encoder::load(&EncoderConfig {
-        model,
-        ..EncoderConfig::default()
-    })?;
-    let mut cache = if args.no_cache {
-        EmbeddingCache::in_memory()
-    } else {
-        let dir = args.cache_dir.clone().unwrap_or_else(|| {
-            default_model_dir()
-                .parent()
-                .map_or_else(|| PathBuf::from("target"), PathBuf::from)
-                .join("embeddings")
-        });
-        EmbeddingCache::open(&dir, model.name())?
+    let pool = PoolConfig {
+        encoder: EncoderConfig {
+            model,
+            ..EncoderConfig::default()
+        },
+        max_batch: args.max_batch,
+        ..PoolConfig::default()
     };
-    let extractor = EntityExtractor::default();
-    let options = EvalOptions {
-        params: RetrieverParams {
+    let index = IndexParams {
+        retriever: RetrieverParams {
             k1: args.k1,
             b: args.b,
             stem: !args.no_stem,
@@ -182,61 +167,41 @@ fn main() -> Result<()> {
             salience_weight: 0.0,
             ..RetrieverParams::default()
         },
-        dense_context: args.dense_context,
-        bm25_previous: args.bm25_previous,
-        bm25_next: args.bm25_next,
+        neighbour_weight: args.neighbour_weight,
+        neighbour_text: args.neighbour_text,
     };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    runtime.block_on(run(&command, sets, pool, index))
+}
+
+async fn run(
+    command: &[String],
+    sets: Vec<Dataset>,
+    pool: PoolConfig,
+    index: IndexParams,
+) -> Result<()> {
+    let model = pool.encoder.model;
+    let bench = Arc::new(Bench::start(pool, index).await?);
     println!("command: `{}`\n", command.join(" "));
-    println!(
-        "encoder {} on {}, {} cached embeddings\n",
-        model.name(),
-        encoder.device_name(),
-        cache.len()
-    );
-    for set in &sets {
+    println!("encoder {} through the embedding pool\n", model.name());
+    for (n, set) in sets.into_iter().enumerate() {
         let started = Instant::now();
-        let passages: Vec<&str> = set
-            .conversations
-            .iter()
-            .flat_map(|c| c.passages.iter().map(|p| p.text.as_str()))
-            .collect();
-        let questions: Vec<&str> = set
-            .conversations
-            .iter()
-            .flat_map(|c| c.questions.iter().map(|q| q.text.as_str()))
-            .collect();
-        let passage_vectors = embed_cached(
-            &encoder,
-            &mut cache,
-            &passages,
-            TextRole::Passage,
-            args.batch,
-        )?;
-        let question_vectors = embed_cached(
-            &encoder,
-            &mut cache,
-            &questions,
-            TextRole::Query,
-            args.batch,
-        )?;
-        let embedded = started.elapsed();
-        let mut report = Report::default();
-        let (mut p_at, mut q_at) = (0, 0);
-        for conversation in &set.conversations {
-            let (np, nq) = (conversation.passages.len(), conversation.questions.len());
-            evaluate(
-                conversation,
-                &passage_vectors[p_at..p_at + np],
-                &question_vectors[q_at..q_at + nq],
-                &options,
-                &extractor,
-                &mut report,
-            )?;
-            p_at += np;
-            q_at += nq;
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, conversation) in set.conversations.iter().cloned().enumerate() {
+            let bench = Arc::clone(&bench);
+            let user = format!("{}-{n}-{i}", set.kind);
+            tasks.spawn(async move { bench.evaluate(&user, &conversation).await });
         }
+        let mut report = Report::default();
+        while let Some(done) = tasks.join_next().await {
+            report.merge(done??);
+        }
+        let stats = bench.pool().stats();
         println!(
-            "## {}: {} conversations, {} passages, {} questions ({} skipped without evidence, {} unknown evidence ids); embedding {:.1} s\n",
+            "## {}: {} conversations, {} passages, {} questions ({} skipped without evidence, {} unknown evidence ids); {:.1} s in all, {} texts embedded so far\n",
             set.kind,
             set.conversations.len(),
             report.passages,
@@ -249,7 +214,8 @@ fn main() -> Result<()> {
                 .iter()
                 .map(|c| c.unknown_evidence)
                 .sum::<usize>(),
-            embedded.as_secs_f64(),
+            started.elapsed().as_secs_f64(),
+            stats.texts,
         );
         println!("{}", report.markdown());
     }

@@ -29,6 +29,8 @@ pub struct Passage {
     pub id: String,
     /// The text that is indexed and embedded.
     pub text: String,
+    /// The session it belongs to (a LoCoMo session, a MemDaily trajectory).
+    pub session: String,
 }
 
 /// A question with its evidence.
@@ -195,6 +197,7 @@ fn load_locomo(items: &[Value], style: PassageStyle) -> Result<Dataset> {
                 passages.push(Passage {
                     id: text(turn, "dia_id"),
                     text: body,
+                    session: format!("session-{n}"),
                 });
             }
         }
@@ -249,7 +252,7 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
         kind: "MemDaily",
         ..Dataset::default()
     };
-    for item in items {
+    for (trajectory, item) in items.iter().enumerate() {
         let mut passages = Vec::new();
         for m in item
             .get("message_list")
@@ -266,6 +269,7 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
             passages.push(Passage {
                 id: text(m, "mid"),
                 text: body,
+                session: format!("trajectory-{trajectory}"),
             });
         }
         let position = positions(&passages);

@@ -559,6 +559,16 @@ impl UserState {
                 let _ = self.index.upsert(&extractor, record, text, None);
             }
         }
+        if self.index.needs_maintenance() {
+            // A large user's graph has too many tombstones: rebuild it without stalling the
+            // runtime's other tasks (this actor waits; its writes are serialised anyway).
+            let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+            if matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
+                tokio::task::block_in_place(|| self.index.maintain());
+            } else {
+                self.index.maintain();
+            }
+        }
     }
 
     async fn turn(&mut self, req: TurnRequest) -> Result<TurnAck> {
@@ -697,7 +707,8 @@ impl UserState {
     /// the query now (a read degrades to words and priors rather than failing).
     async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
         let embedder = self.args.services.embedder.as_ref()?;
-        if query.trim().is_empty() {
+        if query.trim().is_empty() || self.index.is_empty() {
+            // Nothing to rank: spare the pool.
             return None;
         }
         match embedder.query(query).await {

@@ -229,6 +229,11 @@ impl MemoryIndex {
         *self = MemoryIndex::new(self.params.clone());
     }
 
+    /// Whether [`MemoryIndex::maintain`] has work to do (a large set with many tombstones).
+    pub fn needs_maintenance(&self) -> bool {
+        self.retriever.needs_maintenance()
+    }
+
     /// Rebuilds the vector index if tombstones ask for it (run off the async threads).
     pub fn maintain(&self) {
         self.retriever.maintain();

@@ -310,6 +310,13 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
         true
     }
 
+    /// Whether [`Retriever::maintain`] has work to do.
+    pub fn needs_maintenance(&self) -> bool {
+        self.vectors
+            .as_ref()
+            .is_some_and(VectorIndex::needs_rebuild)
+    }
+
     /// Rebuilds the vector index if its tombstones or size ask for it (after many updates of
     /// a large set); run it off the async threads.
     pub fn maintain(&self) {

@@ -45,6 +45,9 @@ struct Args {
     /// `storage.sqlite.synchronous` of the spawned node: full, normal or off.
     #[arg(long, default_value = "full", requires = "spawn")]
     synchronous: String,
+    /// `inference.enabled` of the spawned node: whether it embeds turns, memories and queries.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, requires = "spawn")]
+    inference: bool,
     /// Users in the population.
     #[arg(long, default_value_t = 10_000)]
     users: usize,
@@ -84,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut node = match &args.url {
         Some(_) => None,
-        None => Some(spawn(&args.synchronous).await),
+        None => Some(spawn(&args.synchronous, args.inference).await),
     };
     let url = match (&node, &args.url) {
         (Some(node), _) => node.url(),
@@ -118,9 +121,10 @@ async fn main() -> anyhow::Result<()> {
         args.records_per_user,
         match &node {
             Some(_) => format!(
-                "spawned ({} build, synchronous {})",
+                "spawned ({} build, synchronous {}, inference {})",
                 profile(),
-                args.synchronous
+                args.synchronous,
+                if args.inference { "on" } else { "off" }
             ),
             None => "external".to_owned(),
         },
@@ -244,10 +248,11 @@ fn profile() -> &'static str {
 }
 
 /// Starts a node of this build's profile on a temporary store.
-async fn spawn(synchronous: &str) -> Node {
+async fn spawn(synchronous: &str, inference: bool) -> Node {
     let spec = Sandbox::new()
         .node("loadgen")
         .set("storage.sqlite.synchronous", synchronous)
+        .set("inference.enabled", inference)
         .set("log.level", "warn,engram_node=info");
     eprintln!(
         "starting engram-node ({}) in {}",

@@ -17,6 +17,21 @@ pub fn shard_lease(txn: &mut Txn, keyspace: &Keyspace, shard: u32) -> Result<Opt
         .transpose()
 }
 
+/// Every lease row, by shard (shards never taken have none).
+pub fn shard_leases(txn: &mut Txn, keyspace: &Keyspace) -> Result<Vec<(u32, ShardLease)>> {
+    let range = keyspace.shards();
+    let rows = txn.get_range(&range.begin, &range.end, RangeOptions::default())?;
+    rows.iter()
+        .map(|(k, v)| {
+            let shard = keyspace.parse_shard(k).ok_or_else(|| Error::Decode {
+                what: "shard lease key",
+                reason: "not a shard key".into(),
+            })?;
+            Ok((shard, decode("shard lease", v)?))
+        })
+        .collect()
+}
+
 /// Makes `owner` the holder of `shard` with the next epoch, and returns that epoch.
 /// The caller decides whether taking it is allowed (the previous owner released it or its
 /// heartbeat is stale); the epoch bump fences out the previous owner's writes.

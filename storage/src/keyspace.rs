@@ -179,6 +179,12 @@ impl Keyspace {
         let (tag, id): (String, String) = self.root.unpack(key).ok()?;
         (tag == "node").then_some(id)
     }
+
+    /// Decodes a lease key into its shard.
+    pub fn parse_shard(&self, key: &[u8]) -> Option<u32> {
+        let (tag, shard): (String, u32) = self.root.unpack(key).ok()?;
+        (tag == "shard").then_some(shard)
+    }
 }
 
 /// The keys under `("u", tenant, user)`.

@@ -1,6 +1,8 @@
 //! Tests of lease rows, fencing and membership rows.
 
-use super::{fence, member, members, put_member, release_shard, shard_lease, take_shard};
+use super::{
+    fence, member, members, put_member, release_shard, shard_lease, shard_leases, take_shard,
+};
 use crate::model::{Member, MemberStatus, Timestamp};
 use crate::{Error, Keyspace, Store};
 
@@ -79,6 +81,19 @@ fn releasing_keeps_the_epoch_so_the_next_taker_moves_past_it() {
             .run_blocking(|txn| take_shard(txn, &ks, 1, "n2", Timestamp(2)))
             .unwrap(),
         2
+    );
+    store
+        .run_blocking(|txn| take_shard(txn, &ks, 300, "n1", Timestamp(3)))
+        .unwrap();
+    let all = store.read_blocking(|txn| shard_leases(txn, &ks)).unwrap();
+    let listed: Vec<(u32, Option<String>, u64)> = all
+        .into_iter()
+        .map(|(s, l)| (s, l.owner, l.epoch))
+        .collect();
+    assert_eq!(
+        listed,
+        [(1, Some("n2".into()), 2), (300, Some("n1".into()), 1)],
+        "every lease row, in shard order"
     );
 }
 

@@ -62,6 +62,9 @@ impl Directory {
         F: Fn(RpcReplyPort<Result<T>>) -> UserMsg,
     {
         let shard = key.shard(self.services.settings.shards);
+        if let Some(ownership) = &self.services.ownership {
+            ownership.lease(shard)?;
+        }
         let span = tracing::debug_span!("user", tenant = %key.tenant, user = %key.log_id(), shard);
         self.deliver(key, make).instrument(span).await
     }
@@ -123,6 +126,24 @@ impl Directory {
     /// Records a (re)started actor.
     pub(crate) fn register(&self, key: UserKey, actor: ActorRef<UserMsg>) {
         self.actors.write().insert(key, actor);
+    }
+
+    /// Stops the user actors of one shard after they finished the requests already queued
+    /// (a hand-off, or a shard lost to another node), then the shard's supervisor.
+    pub async fn stop_shard(&self, shard: u32) {
+        const GRACE: Duration = Duration::from_secs(10);
+        let supervisor = self.supervisors.lock().await.remove(&shard);
+        if let Some(supervisor) = supervisor {
+            supervisor
+                .get_cell()
+                .drain_children_and_wait(Some(GRACE))
+                .await;
+            let _ = supervisor.stop_and_wait(None, Some(GRACE)).await;
+        }
+        let shards = self.services.settings.shards;
+        self.actors
+            .write()
+            .retain(|key, _| key.shard(shards) != shard);
     }
 
     /// Stops every user actor after it finished the requests already queued, then the

@@ -27,6 +27,11 @@ pub enum Error {
     #[error("overloaded: {0}")]
     Overloaded(String),
 
+    /// This node does not serve the user's shard now: another node holds it, it is moving, or
+    /// this node could not confirm its leases in time (503: retry, on the owner).
+    #[error("not the owner: {0}")]
+    NotOwner(String),
+
     /// The user's actor could not be reached (ours, 503: retry with the same request id).
     #[error("unavailable: {0}")]
     Unavailable(String),

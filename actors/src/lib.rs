@@ -14,6 +14,7 @@
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
 
 pub mod clock;
+pub mod cluster;
 pub mod directory;
 pub mod embed;
 mod error;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use engram_storage::{Keyspace, Store};
 
 use crate::clock::SharedClock;
+use crate::cluster::Ownership;
 use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;
@@ -78,6 +79,10 @@ pub struct Services {
     pub extractor: Arc<EntityExtractor>,
     /// The embedding pool, if the node embeds (`None`: ranking by words and priors only).
     pub embedder: Option<Embedder>,
+    /// The shards this node serves under leases; every write is fenced by its shard's
+    /// epoch. `None` only for a process that is the sole user of its store (in-process tests
+    /// and embedded use): it serves every shard and writes unfenced. A node always has one.
+    pub ownership: Option<Arc<Ownership>>,
     /// Settings.
     pub settings: Settings,
     /// Counters.

@@ -476,8 +476,7 @@ impl UserState {
         let ks = services.keyspace.clone();
         let prepared = Arc::new(prepared);
         let in_txn = Arc::clone(&prepared);
-        let written = services
-            .store
+        let written = self
             .run(move |txn| {
                 let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
                 if let Some(entry) = u.idempotency(&request_id)? {
@@ -518,6 +517,46 @@ impl UserState {
                 Ok(ack)
             }
             Written::Rejected(err) => Err(err),
+        }
+    }
+
+    /// Runs a write transaction of this user, fenced: it first checks that this node still
+    /// holds the user's shard at the epoch it was given, and aborts otherwise, so a node that
+    /// lost the shard (paused past its lease, partitioned) commits nothing.
+    async fn run<T, F>(&self, mut body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
+    {
+        let services = &self.args.services;
+        let shard = self.args.key.shard(services.settings.shards);
+        let lease = match &services.ownership {
+            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
+            None => None,
+        };
+        let ks = services.keyspace.clone();
+        let in_txn = lease.clone();
+        let result = services
+            .store
+            .run(move |txn| {
+                if let Some((ownership, epoch)) = &in_txn {
+                    engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
+                }
+                body(txn)
+            })
+            .await;
+        match result {
+            Ok(value) => Ok(value),
+            Err(engram_storage::Error::Fenced { .. }) => {
+                if let Some((ownership, epoch)) = lease {
+                    ownership.fenced(shard, epoch);
+                }
+                tracing::warn!(user = %self.args.key.log_id(), shard, "write fenced: the shard moved");
+                Err(Error::NotOwner(format!(
+                    "shard {shard} moved to another node; retry on its owner"
+                )))
+            }
+            Err(err) => Err(err.into()),
         }
     }
 
@@ -808,8 +847,7 @@ impl UserState {
     async fn forget(&mut self) -> Result<ForgetAck> {
         let (services, key) = self.scope_parts();
         let ks = services.keyspace.clone();
-        let report = services
-            .store
+        let report = self
             .run(move |txn| UserData::new(txn, &ks, &key.tenant, &key.user).forget())
             .await?;
         self.index.clear();
@@ -828,8 +866,7 @@ impl UserState {
         let records = self.cached_records();
         let ks = services.keyspace.clone();
         let prepared = Prepared::default();
-        let (report, changed, purged) = services
-            .store
+        let (report, changed, purged) = self
             .run(move |txn| {
                 let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
                 let scope = WriteScope {

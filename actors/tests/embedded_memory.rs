@@ -39,6 +39,7 @@ async fn node(dir: &TempDir, pool: &EmbeddingPool) -> Node {
         clock: ManualClock::new(Timestamp(1_780_000_000_000)) as SharedClock,
         extractor: Arc::new(EntityExtractor::default()),
         embedder: Some(Embedder::new(pool.clone(), ModelKind::MultilingualE5Small)),
+        ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),
     };

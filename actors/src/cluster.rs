@@ -1,0 +1,491 @@
+//! Shard ownership across the nodes of a cluster: heartbeats in the membership table, the live
+//! member set read from storage, rendezvous placement of shards over it, shard leases with
+//! epochs, and the fence every write transaction passes (DESIGN.md section 4).
+//!
+//! How it works:
+//! - Each node runs a [`LeaseManager`] round every heartbeat interval: it writes its heartbeat,
+//!   reads the members and the lease rows in one transaction, hands off the shards that
+//!   rendezvous hashing now gives another live node (stop their user actors after their queued
+//!   requests, then release the lease), takes the shards rendezvous gives it whose lease is free
+//!   or whose owner is dead (heartbeat older than the lease timeout, or left), and drops the
+//!   shards whose lease row names someone else (it was fenced out).
+//! - Liveness rides on the node's heartbeat row: lease rows hold only (owner, epoch), so a
+//!   thousand shards cost no renewals. Taking a lease bumps its epoch.
+//! - [`Ownership`] is the node's view: a shard is served only while it is held and the node's
+//!   last complete round is younger than half the lease timeout (monotonic clock). A node
+//!   that cannot heartbeat (storage down, process paused) therefore stops serving everything
+//!   before any other node may take its shards; a request meanwhile gets 503.
+//! - Safety never depends on clocks: every write transaction re-reads its shard's row and
+//!   aborts unless (owner, epoch) is still this node's ([`engram_storage::cluster::fence`]),
+//!   so two nodes that both believe they own a shard can never both commit.
+//!
+//! Not here yet: the ractor_cluster transport and forwarding to the owner (a request for a
+//! shard this node does not hold is refused with 503 naming the shard), scale-in drains.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use engram_storage::cluster;
+use engram_storage::model::{Member, MemberStatus, ShardLease, Timestamp};
+use engram_storage::{Keyspace, Store};
+use parking_lot::{Mutex, RwLock};
+use tokio::time::Instant;
+
+use crate::clock::SharedClock;
+use crate::directory::Directory;
+use crate::error::{Error, Result};
+
+/// Timings of the lease protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSettings {
+    /// This node's id.
+    pub node_id: String,
+    /// How often a round runs (heartbeat, hand-offs, take-overs).
+    pub heartbeat_interval: Duration,
+    /// Age of a heartbeat after which its node is presumed dead and its shards may be taken.
+    /// A node stops serving when its own last round is older than half of it.
+    pub lease_timeout: Duration,
+}
+
+/// Counters of the lease protocol, exported as metrics.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    /// Shards taken (a fresh lease with a new epoch).
+    pub taken: AtomicU64,
+    /// Shards handed off cleanly (actors stopped, lease released).
+    pub handed_off: AtomicU64,
+    /// Shards dropped because their lease row named another owner or epoch.
+    pub lost: AtomicU64,
+    /// Write transactions aborted by the fence.
+    pub fenced_writes: AtomicU64,
+    /// Rounds that failed (heartbeat or lease transactions).
+    pub failed_rounds: AtomicU64,
+    /// Requests refused because this node does not serve the user's shard.
+    pub refused: AtomicU64,
+}
+
+/// The shards this node serves, with their epochs.
+#[derive(Debug)]
+pub struct Ownership {
+    node: String,
+    fresh_for: Duration,
+    held: RwLock<HashMap<u32, u64>>,
+    confirmed_at: Mutex<Option<Instant>>,
+    /// Counters.
+    pub metrics: LeaseMetrics,
+}
+
+impl Ownership {
+    /// An empty view for `node` that serves nothing until its first round.
+    pub fn new(settings: &LeaseSettings) -> Arc<Self> {
+        Arc::new(Ownership {
+            node: settings.node_id.clone(),
+            fresh_for: settings.lease_timeout / 2,
+            held: RwLock::new(HashMap::new()),
+            confirmed_at: Mutex::new(None),
+            metrics: LeaseMetrics::default(),
+        })
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The epoch under which this node may write `shard` now, or why it may not.
+    pub fn lease(&self, shard: u32) -> Result<u64> {
+        let fresh = self
+            .confirmed_at
+            .lock()
+            .is_some_and(|at| at.elapsed() <= self.fresh_for);
+        let epoch = self.held.read().get(&shard).copied();
+        match (fresh, epoch) {
+            (true, Some(epoch)) => Ok(epoch),
+            (false, Some(_)) => {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Error::NotOwner(format!(
+                    "shard {shard}: this node could not confirm its leases in time; retry"
+                )))
+            }
+            (true | false, None) => {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Error::NotOwner(format!(
+                    "shard {shard} is not served by node {}; retry on its owner",
+                    self.node
+                )))
+            }
+        }
+    }
+
+    /// How many shards this node holds.
+    pub fn held(&self) -> usize {
+        self.held.read().len()
+    }
+
+    /// The held shards and their epochs.
+    pub fn snapshot(&self) -> HashMap<u32, u64> {
+        self.held.read().clone()
+    }
+
+    /// Records that a write found `shard` fenced at `epoch`: stop serving it (the next round
+    /// stops its actors).
+    pub fn fenced(&self, shard: u32, epoch: u64) {
+        let mut held = self.held.write();
+        if held.get(&shard) == Some(&epoch) {
+            held.remove(&shard);
+        }
+        self.metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn insert(&self, shard: u32, epoch: u64) {
+        self.held.write().insert(shard, epoch);
+    }
+
+    fn remove(&self, shard: u32) -> Option<u64> {
+        self.held.write().remove(&shard)
+    }
+
+    fn confirm(&self, at: Instant) {
+        *self.confirmed_at.lock() = Some(at);
+    }
+
+    /// Stops serving everything until the next complete round.
+    pub fn suspend(&self) {
+        *self.confirmed_at.lock() = None;
+    }
+}
+
+/// The owner of `shard` among `nodes` by rendezvous (highest random weight) hashing: the node
+/// with the highest hash of (shard, node id); ties go to the smaller id. Deterministic, with
+/// no coordinator, and a node joining or leaving moves only the shards it wins or held.
+pub fn rendezvous<'a>(shard: u32, nodes: &[&'a str]) -> Option<&'a str> {
+    nodes
+        .iter()
+        .copied()
+        .max_by(|a, b| weight(shard, a).cmp(&weight(shard, b)).then(b.cmp(a)))
+}
+
+fn weight(shard: u32, node: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let h = shard
+        .to_le_bytes()
+        .into_iter()
+        .chain(node.bytes())
+        .fold(OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(PRIME));
+    // splitmix64's finaliser: FNV alone leaves the high bits of short inputs correlated.
+    let mut z = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Whether `member` counts as alive at `now`.
+pub fn is_live(member: &Member, now: Timestamp, lease_timeout: Duration) -> bool {
+    let timeout = i64::try_from(lease_timeout.as_millis()).unwrap_or(i64::MAX);
+    member.status == MemberStatus::Active && now.0.saturating_sub(member.heartbeat_at.0) <= timeout
+}
+
+/// What one round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Live members seen (this node included).
+    pub live: usize,
+    /// Shards taken.
+    pub taken: usize,
+    /// Shards handed off.
+    pub handed_off: usize,
+    /// Shards dropped after being fenced out.
+    pub lost: usize,
+    /// Shards held after the round.
+    pub held: usize,
+}
+
+/// Runs the lease protocol of one node.
+pub struct LeaseManager {
+    settings: LeaseSettings,
+    store: Store,
+    keyspace: Keyspace,
+    clock: SharedClock,
+    ownership: Arc<Ownership>,
+    directory: Arc<Directory>,
+    shards: u32,
+    member: Mutex<Member>,
+}
+
+impl std::fmt::Debug for LeaseManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseManager")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseManager {
+    /// A manager for the node whose membership row is `member`, serving `directory`'s users
+    /// (its services carry the same ownership).
+    pub fn new(
+        settings: LeaseSettings,
+        member: Member,
+        directory: Arc<Directory>,
+    ) -> Result<Arc<Self>> {
+        let services = directory.services();
+        let ownership = services.ownership.clone().ok_or_else(|| {
+            Error::Internal("a lease manager needs the services' ownership".into())
+        })?;
+        Ok(Arc::new(LeaseManager {
+            store: services.store.clone(),
+            keyspace: services.keyspace.clone(),
+            clock: services.clock.clone(),
+            shards: services.settings.shards,
+            settings,
+            ownership,
+            directory,
+            member: Mutex::new(member),
+        }))
+    }
+
+    /// The node's ownership view.
+    pub fn ownership(&self) -> &Arc<Ownership> {
+        &self.ownership
+    }
+
+    /// One round: heartbeat, read the cluster, hand off, take over, drop what was lost.
+    pub async fn round(&self) -> Result<RoundReport> {
+        let result = self.try_round().await;
+        if result.is_err() {
+            self.ownership
+                .metrics
+                .failed_rounds
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn try_round(&self) -> Result<RoundReport> {
+        let started = Instant::now();
+        let now = self.clock.now();
+        let member = {
+            let mut member = self.member.lock();
+            member.heartbeat_at = now;
+            member.status = MemberStatus::Active;
+            member.clone()
+        };
+        let ks = self.keyspace.clone();
+        let (members, leases) = self
+            .store
+            .run(move |txn| {
+                cluster::put_member(txn, &ks, &member)?;
+                Ok((
+                    cluster::members(txn, &ks)?,
+                    cluster::shard_leases(txn, &ks)?,
+                ))
+            })
+            .await?;
+        let me = self.settings.node_id.as_str();
+        let live: Vec<&str> = members
+            .iter()
+            .filter(|m| m.node_id == me || is_live(m, now, self.settings.lease_timeout))
+            .map(|m| m.node_id.as_str())
+            .collect();
+        let leases: HashMap<u32, ShardLease> = leases.into_iter().collect();
+        let mut report = RoundReport {
+            live: live.len(),
+            ..RoundReport::default()
+        };
+
+        // Held shards whose row names someone else were fenced out: drop them.
+        for (shard, epoch) in self.ownership.snapshot() {
+            let still = leases
+                .get(&shard)
+                .is_some_and(|l| l.epoch == epoch && l.owner.as_deref() == Some(me));
+            if !still {
+                self.ownership.remove(shard);
+                self.directory.stop_shard(shard).await;
+                self.ownership.metrics.lost.fetch_add(1, Ordering::Relaxed);
+                report.lost += 1;
+            }
+        }
+
+        // Hand off what rendezvous now gives another live node.
+        for (shard, epoch) in self.ownership.snapshot() {
+            if rendezvous(shard, &live) == Some(me) {
+                continue;
+            }
+            self.ownership.remove(shard);
+            self.directory.stop_shard(shard).await;
+            let ks = self.keyspace.clone();
+            let owner = me.to_owned();
+            match self
+                .store
+                .run(move |txn| cluster::release_shard(txn, &ks, shard, &owner, epoch))
+                .await
+            {
+                Ok(()) | Err(engram_storage::Error::Fenced { .. }) => {}
+                Err(err) => return Err(err.into()),
+            }
+            self.ownership
+                .metrics
+                .handed_off
+                .fetch_add(1, Ordering::Relaxed);
+            report.handed_off += 1;
+        }
+
+        // Take what rendezvous gives this node and nobody alive holds.
+        let alive: HashSet<&str> = live.iter().copied().collect();
+        let held = self.ownership.snapshot();
+        let wanted: Vec<(u32, Option<ShardLease>)> = (0..self.shards)
+            .filter(|s| !held.contains_key(s) && rendezvous(*s, &live) == Some(me))
+            .filter_map(|s| {
+                let lease = leases.get(&s).cloned();
+                let free = lease.as_ref().is_none_or(|l| match l.owner.as_deref() {
+                    None => true,
+                    Some(owner) => owner == me || !alive.contains(owner),
+                });
+                free.then_some((s, lease))
+            })
+            .collect();
+        if !wanted.is_empty() {
+            let ks = self.keyspace.clone();
+            let owner = me.to_owned();
+            let taken = self
+                .store
+                .run(move |txn| {
+                    let mut taken = Vec::new();
+                    for (shard, seen) in &wanted {
+                        // Take it only if nobody changed it since it was read.
+                        if cluster::shard_lease(txn, &ks, *shard)? == *seen {
+                            taken.push((
+                                *shard,
+                                cluster::take_shard(txn, &ks, *shard, &owner, now)?,
+                            ));
+                        }
+                    }
+                    Ok(taken)
+                })
+                .await?;
+            for (shard, epoch) in &taken {
+                self.ownership.insert(*shard, *epoch);
+            }
+            self.ownership
+                .metrics
+                .taken
+                .fetch_add(taken.len() as u64, Ordering::Relaxed);
+            report.taken = taken.len();
+        }
+        // Serving is confirmed as of the round's start: the heartbeat others see.
+        self.ownership.confirm(started);
+        report.held = self.ownership.held();
+        if report.taken + report.handed_off + report.lost > 0 {
+            tracing::info!(
+                node = me,
+                live = report.live,
+                taken = report.taken,
+                handed_off = report.handed_off,
+                lost = report.lost,
+                held = report.held,
+                "shard leases changed"
+            );
+        }
+        Ok(report)
+    }
+
+    /// Runs rounds every heartbeat interval until `stop` resolves. A failed round is logged
+    /// and retried at the next tick; the ownership view goes stale on its own.
+    pub async fn run(self: Arc<Self>, stop: tokio::sync::watch::Receiver<bool>) {
+        let mut stop = stop;
+        let mut tick = tokio::time::interval(self.settings.heartbeat_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if let Err(err) = self.round().await {
+                        tracing::warn!(node = %self.settings.node_id, error = %err, "lease round failed");
+                    }
+                }
+                _ = stop.changed() => break,
+            }
+        }
+    }
+
+    /// Stops serving, stops every user actor, releases every held lease (so other nodes take
+    /// the shards at once rather than after the lease timeout) and marks this node left.
+    pub async fn leave(&self, timeout: Duration) -> Result<()> {
+        self.ownership.suspend();
+        self.directory.shutdown(timeout).await;
+        let held = self.ownership.snapshot();
+        for shard in held.keys() {
+            self.ownership.remove(*shard);
+        }
+        let ks = self.keyspace.clone();
+        let owner = self.settings.node_id.clone();
+        let member = {
+            let mut member = self.member.lock();
+            member.heartbeat_at = self.clock.now();
+            member.status = MemberStatus::Left;
+            member.clone()
+        };
+        self.store
+            .run(move |txn| {
+                for (shard, epoch) in &held {
+                    match cluster::release_shard(txn, &ks, *shard, &owner, *epoch) {
+                        Ok(()) | Err(engram_storage::Error::Fenced { .. }) => {}
+                        Err(err) => return Err(err),
+                    }
+                }
+                cluster::put_member(txn, &ks, &member)
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_is_deterministic_balanced_and_moves_little() {
+        let three = ["a", "b", "c"];
+        let mut counts = HashMap::new();
+        for shard in 0..3000 {
+            let owner = rendezvous(shard, &three).unwrap();
+            assert_eq!(rendezvous(shard, &["c", "a", "b"]), Some(owner));
+            *counts.entry(owner).or_insert(0) += 1;
+        }
+        for node in three {
+            assert!((850..1150).contains(&counts[node]), "{counts:?}");
+        }
+        // Adding a node moves only the shards it wins.
+        let four = ["a", "b", "c", "d"];
+        for shard in 0..3000 {
+            let after = rendezvous(shard, &four).unwrap();
+            if after != "d" {
+                assert_eq!(Some(after), rendezvous(shard, &three));
+            }
+        }
+        assert_eq!(rendezvous(1, &[]), None);
+    }
+
+    #[test]
+    fn liveness_follows_the_heartbeat_and_the_status() {
+        let member = Member {
+            node_id: "a".into(),
+            http_addr: String::new(),
+            cluster_addr: String::new(),
+            started_at: Timestamp(0),
+            heartbeat_at: Timestamp(10_000),
+            status: MemberStatus::Active,
+        };
+        let timeout = Duration::from_secs(3);
+        assert!(is_live(&member, Timestamp(13_000), timeout));
+        assert!(!is_live(&member, Timestamp(13_001), timeout));
+        let left = Member {
+            status: MemberStatus::Left,
+            ..member
+        };
+        assert!(!is_live(&left, Timestamp(10_000), timeout));
+    }
+}

@@ -240,8 +240,8 @@ impl Default for ClusterConfig {
             seeds: Vec::new(),
             cookie_file: None,
             shards: 1024,
-            heartbeat_interval: Duration::from_secs(1),
-            lease_timeout: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_millis(500),
+            lease_timeout: Duration::from_secs(3),
         }
     }
 }

@@ -57,6 +57,10 @@ pub enum Error {
     #[error("starting the embedding pool: {0}")]
     Inference(#[from] engram_inference::Error),
 
+    /// The lease protocol failed at start-up or shutdown (storage, usually).
+    #[error("cluster: {0}")]
+    Cluster(String),
+
     /// The start-up self-check read back something other than what it wrote (ours or the
     /// store's: the node does not start on a store it cannot trust).
     #[error("storage self-check failed: {0}")]

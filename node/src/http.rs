@@ -48,6 +48,8 @@ pub struct AppState {
     pub metrics: Arc<NodeMetrics>,
     /// Token budget of contexts that name none.
     pub token_budget: usize,
+    /// Heartbeat age after which a member is presumed dead (for the cluster view).
+    pub lease_timeout: std::time::Duration,
 }
 
 /// Settings of the router.
@@ -105,6 +107,7 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))
         .route("/metrics", get(routes::metrics))
+        .route("/v1/cluster/status", get(routes::cluster_status))
         .route("/openapi.json", get(openapi::document))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use engram_actors::clock::SystemClock;
+use engram_actors::cluster::{LeaseManager, LeaseSettings, Ownership};
 use engram_actors::directory::Directory;
 use engram_actors::embed::Embedder;
 use engram_actors::model::entities::EntityExtractor;
@@ -78,6 +79,11 @@ pub async fn run(config: Config) -> Result<()> {
         info!("inference disabled: memories are ranked by words, recency and salience");
         None
     };
+    let lease_settings = LeaseSettings {
+        node_id: node.clone(),
+        heartbeat_interval: config.cluster.heartbeat_interval,
+        lease_timeout: config.cluster.lease_timeout,
+    };
     let mut index = IndexParams::default();
     index.retriever.vectors.exact_threshold = config.inference.exact_search_below;
     let services = Services {
@@ -86,6 +92,7 @@ pub async fn run(config: Config) -> Result<()> {
         clock: Arc::new(SystemClock),
         extractor: Arc::new(extractor),
         embedder: embedder.clone(),
+        ownership: Some(Ownership::new(&lease_settings)),
         settings: Settings {
             idle_timeout: config.memory.idle_timeout,
             retention_ms: i64::try_from(config.memory.retention.as_millis()).unwrap_or(i64::MAX),
@@ -96,12 +103,24 @@ pub async fn run(config: Config) -> Result<()> {
         metrics: Arc::new(Metrics::default()),
     };
     let directory = Directory::new(services);
+    // Take this node's shards before serving: a lone node takes all of them here; a node
+    // joining a cluster gets its share as the current owners hand them off.
+    let leases = LeaseManager::new(lease_settings, member.clone(), Arc::clone(&directory))
+        .map_err(|e| Error::Cluster(e.to_string()))?;
+    let first = leases
+        .round()
+        .await
+        .map_err(|e| Error::Cluster(format!("first lease round: {e}")))?;
+    info!(node = %node, live = first.live, held = first.held, "shard leases taken");
+    let (lease_stop, lease_stopped) = tokio::sync::watch::channel(false);
+    let lease_task = tokio::spawn(Arc::clone(&leases).run(lease_stopped));
     let metrics = Arc::new(NodeMetrics::new());
     let jobs = crate::jobs::spawn(&config.jobs, &directory, &metrics);
     let state = AppState {
         directory: directory.clone(),
         metrics,
         token_budget: config.memory.token_budget,
+        lease_timeout: config.cluster.lease_timeout,
     };
     let limits = Limits {
         max_body_bytes: config.http.max_body_bytes,
@@ -133,20 +152,17 @@ pub async fn run(config: Config) -> Result<()> {
     for job in jobs {
         job.abort();
     }
-    directory.shutdown(grace).await;
+    let _ = lease_stop.send(true);
+    let _ = lease_task.await;
+    // Finish the queued writes, release every lease (so that other nodes take the shards at
+    // once) and mark this node left.
+    leases
+        .leave(grace)
+        .await
+        .map_err(|e| Error::Cluster(format!("leaving the cluster: {e}")))?;
     if let Some(embedder) = embedder {
         embedder.pool().clone().shutdown().await;
     }
-
-    let left = Member {
-        heartbeat_at: now(),
-        status: MemberStatus::Left,
-        ..member
-    };
-    store
-        .run(move |txn| cluster::put_member(txn, &keyspace, &left))
-        .await
-        .map_err(Error::storage("marking the membership row as left"))?;
     crate::store::close(store, config.storage.backend);
     info!(node = %node, "node stopped");
     Ok(())

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use engram_actors::cluster::Ownership;
 use engram_actors::directory::Directory;
 use engram_inference::{BATCH_BUCKETS, PoolStats};
 use prometheus::{
@@ -191,7 +192,56 @@ impl NodeMetrics {
         if let Some(embedder) = &directory.services().embedder {
             render_pool(&mut text, &embedder.pool().stats());
         }
+        if let Some(ownership) = &directory.services().ownership {
+            render_leases(&mut text, ownership);
+        }
         text
+    }
+}
+
+/// The lease protocol's metrics: shards held, and counters of take-overs, hand-offs, losses,
+/// fenced writes, failed rounds and refused requests.
+fn render_leases(text: &mut String, ownership: &Ownership) {
+    use std::fmt::Write;
+    let m = &ownership.metrics;
+    let _ = write!(
+        text,
+        "# HELP engram_shards_held Shards this node serves\n# TYPE engram_shards_held gauge\nengram_shards_held {}\n",
+        ownership.held()
+    );
+    for (name, help, value) in [
+        ("shards_taken", "Shard leases taken (a new epoch)", &m.taken),
+        (
+            "shards_handed_off",
+            "Shards handed off cleanly",
+            &m.handed_off,
+        ),
+        (
+            "shards_lost",
+            "Shards dropped after another node took them",
+            &m.lost,
+        ),
+        (
+            "fenced_writes",
+            "Write transactions aborted by the shard fence",
+            &m.fenced_writes,
+        ),
+        (
+            "lease_rounds_failed",
+            "Lease rounds (heartbeat, take-over) that failed",
+            &m.failed_rounds,
+        ),
+        (
+            "requests_not_owner",
+            "Requests refused: the shard is not served here",
+            &m.refused,
+        ),
+    ] {
+        let _ = write!(
+            text,
+            "# HELP engram_{name}_total {help}\n# TYPE engram_{name}_total counter\nengram_{name}_total {}\n",
+            value.load(Ordering::Relaxed)
+        );
     }
 }
 

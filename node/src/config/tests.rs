@@ -188,10 +188,10 @@ fn unknown_nested_key_and_section_are_named() {
 #[test]
 fn env_overrides_the_file() {
     let config = load_in_jail(
-        "[http]\nlisten = \"127.0.0.1:8080\"\n[cluster]\nheartbeat-interval = \"1s\"\n",
+        "[http]\nlisten = \"127.0.0.1:8080\"\n[cluster]\nheartbeat-interval = \"200ms\"\n",
         &[
             ("ENGRAM__HTTP__LISTEN", "0.0.0.0:9090"),
-            ("ENGRAM__CLUSTER__HEARTBEAT_INTERVAL", "2s"),
+            ("ENGRAM__CLUSTER__HEARTBEAT_INTERVAL", "1s"),
             (
                 "ENGRAM__CLUSTER__SEEDS",
                 "[\"10.0.0.2:7000\", \"node-3:7000\"]",
@@ -202,7 +202,7 @@ fn env_overrides_the_file() {
     )
     .expect("loads");
     assert_eq!(config.http.listen, "0.0.0.0:9090");
-    assert_eq!(config.cluster.heartbeat_interval, Duration::from_secs(2));
+    assert_eq!(config.cluster.heartbeat_interval, Duration::from_secs(1));
     assert_eq!(config.cluster.seeds, ["10.0.0.2:7000", "node-3:7000"]);
     assert_eq!(config.storage.root_prefix, "staging");
     assert_eq!(config.storage.sqlite.read_pool, 16);

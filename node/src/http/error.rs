@@ -83,6 +83,11 @@ impl From<engram_actors::Error> for ApiError {
                 "unavailable",
                 err.to_string(),
             ),
+            E::NotOwner(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_owner",
+                err.to_string(),
+            ),
             E::Storage(storage) => storage.into(),
             E::Internal(_) => internal(&err),
         }

@@ -13,10 +13,11 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::wire::{
-    ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
-    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, SearchBody,
-    SearchHitView, SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody,
-    TurnResponse, parse_kind, parse_mode, parse_route, parse_status, ts,
+    ClusterStatus, ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody,
+    FeedbackBody, FeedbackResponse, ForgetResponse, LeaseView, MemberView, MemoriesResponse,
+    MemoryBody, MemoryResponse, SearchBody, SearchHitView, SearchResponse, SessionMemoryResponse,
+    SessionsResponse, StatusBody, TurnBody, TurnResponse, parse_kind, parse_mode, parse_route,
+    parse_status, ts,
 };
 use super::{ApiError, ApiJson, AppState, Tenant, ok, user_key};
 
@@ -457,6 +458,55 @@ pub async fn ready(State(s): State<AppState>) -> Response {
             .into_response()
         }
     }
+}
+
+#[utoipa::path(get, path = "/v1/cluster/status", tag = "operations",
+    responses((status = 200, body = ClusterStatus), (status = 503, body = ErrorBody)))]
+/// The cluster as storage records it: members with their liveness and shard counts, and every
+/// shard's lease (owner and epoch), plus what this node serves.
+pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let services = s.directory.services();
+    let (store, ks) = (services.store.clone(), services.keyspace.clone());
+    let (members, leases) = store
+        .read(move |txn| {
+            Ok((
+                engram_storage::cluster::members(txn, &ks)?,
+                engram_storage::cluster::shard_leases(txn, &ks)?,
+            ))
+        })
+        .await?;
+    let now = services.clock.now();
+    let owned = |node: &str| {
+        leases
+            .iter()
+            .filter(|(_, l)| l.owner.as_deref() == Some(node))
+            .count()
+    };
+    let ownership = services.ownership.as_ref();
+    Ok(ok(ClusterStatus {
+        node: ownership.map(|o| o.node().to_owned()).unwrap_or_default(),
+        shards: services.settings.shards,
+        held: ownership.map_or(0, |o| o.held()),
+        members: members
+            .iter()
+            .map(|m| MemberView {
+                node_id: m.node_id.clone(),
+                http_addr: m.http_addr.clone(),
+                status: format!("{:?}", m.status).to_lowercase(),
+                heartbeat_age_ms: now.0.saturating_sub(m.heartbeat_at.0),
+                live: engram_actors::cluster::is_live(m, now, s.lease_timeout),
+                shards: owned(&m.node_id),
+            })
+            .collect(),
+        leases: leases
+            .iter()
+            .map(|(shard, l)| LeaseView {
+                shard: *shard,
+                owner: l.owner.clone(),
+                epoch: l.epoch,
+            })
+            .collect(),
+    }))
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]

@@ -34,6 +34,7 @@ fn app(dir: &tempfile::TempDir) -> Router {
         clock: Arc::new(SystemClock),
         extractor: extractor(),
         embedder: None,
+        ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),
     };
@@ -41,6 +42,7 @@ fn app(dir: &tempfile::TempDir) -> Router {
         directory: Directory::new(services),
         metrics: Arc::new(NodeMetrics::new()),
         token_budget: 1200,
+        lease_timeout: std::time::Duration::from_secs(3),
     };
     router(
         state,

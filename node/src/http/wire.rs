@@ -217,6 +217,49 @@ pub struct ContextBody {
     pub token_budget: Option<usize>,
 }
 
+/// The cluster view of `GET /v1/cluster/status`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ClusterStatus {
+    /// The node that answered.
+    pub node: String,
+    /// Shards in the cluster.
+    pub shards: u32,
+    /// Shards the answering node serves now.
+    pub held: usize,
+    /// Membership rows.
+    pub members: Vec<MemberView>,
+    /// Every shard's lease.
+    pub leases: Vec<LeaseView>,
+}
+
+/// A member of the cluster.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MemberView {
+    /// Node id.
+    pub node_id: String,
+    /// Its HTTP address.
+    pub http_addr: String,
+    /// `active`, `draining` or `left`.
+    pub status: String,
+    /// Milliseconds since its last heartbeat.
+    pub heartbeat_age_ms: i64,
+    /// Whether it counts as alive (active, heartbeat younger than the lease timeout).
+    pub live: bool,
+    /// Shards whose lease names it.
+    pub shards: usize,
+}
+
+/// A shard's lease.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LeaseView {
+    /// Shard.
+    pub shard: u32,
+    /// Owner, if held.
+    pub owner: Option<String>,
+    /// Epoch, bumped at every take-over.
+    pub epoch: u64,
+}
+
 /// A search of a user's memories.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -59,6 +59,7 @@ impl Bench {
             clock: clock.clone() as SharedClock,
             extractor: Arc::new(EntityExtractor::default()),
             embedder: Some(Embedder::new(pool.clone(), model)),
+            ownership: None,
             settings: Settings {
                 index,
                 ..Settings::default()

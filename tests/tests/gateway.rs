@@ -1,7 +1,7 @@
 //! The HTTP gateway of real `engram-node` processes, started by the harness: the README
 //! walk-through, durability of acknowledged writes across SIGKILL, clean shutdown with writes
 //! in flight, per-route metrics, search by meaning across a SIGKILL (the index rebuilt from
-//! stored embeddings), and two nodes on one SQLite file.
+//! stored embeddings). Several nodes on one file are `cluster.rs`'s.
 //!
 //! Each test starts its own node in its own sandbox. Loads are bounded in count and time.
 
@@ -532,24 +532,6 @@ async fn search_finds_memories_by_meaning_before_and_after_a_sigkill() {
         after["hits"][0]["memory"]["turn_id"], 0,
         "the restarted node rebuilt the index from storage: {after}"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_nodes_on_one_sqlite_file_see_each_others_turns() {
-    let sandbox = Sandbox::new();
-    let a = sandbox.shared_node("share-a").start().await;
-    let b = sandbox.shared_node("share-b").start().await;
-    assert_eq!(a.spec().sqlite_path(), b.spec().sqlite_path());
-    assert_ne!(a.addr(), b.addr());
-    a.client()
-        .must_append_turn(
-            "carol",
-            &turn("share-1", "s1", "Show GMV of North China", "ok"),
-        )
-        .await;
-    let turns = b.client().must_session_turns("carol", "s1").await;
-    assert_eq!(turns.len(), 1, "{turns:?}");
-    assert_eq!(turns[0]["user_text"], "Show GMV of North China");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

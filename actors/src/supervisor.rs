@@ -25,6 +25,9 @@ pub enum SupervisorMsg {
     Start(UserKey, RpcReplyPort<Result<ActorRef<UserMsg>>>),
 }
 
+// Local only: never sent to another node (ractor's `cluster` feature needs the impl).
+impl ractor::Message for SupervisorMsg {}
+
 /// The shard supervisor.
 #[derive(Debug)]
 pub struct ShardSupervisor;
@@ -167,7 +170,9 @@ impl Actor for ShardSupervisor {
                     Err(err) => tracing::warn!(shard, user = %key.log_id(), %err, "restart failed"),
                 }
             }
-            SupervisionEvent::ActorStarted(_) | SupervisionEvent::ProcessGroupChanged(_) => {}
+            SupervisionEvent::ActorStarted(_)
+            | SupervisionEvent::ProcessGroupChanged(_)
+            | SupervisionEvent::PidLifecycleEvent(_) => {}
         }
         Ok(())
     }

@@ -105,6 +105,9 @@ pub enum UserMsg {
     Tick,
 }
 
+// Local only: never sent to another node (ractor's `cluster` feature needs the impl).
+impl ractor::Message for UserMsg {}
+
 /// The user actor.
 #[derive(Debug)]
 pub struct UserActor;

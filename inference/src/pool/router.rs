@@ -60,6 +60,9 @@ pub(crate) enum RouterMsg {
     Drain(RpcReplyPort<()>),
 }
 
+// Local only: never sent to another node (ractor's `cluster` feature needs the impl).
+impl ractor::Message for RouterMsg {}
+
 /// The router actor.
 pub(crate) struct Router;
 

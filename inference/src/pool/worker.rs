@@ -24,6 +24,9 @@ pub(crate) enum WorkerMsg {
     Run(Vec<Request>),
 }
 
+// Local only: never sent to another node (ractor's `cluster` feature needs the impl).
+impl ractor::Message for WorkerMsg {}
+
 /// The worker actor.
 pub(crate) struct EncoderWorker;
 

@@ -73,6 +73,8 @@ pub struct Ownership {
     fresh_for: Duration,
     held: RwLock<HashMap<u32, u64>>,
     confirmed_at: Mutex<Option<Instant>>,
+    /// Every shard's owner and the live members, as of the last round.
+    view: RwLock<(HashMap<u32, String>, Vec<Member>)>,
     /// Counters.
     pub metrics: LeaseMetrics,
 }
@@ -85,6 +87,7 @@ impl Ownership {
             fresh_for: settings.lease_timeout / 2,
             held: RwLock::new(HashMap::new()),
             confirmed_at: Mutex::new(None),
+            view: RwLock::new((HashMap::new(), Vec::new())),
             metrics: LeaseMetrics::default(),
         })
     }
@@ -117,6 +120,16 @@ impl Ownership {
                 )))
             }
         }
+    }
+
+    /// The owner of `shard` as of the last round, if it has one.
+    pub fn owner(&self, shard: u32) -> Option<String> {
+        self.view.read().0.get(&shard).cloned()
+    }
+
+    /// The live members as of the last round (this node included).
+    pub fn live_members(&self) -> Vec<Member> {
+        self.view.read().1.clone()
     }
 
     /// How many shards this node holds.
@@ -295,6 +308,7 @@ impl LeaseManager {
             live: live.len(),
             ..RoundReport::default()
         };
+        let mut gone = Vec::new();
 
         // Held shards whose row names someone else were fenced out: drop them.
         for (shard, epoch) in self.ownership.snapshot() {
@@ -306,6 +320,7 @@ impl LeaseManager {
                 self.directory.stop_shard(shard).await;
                 self.ownership.metrics.lost.fetch_add(1, Ordering::Relaxed);
                 report.lost += 1;
+                gone.push(shard);
             }
         }
 
@@ -331,6 +346,7 @@ impl LeaseManager {
                 .handed_off
                 .fetch_add(1, Ordering::Relaxed);
             report.handed_off += 1;
+            gone.push(shard);
         }
 
         // Take what rendezvous gives this node and nobody alive holds.
@@ -377,6 +393,22 @@ impl LeaseManager {
         }
         // Serving is confirmed as of the round's start: the heartbeat others see.
         self.ownership.confirm(started);
+        let mut owners: HashMap<u32, String> = leases
+            .iter()
+            .filter_map(|(s, l)| Some((*s, l.owner.clone()?)))
+            .collect();
+        for shard in gone {
+            owners.remove(&shard);
+        }
+        for shard in self.ownership.snapshot().keys() {
+            owners.insert(*shard, me.to_owned());
+        }
+        let live_members = members
+            .iter()
+            .filter(|m| live.contains(&m.node_id.as_str()))
+            .cloned()
+            .collect();
+        *self.ownership.view.write() = (owners, live_members);
         report.held = self.ownership.held();
         if report.taken + report.handed_off + report.lost > 0 {
             tracing::info!(

@@ -231,6 +231,10 @@ pub struct ClusterConfig {
     /// taken over.
     #[serde(with = "humantime_serde")]
     pub lease_timeout: Duration,
+    /// How long a request for a shard that is moving waits for its new owner before it is
+    /// answered 503 with Retry-After.
+    #[serde(with = "humantime_serde")]
+    pub handoff_wait: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -242,6 +246,7 @@ impl Default for ClusterConfig {
             shards: 1024,
             heartbeat_interval: Duration::from_millis(500),
             lease_timeout: Duration::from_secs(3),
+            handoff_wait: Duration::from_secs(5),
         }
     }
 }

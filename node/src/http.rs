@@ -7,6 +7,7 @@
 //! Retry-After), and every response to bad input is a 400 naming what was wrong.
 
 mod error;
+mod forward;
 mod openapi;
 mod routes;
 mod seed;
@@ -50,6 +51,12 @@ pub struct AppState {
     pub token_budget: usize,
     /// Heartbeat age after which a member is presumed dead (for the cluster view).
     pub lease_timeout: std::time::Duration,
+    /// The cluster transport, to forward requests for users this node does not own.
+    pub cluster: Option<Arc<crate::cluster::Transport>>,
+    /// How long a request for a moving shard waits for an owner before 503.
+    pub handoff_wait: Duration,
+    /// Largest body, in bytes (forwarded requests are read whole).
+    pub max_body_bytes: usize,
 }
 
 /// Settings of the router.
@@ -87,6 +94,10 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         )
         .route("/v1/users/{user}/conflicts", get(routes::conflicts))
         .route("/v1/users/{user}", delete(routes::forget))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            forward::to_owner,
+        ))
         .route("/chat/sessions", get(seed::sessions))
         .route(
             "/chat/sessions/{session_id}/memory",

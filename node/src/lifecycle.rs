@@ -29,6 +29,7 @@ use engram_storage::{Keyspace, Store, cluster};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::info;
 
+use crate::cluster::Transport;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::http::{AppState, Limits, router};
@@ -54,11 +55,21 @@ pub async fn run(config: Config) -> Result<()> {
         step: "reading the bound address".to_owned(),
         source,
     })?;
+    let cookie = cluster_cookie(&config)?;
+    let (transport, cluster_addr) = Transport::start(&node, &config.cluster.listen, cookie)
+        .await
+        .map_err(|source| Error::Io {
+            step: format!(
+                "starting the cluster transport on {}",
+                config.cluster.listen
+            ),
+            source,
+        })?;
     let started_at = now();
     let member = Member {
         node_id: node.clone(),
         http_addr: http_addr.to_string(),
-        cluster_addr: config.cluster.listen.clone(),
+        cluster_addr: cluster_addr.clone(),
         started_at,
         heartbeat_at: started_at,
         status: MemberStatus::Active,
@@ -121,11 +132,29 @@ pub async fn run(config: Config) -> Result<()> {
         metrics,
         token_budget: config.memory.token_budget,
         lease_timeout: config.cluster.lease_timeout,
+        cluster: Some(Arc::clone(&transport)),
+        handoff_wait: config.cluster.handoff_wait,
+        max_body_bytes: config.http.max_body_bytes,
     };
     let limits = Limits {
         max_body_bytes: config.http.max_body_bytes,
         max_in_flight: config.http.max_in_flight,
     };
+    let app = router(state, limits);
+    // Peers' forwarded requests are served by the same router.
+    transport
+        .start_region(app.clone())
+        .await
+        .map_err(|source| Error::Io {
+            step: "starting the shard region".to_owned(),
+            source,
+        })?;
+    let dialer = spawn_dialer(
+        Arc::clone(&transport),
+        Arc::clone(leases.ownership()),
+        config.cluster.seeds.clone(),
+        config.cluster.heartbeat_interval,
+    );
     info!(
         node = %node,
         backend = store.backend(),
@@ -141,7 +170,7 @@ pub async fn run(config: Config) -> Result<()> {
         let _ = signal_tx.send(signal);
     };
     let grace = config.http.shutdown_grace;
-    crate::http::serve(listener, router(state, limits), stop, grace)
+    crate::http::serve(listener, app, stop, grace)
         .await
         .map_err(|source| Error::Io {
             step: "serving http".to_owned(),
@@ -154,18 +183,67 @@ pub async fn run(config: Config) -> Result<()> {
     }
     let _ = lease_stop.send(true);
     let _ = lease_task.await;
+    dialer.abort();
     // Finish the queued writes, release every lease (so that other nodes take the shards at
     // once) and mark this node left.
     leases
         .leave(grace)
         .await
         .map_err(|e| Error::Cluster(format!("leaving the cluster: {e}")))?;
+    transport.stop();
     if let Some(embedder) = embedder {
         embedder.pool().clone().shutdown().await;
     }
     crate::store::close(store, config.storage.backend);
     info!(node = %node, "node stopped");
     Ok(())
+}
+
+/// The cluster's shared secret: the contents of `cluster.cookie-file`, or, when none is set,
+/// a fixed development cookie (logged as a warning: fine on one machine, not across a network).
+fn cluster_cookie(config: &Config) -> Result<String> {
+    match &config.cluster.cookie_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+                step: format!("reading cluster.cookie-file {}", path.display()),
+                source,
+            })?;
+            Ok(text.trim().to_owned())
+        }
+        None => {
+            tracing::warn!(
+                "cluster.cookie-file is not set: peers authenticate with the development cookie"
+            );
+            Ok(format!(
+                "engram-development-cookie-{}",
+                config.storage.root_prefix
+            ))
+        }
+    }
+}
+
+/// Dials the seeds once, then every live member whose region is not reachable, every
+/// heartbeat interval (ractor_cluster does not reconnect by itself).
+fn spawn_dialer(
+    transport: Arc<Transport>,
+    ownership: Arc<Ownership>,
+    seeds: Vec<String>,
+    every: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for seed in seeds {
+            if let Err(err) =
+                ractor_cluster::client_connect(transport.server(), seed.as_str()).await
+            {
+                tracing::info!(seed = %seed, error = %err, "seed not reachable");
+            }
+        }
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            transport.dial(&ownership.live_members()).await;
+        }
+    })
 }
 
 /// Writes `member` and reads it back in a second transaction: the start-up self-check.

@@ -21,6 +21,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
 
+mod cluster;
 mod config;
 mod error;
 mod http;

@@ -6,6 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_actors::cluster::Ownership;
+
+use crate::cluster::Transport;
 use engram_actors::directory::Directory;
 use engram_inference::{BATCH_BUCKETS, PoolStats};
 use prometheus::{
@@ -194,6 +196,45 @@ impl NodeMetrics {
         }
         if let Some(ownership) = &directory.services().ownership {
             render_leases(&mut text, ownership);
+        }
+        text
+    }
+
+    /// [`NodeMetrics::render`] plus the cluster transport's counters.
+    pub fn render_with(&self, directory: &Directory, transport: Option<&Transport>) -> String {
+        let mut text = self.render(directory);
+        if let Some(transport) = transport {
+            use std::fmt::Write;
+            let m = &transport.metrics;
+            for (name, help, value) in [
+                (
+                    "requests_forwarded",
+                    "Requests this node forwarded to a shard's owner",
+                    &m.forwarded,
+                ),
+                (
+                    "requests_served_for_peers",
+                    "Forwarded requests served for peers",
+                    &m.served_for_peers,
+                ),
+                (
+                    "forward_failures",
+                    "Forwards that failed and were retried or refused",
+                    &m.forward_failures,
+                ),
+                (
+                    "bad_envelopes",
+                    "Malformed envelopes received from peers",
+                    &m.bad_envelopes,
+                ),
+                ("peer_dials", "Dials of peers", &m.dials),
+            ] {
+                let _ = write!(
+                    text,
+                    "# HELP engram_{name}_total {help}\n# TYPE engram_{name}_total counter\nengram_{name}_total {}\n",
+                    value.load(Ordering::Relaxed)
+                );
+            }
         }
         text
     }

@@ -128,6 +128,9 @@ impl Config {
             );
         }
 
+        if self.cluster.handoff_wait > Duration::from_secs(60) {
+            problem("cluster.handoff-wait", "must be at most 60s".to_owned());
+        }
         if self.http.max_body_bytes < 1024 {
             problem("http.max-body-bytes", "must be at least 1024".to_owned());
         }

@@ -512,7 +512,7 @@ pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiEr
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]
 /// Prometheus metrics.
 pub async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s.metrics.render(&s.directory);
+    let text = s.metrics.render_with(&s.directory, s.cluster.as_deref());
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -43,6 +43,9 @@ fn app(dir: &tempfile::TempDir) -> Router {
         metrics: Arc::new(NodeMetrics::new()),
         token_budget: 1200,
         lease_timeout: std::time::Duration::from_secs(3),
+        cluster: None,
+        handoff_wait: std::time::Duration::from_secs(1),
+        max_body_bytes: 1024 * 1024,
     };
     router(
         state,

@@ -1,0 +1,483 @@
+//! The cluster transport: `ractor_cluster` between nodes, and one remote-capable shard-region
+//! actor per node through which any node hands a user's request to the node that owns the
+//! user's shard (DESIGN.md section 4).
+//!
+//! - Each node runs a `NodeServer` (Isolated mode) on `cluster.listen` and dials every live
+//!   member named in the membership table itself, again on every lease round until the peer's
+//!   region is visible (ractor_cluster has no reconnect and no liveness timeout: death is
+//!   decided by leases, never by TCP).
+//! - Per-user actors stay local. The only remote-capable actor is the [`Region`], which joins
+//!   the process group `engram.region.<node id>`; peers find it there.
+//! - A forwarded request travels as one versioned byte envelope ([`encode`] / [`decode`]):
+//!   method, path, tenant, content type and body in, status and body out. The receiving
+//!   region decodes it fallibly inside its handler (a malformed frame is logged and answered
+//!   with an error, never a panic) and replays it through its own HTTP router, marked as
+//!   forwarded so that it is never forwarded again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, StatusCode, header};
+use engram_storage::model::Member;
+use ractor::message::{BoxedDowncastErr, SerializedMessage};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor_cluster::{NodeServer, NodeServerMessage};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::sync::Mutex;
+use std::time::Instant;
+use tower::ServiceExt;
+
+/// The header that marks a request as forwarded by a peer (it is served here or refused,
+/// never forwarded again).
+pub const FORWARDED_HEADER: &str = "x-engram-forwarded";
+/// The tenant header (as the gateway reads it).
+const TENANT_HEADER: &str = "x-engram-tenant";
+/// The envelope format this build writes and reads.
+const ENVELOPE_VERSION: u8 = 1;
+
+/// A request handed to the owner's region.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forwarded {
+    /// HTTP method.
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    /// The tenant header, if any.
+    pub tenant: Option<String>,
+    /// The content type, if any.
+    pub content_type: Option<String>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// The owner's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForwardedReply {
+    /// HTTP status.
+    pub status: u16,
+    /// `Retry-After`, if any.
+    pub retry_after: Option<String>,
+    /// The body (JSON).
+    pub body: Vec<u8>,
+}
+
+/// Why an envelope could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Empty, or written by a build with another format.
+    #[error("unknown envelope version {0:?}")]
+    Version(Option<u8>),
+    /// The payload does not decode.
+    #[error("malformed envelope: {0}")]
+    Malformed(String),
+}
+
+/// `value` as an envelope: the version byte, then postcard.
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = vec![ENVELOPE_VERSION];
+    // Postcard only fails on types it cannot represent; ours are plain structs.
+    out.extend(postcard::to_allocvec(value).unwrap_or_default());
+    out
+}
+
+/// Reads an envelope written by [`encode`].
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, EnvelopeError> {
+    match bytes.split_first() {
+        Some((&ENVELOPE_VERSION, rest)) => {
+            postcard::from_bytes(rest).map_err(|e| EnvelopeError::Malformed(e.to_string()))
+        }
+        Some((&other, _)) => Err(EnvelopeError::Version(Some(other))),
+        None => Err(EnvelopeError::Version(None)),
+    }
+}
+
+/// Messages of the shard-region actor: the one remote-capable message type of a node.
+#[derive(Debug)]
+pub enum RegionMsg {
+    /// A request envelope from a peer, and where its reply envelope goes.
+    Forward(Vec<u8>, RpcReplyPort<Vec<u8>>),
+}
+
+impl ractor::Message for RegionMsg {
+    fn serializable() -> bool {
+        true
+    }
+
+    fn serialize(self) -> Result<SerializedMessage, BoxedDowncastErr> {
+        match self {
+            RegionMsg::Forward(args, reply) => Ok(SerializedMessage::Call {
+                variant: "forward".to_owned(),
+                args,
+                reply,
+                metadata: None,
+            }),
+        }
+    }
+
+    fn deserialize(bytes: SerializedMessage) -> Result<Self, BoxedDowncastErr> {
+        match bytes {
+            SerializedMessage::Call { args, reply, .. } => Ok(RegionMsg::Forward(args, reply)),
+            SerializedMessage::Cast { .. } | SerializedMessage::CallReply(..) => {
+                Err(BoxedDowncastErr)
+            }
+        }
+    }
+}
+
+/// Counters of the transport.
+#[derive(Debug, Default)]
+pub struct TransportMetrics {
+    /// Requests this node forwarded to an owner.
+    pub forwarded: AtomicU64,
+    /// Forwarded requests this node served for peers.
+    pub served_for_peers: AtomicU64,
+    /// Forwards that failed (peer unreachable, timeout) and were retried or refused.
+    pub forward_failures: AtomicU64,
+    /// Malformed envelopes received.
+    pub bad_envelopes: AtomicU64,
+    /// Dials of peers.
+    pub dials: AtomicU64,
+}
+
+/// The shard-region actor.
+#[derive(Debug)]
+pub struct Region;
+
+/// What the region serves forwarded requests with.
+pub struct RegionArgs {
+    router: Router,
+    metrics: Arc<TransportMetrics>,
+}
+
+impl Actor for Region {
+    type Msg = RegionMsg;
+    type State = RegionArgs;
+    type Arguments = RegionArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<RegionMsg>,
+        args: RegionArgs,
+    ) -> Result<RegionArgs, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<RegionMsg>,
+        msg: RegionMsg,
+        state: &mut RegionArgs,
+    ) -> Result<(), ActorProcessingErr> {
+        let RegionMsg::Forward(bytes, reply) = msg;
+        let (router, metrics) = (state.router.clone(), Arc::clone(&state.metrics));
+        // Requests run concurrently; the region only dispatches.
+        tokio::spawn(async move {
+            let answer = match decode::<Forwarded>(&bytes) {
+                Ok(request) => {
+                    metrics.served_for_peers.fetch_add(1, Ordering::Relaxed);
+                    serve_forwarded(router, request).await
+                }
+                Err(err) => {
+                    metrics.bad_envelopes.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %err, "malformed envelope from a peer dropped");
+                    error_reply(StatusCode::BAD_REQUEST, "bad_envelope", &err.to_string())
+                }
+            };
+            let _ = reply.send(encode(&answer));
+        });
+        Ok(())
+    }
+}
+
+fn error_reply(status: StatusCode, code: &str, message: &str) -> ForwardedReply {
+    ForwardedReply {
+        status: status.as_u16(),
+        retry_after: Some("1".to_owned()),
+        body: serde_json::json!({ "code": code, "message": message })
+            .to_string()
+            .into_bytes(),
+    }
+}
+
+/// Replays a forwarded request through this node's router.
+async fn serve_forwarded(router: Router, request: Forwarded) -> ForwardedReply {
+    let mut builder = Request::builder()
+        .method(request.method.as_str())
+        .uri(request.uri.as_str())
+        .header(FORWARDED_HEADER, "1");
+    if let Some(tenant) = &request.tenant {
+        builder = builder.header(TENANT_HEADER, tenant.as_str());
+    }
+    if let Some(content_type) = &request.content_type {
+        builder = builder.header(header::CONTENT_TYPE, content_type.as_str());
+    }
+    let Ok(http) = builder.body(Body::from(request.body)) else {
+        return error_reply(StatusCode::BAD_REQUEST, "bad_envelope", "unusable request");
+    };
+    let Ok(response) = router.oneshot(http).await;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .map(|b| b.to_vec())
+        .unwrap_or_default();
+    ForwardedReply {
+        status,
+        retry_after,
+        body,
+    }
+}
+
+/// Why a forward failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// No session with the owner (not dialled yet, or down).
+    #[error("node {0} is not reachable")]
+    Unreachable(String),
+    /// The owner did not answer in time, or the session broke.
+    #[error("node {node} did not answer: {reason}")]
+    NoAnswer {
+        /// The owner.
+        node: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The answer was not an envelope this build reads.
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+}
+
+/// This node's end of the transport.
+pub struct Transport {
+    node_id: String,
+    server: ActorRef<NodeServerMessage>,
+    next_dial: Mutex<HashMap<String, (Instant, Duration)>>,
+    /// Counters.
+    pub metrics: Arc<TransportMetrics>,
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport")
+            .field("node_id", &self.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn region_group(node_id: &str) -> String {
+    format!("engram.region.{node_id}")
+}
+
+/// A free TCP port on `ip` (for `cluster.listen` with port 0: `NodeServer` cannot report the
+/// port it bound).
+fn free_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
+}
+
+impl Transport {
+    /// Starts the node server on `listen` (`ip:port`; port 0 picks a free one) with the
+    /// cluster cookie, and returns the transport with the address peers should dial.
+    pub async fn start(
+        node_id: &str,
+        listen: &str,
+        cookie: String,
+    ) -> std::io::Result<(Arc<Transport>, String)> {
+        let addr: std::net::SocketAddr = listen.parse().map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("cluster.listen {listen:?}: {e}"),
+            )
+        })?;
+        let port = match addr.port() {
+            0 => free_port(addr.ip())?,
+            port => port,
+        };
+        let server = NodeServer::new(
+            port,
+            cookie,
+            node_id.to_owned(),
+            addr.ip().to_string(),
+            None,
+            Some(ractor_cluster::node::NodeConnectionMode::Isolated),
+        )
+        .with_listen_addr(addr.ip());
+        let (server, _) = Actor::spawn(None, server, ())
+            .await
+            .map_err(|e| std::io::Error::other(format!("starting the node server: {e}")))?;
+        Ok((
+            Arc::new(Transport {
+                node_id: node_id.to_owned(),
+                server,
+                next_dial: Mutex::new(HashMap::new()),
+                metrics: Arc::default(),
+            }),
+            format!("{}:{port}", addr.ip()),
+        ))
+    }
+
+    /// Starts this node's region, serving forwarded requests with `router`.
+    pub async fn start_region(&self, router: Router) -> std::io::Result<ActorRef<RegionMsg>> {
+        let args = RegionArgs {
+            router,
+            metrics: Arc::clone(&self.metrics),
+        };
+        let (region, _) = Actor::spawn(None, Region, args)
+            .await
+            .map_err(|e| std::io::Error::other(format!("starting the shard region: {e}")))?;
+        ractor::pg::join(region_group(&self.node_id), vec![region.get_cell()]);
+        Ok(region)
+    }
+
+    fn region_of(&self, node_id: &str) -> Option<ActorRef<RegionMsg>> {
+        ractor::pg::get_members(&region_group(node_id))
+            .into_iter()
+            .find(|cell| !cell.get_id().is_local())
+            .map(ActorRef::from)
+    }
+
+    fn dial_state(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Duration)>> {
+        self.next_dial
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `node_id`'s region is reachable now.
+    pub fn reachable(&self, node_id: &str) -> bool {
+        self.region_of(node_id).is_some()
+    }
+
+    /// Dials every live member whose region is not reachable, with a backoff per peer
+    /// (doubling from 250 ms to 5 s while dials fail).
+    pub async fn dial(&self, members: &[Member]) {
+        for member in members {
+            if member.node_id == self.node_id || self.reachable(&member.node_id) {
+                self.dial_state().remove(&member.node_id);
+                continue;
+            }
+            let now = Instant::now();
+            let due = {
+                let mut next = self.dial_state();
+                let entry = next
+                    .entry(member.node_id.clone())
+                    .or_insert((now, Duration::from_millis(250)));
+                if entry.0 > now {
+                    false
+                } else {
+                    entry.0 = now + entry.1;
+                    entry.1 = (entry.1 * 2).min(Duration::from_secs(5));
+                    true
+                }
+            };
+            if !due {
+                continue;
+            }
+            self.metrics.dials.fetch_add(1, Ordering::Relaxed);
+            if let Err(err) =
+                ractor_cluster::client_connect(&self.server, member.cluster_addr.as_str()).await
+            {
+                tracing::debug!(peer = %member.node_id, error = %err, "dial failed");
+            }
+        }
+    }
+
+    /// Hands `request` to `owner`'s region and waits up to `timeout` for its answer.
+    pub async fn forward(
+        &self,
+        owner: &str,
+        request: &Forwarded,
+        timeout: Duration,
+    ) -> Result<ForwardedReply, ForwardError> {
+        let region = self
+            .region_of(owner)
+            .ok_or_else(|| ForwardError::Unreachable(owner.to_owned()))?;
+        let bytes = encode(request);
+        let result = region
+            .call(|reply| RegionMsg::Forward(bytes, reply), Some(timeout))
+            .await;
+        let no_answer = |reason: String| ForwardError::NoAnswer {
+            node: owner.to_owned(),
+            reason,
+        };
+        match result {
+            Ok(ractor::rpc::CallResult::Success(reply)) => {
+                self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+                Ok(decode(&reply)?)
+            }
+            Ok(ractor::rpc::CallResult::Timeout) => Err(no_answer("timed out".to_owned())),
+            Ok(ractor::rpc::CallResult::SenderError) => Err(no_answer("session closed".to_owned())),
+            Err(err) => Err(no_answer(err.to_string())),
+        }
+    }
+
+    /// The node server.
+    pub fn server(&self) -> &ActorRef<NodeServerMessage> {
+        &self.server
+    }
+
+    /// Stops the node server (and with it every session).
+    pub fn stop(&self) {
+        self.server.stop(None);
+    }
+}
+
+/// `reply` as an HTTP response.
+pub fn into_response(reply: ForwardedReply) -> axum::response::Response {
+    let mut response = axum::response::Response::new(Body::from(reply.body));
+    *response.status_mut() =
+        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(retry) = reply
+        .retry_after
+        .and_then(|r| HeaderValue::from_str(&r).ok())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, retry);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelopes_round_trip_and_bad_frames_are_errors_not_panics() {
+        let request = Forwarded {
+            method: "POST".into(),
+            uri: "/v1/users/alice/turns".into(),
+            tenant: Some("acme".into()),
+            content_type: Some("application/json".into()),
+            body: b"{}".to_vec(),
+        };
+        let bytes = encode(&request);
+        assert_eq!(decode::<Forwarded>(&bytes).unwrap(), request);
+        assert!(matches!(
+            decode::<Forwarded>(&[]),
+            Err(EnvelopeError::Version(None))
+        ));
+        assert!(matches!(
+            decode::<Forwarded>(&[9, 1, 2]),
+            Err(EnvelopeError::Version(Some(9)))
+        ));
+        assert!(matches!(
+            decode::<Forwarded>(&bytes[..bytes.len() / 2]),
+            Err(EnvelopeError::Malformed(_))
+        ));
+        // Any byte string at all: an error or a value, never a panic.
+        for len in 0..64u8 {
+            let junk: Vec<u8> = (0..len).map(|i| i.wrapping_mul(37) ^ 1).collect();
+            let _ = decode::<Forwarded>(&junk);
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! Any node accepts any request: a request for a user whose shard another node holds is handed
+//! to that node's shard region over the cluster transport and its answer relayed. While the
+//! shard is moving (no owner yet, or the owner just lost it), the request waits up to
+//! `cluster.handoff-wait`, polling, and then gets 503 `not_owner` with Retry-After: requests
+//! are buffered within a bound, never dropped silently, and a retry with the same request id
+//! has exactly-once effects.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use engram_actors::placement::UserKey;
+
+use super::{ApiError, AppState, DEFAULT_TENANT, TENANT_HEADER};
+use crate::cluster::{FORWARDED_HEADER, Forwarded, into_response};
+
+/// How long one forwarded request may take at the owner.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a waiting request looks for the shard's owner again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Serves the request here if this node holds the user's shard, else forwards it to the owner.
+pub async fn to_owner(
+    State(s): State<AppState>,
+    params: Result<Path<HashMap<String, String>>, PathRejection>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let services = s.directory.services();
+    let (Some(transport), Some(ownership), Ok(Path(params))) =
+        (&s.cluster, &services.ownership, params)
+    else {
+        return next.run(request).await;
+    };
+    let Some(user) = params.get("user") else {
+        return next.run(request).await;
+    };
+    let tenant = request
+        .headers()
+        .get(TENANT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let key = UserKey::new(tenant.as_deref().unwrap_or(DEFAULT_TENANT), user.as_str());
+    let shard = key.shard(services.settings.shards);
+    // Served here, or already forwarded once (served here or refused, never forwarded on).
+    if ownership.lease(shard).is_ok() || request.headers().contains_key(FORWARDED_HEADER) {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, s.max_body_bytes).await else {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("body over {} bytes", s.max_body_bytes),
+        )
+        .into_response();
+    };
+    let forwarded = Forwarded {
+        method: parts.method.to_string(),
+        uri: parts
+            .uri
+            .path_and_query()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        tenant,
+        content_type: parts
+            .headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body: bytes.to_vec(),
+    };
+    let deadline = Instant::now() + s.handoff_wait;
+    loop {
+        if ownership.lease(shard).is_ok() {
+            return next
+                .run(Request::from_parts(parts, Body::from(bytes)))
+                .await;
+        }
+        if let Some(owner) = ownership.owner(shard).filter(|o| o != ownership.node()) {
+            match transport.forward(&owner, &forwarded, FORWARD_TIMEOUT).await {
+                // The owner lost the shard meanwhile: look again.
+                Ok(reply) if reply.status == 503 && is_not_owner(&reply.body) => {}
+                Ok(reply) => return into_response(reply),
+                Err(err) => {
+                    transport
+                        .metrics
+                        .forward_failures
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(shard, owner = %owner, error = %err, "forward failed");
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_owner",
+                format!(
+                    "shard {shard} has no reachable owner yet (it is moving); retry with the \
+                     same request id"
+                ),
+            )
+            .into_response();
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn is_not_owner(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.get("code").and_then(|c| c.as_str()) == Some("not_owner"))
+}

@@ -89,7 +89,7 @@ async fn settled(clients: &[(&str, HttpClient)], deadline: Duration) -> HashMap<
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_nodes_on_one_file_split_the_shards_and_refuse_users_they_do_not_own() {
+async fn two_nodes_split_the_shards_and_either_serves_any_user() {
     let sandbox = Sandbox::new();
     let a = start(&sandbox, "split-a").await;
     let b = start(&sandbox, "split-b").await;
@@ -113,17 +113,40 @@ async fn two_nodes_on_one_file_split_the_shards_and_refuse_users_they_do_not_own
             &turn("split-1", "s1", "Show GMV of North China", "ok"),
         )
         .await;
-    let refused = other
+    // The other node forwards to the owner over the cluster transport.
+    let forwarded = other
+        .must_append_turn(user, &turn("split-2", "s1", "and of South China?", "ok"))
+        .await;
+    assert_eq!(forwarded["seq"], 1, "{forwarded}");
+    let retried = other
+        .must_append_turn(user, &turn("split-2", "s1", "and of South China?", "ok"))
+        .await;
+    assert_eq!(
+        retried["replayed"], true,
+        "a retry through the other node replays"
+    );
+    let turns = other.must_session_turns(user, "s1").await;
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    let bad = other
         .post(
             &format!("/v1/users/{user}/turns"),
-            &turn("split-2", "s1", "to the wrong node", "ok"),
+            &serde_json::json!({ "request_id": "x" }),
         )
         .await
         .unwrap();
-    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(refused.json()["code"], "not_owner", "{}", refused.text());
-    let turns = owner.must_session_turns(user, "s1").await;
-    assert_eq!(turns.len(), 1, "{turns:?}");
+    assert_eq!(
+        bad.status,
+        StatusCode::BAD_REQUEST,
+        "the owner's answer is relayed as it is: {}",
+        bad.text()
+    );
+    let metrics = other.must_metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("engram_requests_forwarded_total ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
 }
 
 /// One acknowledged write.
@@ -297,14 +320,65 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
     }
 }
 
+/// Waits until `client`'s metric `name` (unlabelled) is above zero.
+async fn metric_above_zero(client: &HttpClient, name: &str, deadline: Duration) {
+    let until = Instant::now() + deadline;
+    loop {
+        let text = client
+            .get("/metrics")
+            .await
+            .map(|r| r.text())
+            .unwrap_or_default();
+        let value: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if value > 0.0 {
+            return;
+        }
+        assert!(Instant::now() < until, "{name} stayed 0");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `client`'s view names `node` the owner of `shard` at an epoch above `epoch`.
+async fn owned_by(client: &HttpClient, shard: u32, node: &str, epoch: u64, deadline: Duration) {
+    let until = Instant::now() + deadline;
+    loop {
+        if let Some(view) = status(client).await {
+            let lease = &view["leases"][shard as usize];
+            if lease["owner"] == node && lease["epoch"].as_u64().unwrap_or(0) > epoch {
+                return;
+            }
+        }
+        assert!(Instant::now() < until, "{node} did not take shard {shard}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn epoch_of(view: &Value, shard: u32) -> u64 {
+    view["leases"][shard as usize]["epoch"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+async fn texts(client: &HttpClient, user: &str) -> Vec<String> {
+    client
+        .must_session_turns(user, "s1")
+        .await
+        .iter()
+        .map(|t| t["user_text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_owner_is_fenced_out_and_nothing_sent_to_it_after_is_stored() {
+async fn a_paused_owner_loses_its_shards_and_what_it_is_sent_after_is_served_by_the_new_owner() {
     let sandbox = Sandbox::new();
     let a = start(&sandbox, "zombie-a").await;
     let b = start(&sandbox, "zombie-b").await;
     let clients = [("zombie-a", a.client()), ("zombie-b", b.client())];
     let owners = settled(&clients, Duration::from_secs(20)).await;
-    // A user of a.
     let user = (0..)
         .map(|i| format!("z-{i}"))
         .find(|u| owners[&shard(u)] == "zombie-a")
@@ -313,50 +387,139 @@ async fn a_paused_owner_is_fenced_out_and_nothing_sent_to_it_after_is_stored() {
     a_client
         .must_append_turn(&user, &turn("z-1", "s1", "before the pause", "ok"))
         .await;
-    let epoch_before = status(b_client).await.unwrap()["leases"][shard(&user) as usize]["epoch"]
-        .as_u64()
-        .unwrap();
+    let epoch = epoch_of(&status(b_client).await.unwrap(), shard(&user));
 
     a.signal("STOP");
-    // b takes a's shards once a's heartbeat is older than the lease timeout.
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let view = status(b_client).await.unwrap();
-        let lease = &view["leases"][shard(&user) as usize];
-        if lease["owner"] == "zombie-b" {
-            assert!(lease["epoch"].as_u64().unwrap() > epoch_before);
-            break;
-        }
-        assert!(Instant::now() < until, "b did not take over");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    owned_by(
+        b_client,
+        shard(&user),
+        "zombie-b",
+        epoch,
+        Duration::from_secs(20),
+    )
+    .await;
     b_client
         .must_append_turn(&user, &turn("z-2", "s1", "on the new owner", "ok"))
         .await;
 
-    // a wakes up believing it owns the user's shard; whatever it is sent is refused.
+    // a wakes up believing it owns the shard: it must not write. It either refuses (503) or
+    // hands the request to b once it has seen the take-over.
     a.signal("CONT");
-    let zombie = a_client
+    let sent = a_client
         .post(
             &format!("/v1/users/{user}/turns"),
             &turn("z-3", "s1", "sent to the zombie", "ok"),
         )
         .await
         .unwrap();
-    assert_eq!(
-        zombie.status,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "{}",
-        zombie.text()
-    );
-    let stored: Vec<String> = b_client
-        .must_session_turns(&user, "s1")
-        .await
-        .iter()
-        .map(|t| t["user_text"].as_str().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(stored, ["before the pause", "on the new owner"]);
-
+    let expected: &[&str] = match sent.status {
+        StatusCode::OK => &["before the pause", "on the new owner", "sent to the zombie"],
+        StatusCode::SERVICE_UNAVAILABLE => &["before the pause", "on the new owner"],
+        other => panic!("unexpected {other}: {}", sent.text()),
+    };
+    assert_eq!(texts(b_client, &user).await, expected);
     // a rejoins: the cluster settles again with both nodes serving their share.
     settled(&clients, Duration::from_secs(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
+    let sandbox = Sandbox::new();
+    let spec = |id: &str| {
+        sandbox
+            .shared_node(id)
+            .set("inference.enabled", false)
+            .set("storage.sqlite.busy-timeout", "20ms")
+    };
+    let a = spec("fence-a").start().await;
+    let b = spec("fence-b").start().await;
+    let clients = [("fence-a", a.client()), ("fence-b", b.client())];
+    let owners = settled(&clients, Duration::from_secs(20)).await;
+    let user = (0..)
+        .map(|i| format!("f-{i}"))
+        .find(|u| owners[&shard(u)] == "fence-a")
+        .unwrap();
+    let (a_client, b_client) = (clients[0].1.clone(), clients[1].1.clone());
+    a_client
+        .must_append_turn(&user, &turn("f-1", "s1", "before the pause", "ok"))
+        .await;
+    let epoch = epoch_of(&status(&b_client).await.unwrap(), shard(&user));
+
+    // Hold SQLite's write lock so that a's next write waits inside its transaction loop.
+    let store = engram_storage::Store::sqlite(
+        &sandbox.shared_sqlite(),
+        engram_storage::sqlite::SqliteOptions::default(),
+    )
+    .unwrap();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = Arc::new(std::sync::Mutex::new(released));
+    let lock = tokio::spawn({
+        let (released, store) = (Arc::clone(&released), store.clone());
+        async move {
+            store
+                .run(move |txn| {
+                    txn.get(b"\xffengram-test-lock")?;
+                    let _ = released
+                        .lock()
+                        .unwrap()
+                        .recv_timeout(Duration::from_secs(30));
+                    Ok(())
+                })
+                .await
+        }
+    });
+    let write = tokio::spawn({
+        let (a_client, user) = (a_client.clone(), user.clone());
+        async move {
+            a_client
+                .post(
+                    &format!("/v1/users/{user}/turns"),
+                    &turn("f-2", "s1", "caught in the pause", "ok"),
+                )
+                .await
+        }
+    });
+    // The write is inside a's store: it retries against the held lock.
+    metric_above_zero(
+        &a_client,
+        "engram_storage_retries_total",
+        Duration::from_secs(10),
+    )
+    .await;
+    a.signal("STOP");
+    release.send(()).unwrap();
+    lock.await.unwrap().unwrap();
+    owned_by(
+        &b_client,
+        shard(&user),
+        "fence-b",
+        epoch,
+        Duration::from_secs(20),
+    )
+    .await;
+    b_client
+        .must_append_turn(&user, &turn("f-3", "s1", "on the new owner", "ok"))
+        .await;
+
+    // a resumes: its write re-reads the shard's row inside its transaction and aborts.
+    a.signal("CONT");
+    let reply = write.await.unwrap().unwrap();
+    assert_eq!(
+        reply.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        reply.text()
+    );
+    assert_eq!(reply.json()["code"], "not_owner", "{}", reply.text());
+    metric_above_zero(
+        &a_client,
+        "engram_fenced_writes_total",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(
+        texts(&b_client, &user).await,
+        ["before the pause", "on the new owner"],
+        "nothing the stale owner attempted is visible"
+    );
 }

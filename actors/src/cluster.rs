@@ -195,10 +195,35 @@ fn weight(shard: u32, node: &str) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Whether `member` counts as alive at `now`.
+/// Whether `member` counts as alive at `now`: not left, and its heartbeat younger than the
+/// lease timeout. A draining node is alive (its shards are not free until it releases them)
+/// but takes no new shards.
 pub fn is_live(member: &Member, now: Timestamp, lease_timeout: Duration) -> bool {
     let timeout = i64::try_from(lease_timeout.as_millis()).unwrap_or(i64::MAX);
-    member.status == MemberStatus::Active && now.0.saturating_sub(member.heartbeat_at.0) <= timeout
+    member.status != MemberStatus::Left && now.0.saturating_sub(member.heartbeat_at.0) <= timeout
+}
+
+/// Asks `node_id` to drain: its next round hands off all its shards, then it exits. Returns
+/// the row as changed, or `None` when there is no such member or it already left.
+pub async fn request_drain(
+    store: &Store,
+    keyspace: &Keyspace,
+    node_id: &str,
+) -> Result<Option<Member>> {
+    let (ks, node) = (keyspace.clone(), node_id.to_owned());
+    Ok(store
+        .run(move |txn| {
+            let Some(mut member) = cluster::member(txn, &ks, &node)? else {
+                return Ok(None);
+            };
+            if member.status == MemberStatus::Left {
+                return Ok(None);
+            }
+            member.status = MemberStatus::Draining;
+            cluster::put_member(txn, &ks, &member)?;
+            Ok(Some(member))
+        })
+        .await?)
 }
 
 /// What one round did.
@@ -226,6 +251,7 @@ pub struct LeaseManager {
     directory: Arc<Directory>,
     shards: u32,
     member: Mutex<Member>,
+    drained: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for LeaseManager {
@@ -257,6 +283,7 @@ impl LeaseManager {
             ownership,
             directory,
             member: Mutex::new(member),
+            drained: tokio::sync::watch::Sender::new(false),
         }))
     }
 
@@ -283,24 +310,43 @@ impl LeaseManager {
         let member = {
             let mut member = self.member.lock();
             member.heartbeat_at = now;
-            member.status = MemberStatus::Active;
             member.clone()
         };
         let ks = self.keyspace.clone();
-        let (members, leases) = self
+        let (member, members, leases) = self
             .store
             .run(move |txn| {
+                let mut member = member.clone();
+                // An operator's drain request is recorded in the row: adopt it.
+                if cluster::member(txn, &ks, &member.node_id)?
+                    .is_some_and(|stored| stored.status == MemberStatus::Draining)
+                {
+                    member.status = MemberStatus::Draining;
+                }
                 cluster::put_member(txn, &ks, &member)?;
                 Ok((
+                    member,
                     cluster::members(txn, &ks)?,
                     cluster::shard_leases(txn, &ks)?,
                 ))
             })
             .await?;
+        let draining = member.status == MemberStatus::Draining;
+        if draining && self.member.lock().status != MemberStatus::Draining {
+            tracing::info!(node = %member.node_id, "draining: handing off every shard");
+        }
+        *self.member.lock() = member;
         let me = self.settings.node_id.as_str();
         let live: Vec<&str> = members
             .iter()
             .filter(|m| m.node_id == me || is_live(m, now, self.settings.lease_timeout))
+            .map(|m| m.node_id.as_str())
+            .collect();
+        // Shards are placed over the live members that take shards: not draining ones.
+        let candidates: Vec<&str> = members
+            .iter()
+            .filter(|m| live.contains(&m.node_id.as_str()))
+            .filter(|m| m.status == MemberStatus::Active && !(m.node_id == me && draining))
             .map(|m| m.node_id.as_str())
             .collect();
         let leases: HashMap<u32, ShardLease> = leases.into_iter().collect();
@@ -326,7 +372,7 @@ impl LeaseManager {
 
         // Hand off what rendezvous now gives another live node.
         for (shard, epoch) in self.ownership.snapshot() {
-            if rendezvous(shard, &live) == Some(me) {
+            if rendezvous(shard, &candidates) == Some(me) {
                 continue;
             }
             self.ownership.remove(shard);
@@ -353,7 +399,7 @@ impl LeaseManager {
         let alive: HashSet<&str> = live.iter().copied().collect();
         let held = self.ownership.snapshot();
         let wanted: Vec<(u32, Option<ShardLease>)> = (0..self.shards)
-            .filter(|s| !held.contains_key(s) && rendezvous(*s, &live) == Some(me))
+            .filter(|s| !held.contains_key(s) && rendezvous(*s, &candidates) == Some(me))
             .filter_map(|s| {
                 let lease = leases.get(&s).cloned();
                 let free = lease.as_ref().is_none_or(|l| match l.owner.as_deref() {
@@ -409,6 +455,9 @@ impl LeaseManager {
             .cloned()
             .collect();
         *self.ownership.view.write() = (owners, live_members);
+        if draining && report.held == 0 {
+            self.drained.send_replace(true);
+        }
         report.held = self.ownership.held();
         if report.taken + report.handed_off + report.lost > 0 {
             tracing::info!(
@@ -422,6 +471,12 @@ impl LeaseManager {
             );
         }
         Ok(report)
+    }
+
+    /// Resolves once this node was asked to drain and has handed off every shard.
+    pub async fn drained(&self) {
+        let mut drained = self.drained.subscribe();
+        let _ = drained.wait_for(|done| *done).await;
     }
 
     /// Runs rounds every heartbeat interval until `stop` resolves. A failed round is logged

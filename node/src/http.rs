@@ -119,6 +119,7 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         .route("/ready", get(routes::ready))
         .route("/metrics", get(routes::metrics))
         .route("/v1/cluster/status", get(routes::cluster_status))
+        .route("/v1/cluster/drain", post(routes::drain))
         .route("/openapi.json", get(openapi::document))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
@@ -134,7 +135,9 @@ async fn track(State(state): State<AppState>, request: Request, next: Next) -> R
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let in_flight = state.metrics.started(&method, &route);
     let response = next.run(request).await;
+    drop(in_flight);
     state.metrics.request(
         &method,
         &route,

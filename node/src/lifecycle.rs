@@ -165,8 +165,12 @@ pub async fn run(config: Config) -> Result<()> {
     );
 
     let (signal_tx, signal_rx) = tokio::sync::oneshot::channel();
+    let drained = Arc::clone(&leases);
     let stop = async move {
-        let signal = shutdown.wait().await;
+        let signal = tokio::select! {
+            signal = shutdown.wait() => signal,
+            () = drained.drained() => "drained",
+        };
         let _ = signal_tx.send(signal);
     };
     let grace = config.http.shutdown_grace;

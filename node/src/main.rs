@@ -6,6 +6,10 @@
 //! - `engram-node run --config <path>`: load and validate the configuration, open the store,
 //!   register this node, serve until SIGTERM or Ctrl-C, then leave cleanly and exit 0.
 //! - `engram-node check-config --config <path>`: print `ok`, or what is wrong and exit 1.
+//! - `engram-node status --config <path>`: the cluster as the store records it (members,
+//!   liveness, shards per node, leases).
+//! - `engram-node drain --config <path> [--node <id>]`: ask a node (this configuration's by
+//!   default) to hand off every shard and exit; follows it until it has left.
 //!
 //! Architecture invariants:
 //! - `node` is the only crate that knows HTTP, JSON wire types and `cluster.toml`; nothing
@@ -29,6 +33,7 @@ mod jobs;
 mod lifecycle;
 mod logging;
 mod metrics;
+mod operate;
 mod store;
 
 /// The Engram node.
@@ -45,6 +50,22 @@ enum Command {
     Run(ConfigArg),
     /// Load and validate a configuration, print `ok` or what is wrong.
     CheckConfig(ConfigArg),
+    /// Print the cluster: members, liveness, shards per node, leases.
+    Status(ConfigArg),
+    /// Hand off every shard of a node to the others, then let it exit.
+    Drain(DrainArgs),
+}
+
+#[derive(Debug, Args)]
+struct DrainArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// The node to drain (default: `node.id` of the configuration).
+    #[arg(long)]
+    node: Option<String>,
+    /// Give up (exit 1) if the node has not left after this long.
+    #[arg(long, default_value = "2m", value_parser = humantime_serde::re::humantime::parse_duration)]
+    wait: std::time::Duration,
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +80,14 @@ fn main() -> ExitCode {
     let outcome = match &cli.command {
         Command::Run(arg) => run(&arg.config),
         Command::CheckConfig(arg) => check_config(&arg.config),
+        Command::Status(arg) => operate(&arg.config, |config| async move {
+            print!("{}", operate::status(&config).await?);
+            Ok(())
+        }),
+        Command::Drain(args) => operate(&args.config.config, |config| async move {
+            let node = args.node.clone().unwrap_or_else(|| config.node.id.clone());
+            operate::drain(&config, &node, args.wait).await
+        }),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -84,6 +113,21 @@ fn check_config(path: &Path) -> anyhow::Result<()> {
         eprintln!("warning: {advice}");
     }
     println!("ok");
+    Ok(())
+}
+
+/// Runs an operator command on a small runtime, with warnings-only logging.
+fn operate<F, Fut>(path: &Path, command: F) -> anyhow::Result<()>
+where
+    F: FnOnce(Config) -> Fut,
+    Fut: std::future::Future<Output = Result<(), error::Error>>,
+{
+    let config = load(path)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(command(config))?;
     Ok(())
 }
 

@@ -11,13 +11,25 @@ use crate::cluster::Transport;
 use engram_actors::directory::Directory;
 use engram_inference::{BATCH_BUCKETS, PoolStats};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
+
+/// A request in flight; dropping it (however the request ends) counts it out.
+#[derive(Debug)]
+pub struct InFlight(IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
 
 /// The node's metric families.
 pub struct NodeMetrics {
     registry: Registry,
     requests: IntCounterVec,
+    in_flight: IntGaugeVec,
     latency: HistogramVec,
     jobs: IntCounterVec,
     job_items: IntCounterVec,
@@ -39,6 +51,14 @@ impl NodeMetrics {
                 "HTTP requests by method, route and status",
             ),
             &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        let in_flight = IntGaugeVec::new(
+            Opts::new(
+                "engram_http_requests_in_flight",
+                "HTTP requests being served, by method and route",
+            ),
+            &["method", "route"],
         )
         .expect("valid metric");
         let latency = HistogramVec::new(
@@ -73,6 +93,9 @@ impl NodeMetrics {
             .register(Box::new(latency.clone()))
             .expect("unique metric");
         registry
+            .register(Box::new(in_flight.clone()))
+            .expect("unique metric");
+        registry
             .register(Box::new(jobs.clone()))
             .expect("unique metric");
         registry
@@ -81,10 +104,18 @@ impl NodeMetrics {
         NodeMetrics {
             registry,
             requests,
+            in_flight,
             latency,
             jobs,
             job_items,
         }
+    }
+
+    /// Counts a request in flight until the returned guard drops.
+    pub fn started(&self, method: &str, route: &str) -> InFlight {
+        let gauge = self.in_flight.with_label_values(&[method, route]);
+        gauge.inc();
+        InFlight(gauge)
     }
 
     /// Records one HTTP request.

@@ -13,11 +13,11 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::wire::{
-    ClusterStatus, ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody,
-    FeedbackBody, FeedbackResponse, ForgetResponse, LeaseView, MemberView, MemoriesResponse,
-    MemoryBody, MemoryResponse, SearchBody, SearchHitView, SearchResponse, SessionMemoryResponse,
-    SessionsResponse, StatusBody, TurnBody, TurnResponse, parse_kind, parse_mode, parse_route,
-    parse_status, ts,
+    ClusterStatus, ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, DrainBody,
+    DrainResponse, ErrorBody, FeedbackBody, FeedbackResponse, ForgetResponse, LeaseView,
+    MemberView, MemoriesResponse, MemoryBody, MemoryResponse, SearchBody, SearchHitView,
+    SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody, TurnResponse,
+    parse_kind, parse_mode, parse_route, parse_status, ts,
 };
 use super::{ApiError, ApiJson, AppState, Tenant, ok, user_key};
 
@@ -507,6 +507,46 @@ pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiEr
             })
             .collect(),
     }))
+}
+
+#[utoipa::path(post, path = "/v1/cluster/drain", tag = "operations",
+    request_body = DrainBody,
+    responses((status = 202, body = DrainResponse), (status = 404, body = ErrorBody)))]
+/// Drains a node (this one unless the body names another): it hands off every shard to the
+/// other nodes, then exits. Requests keep being served throughout (forwarded to the new
+/// owners).
+pub async fn drain(
+    State(s): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let services = s.directory.services();
+    let me = services
+        .ownership
+        .as_ref()
+        .map(|o| o.node().to_owned())
+        .unwrap_or_default();
+    let body: DrainBody = if body.is_empty() {
+        DrainBody { node_id: None }
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(format!("invalid drain body: {e}")))?
+    };
+    let node = body.node_id.unwrap_or(me);
+    let member =
+        engram_actors::cluster::request_drain(&services.store, &services.keyspace, &node).await?;
+    match member {
+        Some(member) => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(DrainResponse {
+                node_id: member.node_id,
+                status: "draining".to_owned(),
+            }),
+        )
+            .into_response()),
+        None => Err(ApiError::not_found(format!(
+            "no active member {node} (it may have left already)"
+        ))),
+    }
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]

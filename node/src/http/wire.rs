@@ -217,6 +217,23 @@ pub struct ContextBody {
     pub token_budget: Option<usize>,
 }
 
+/// What `POST /v1/cluster/drain` drains.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DrainBody {
+    /// The node to drain; omitted, the node that receives the request.
+    pub node_id: Option<String>,
+}
+
+/// A drain that started.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DrainResponse {
+    /// The node draining.
+    pub node_id: String,
+    /// `draining`.
+    pub status: String,
+}
+
 /// The cluster view of `GET /v1/cluster/status`.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ClusterStatus {

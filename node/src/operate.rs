@@ -1,0 +1,132 @@
+//! Operator commands that work on the store directly, so they need no running node to talk
+//! to: `engram-node status` (members, liveness, shards per node, leases) and
+//! `engram-node drain` (ask a node to hand off its shards and exit, then follow it).
+
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+use engram_actors::cluster::{is_live, request_drain};
+use engram_storage::model::{Member, MemberStatus, ShardLease, Timestamp};
+use engram_storage::{Keyspace, Store, cluster};
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+async fn view(store: &Store, keyspace: &Keyspace) -> Result<(Vec<Member>, Vec<(u32, ShardLease)>)> {
+    let ks = keyspace.clone();
+    store
+        .read(move |txn| {
+            Ok((
+                cluster::members(txn, &ks)?,
+                cluster::shard_leases(txn, &ks)?,
+            ))
+        })
+        .await
+        .map_err(Error::storage("reading the cluster view"))
+}
+
+fn now() -> Timestamp {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    Timestamp(i64::try_from(millis).unwrap_or(i64::MAX))
+}
+
+/// The cluster as a table: one line a member, then the shard totals.
+pub fn render(
+    members: &[Member],
+    leases: &[(u32, ShardLease)],
+    shards: u32,
+    lease_timeout: Duration,
+) -> String {
+    let now = now();
+    let mut out = format!(
+        "{:<20} {:<9} {:<5} {:>13} {:>7}  {}\n",
+        "node", "status", "live", "heartbeat age", "shards", "http"
+    );
+    for m in members {
+        let held = leases
+            .iter()
+            .filter(|(_, l)| l.owner.as_deref() == Some(m.node_id.as_str()))
+            .count();
+        let _ = writeln!(
+            out,
+            "{:<20} {:<9} {:<5} {:>11}ms {:>7}  {}",
+            m.node_id,
+            format!("{:?}", m.status).to_lowercase(),
+            is_live(m, now, lease_timeout),
+            now.0.saturating_sub(m.heartbeat_at.0),
+            held,
+            m.http_addr
+        );
+    }
+    let owned = leases.iter().filter(|(_, l)| l.owner.is_some()).count();
+    let max_epoch = leases.iter().map(|(_, l)| l.epoch).max().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "shards: {shards}, owned {owned}, without owner {}; highest epoch {max_epoch}",
+        shards as usize - owned.min(shards as usize)
+    );
+    out
+}
+
+/// `engram-node status`.
+pub async fn status(config: &Config) -> Result<String> {
+    let store = crate::store::open(config).await?;
+    let keyspace = Keyspace::new(&config.storage.root_prefix);
+    let (members, leases) = view(&store, &keyspace).await?;
+    crate::store::close(store, config.storage.backend);
+    Ok(render(
+        &members,
+        &leases,
+        config.cluster.shards,
+        config.cluster.lease_timeout,
+    ))
+}
+
+/// `engram-node drain`: marks `node` draining, then prints its shard count until it has left
+/// (or `wait` passes, which is an error).
+pub async fn drain(config: &Config, node: &str, wait: Duration) -> Result<()> {
+    let store = crate::store::open(config).await?;
+    let keyspace = Keyspace::new(&config.storage.root_prefix);
+    let requested = request_drain(&store, &keyspace, node)
+        .await
+        .map_err(|e| Error::Cluster(e.to_string()))?;
+    if requested.is_none() {
+        return Err(Error::Cluster(format!(
+            "no active member {node} (it may have left already)"
+        )));
+    }
+    println!("{node}: draining");
+    let started = Instant::now();
+    let mut last = usize::MAX;
+    loop {
+        let (members, leases) = view(&store, &keyspace).await?;
+        let held = leases
+            .iter()
+            .filter(|(_, l)| l.owner.as_deref() == Some(node))
+            .count();
+        let left = members
+            .iter()
+            .find(|m| m.node_id == node)
+            .is_none_or(|m| m.status == MemberStatus::Left);
+        if held != last {
+            println!("{node}: {held} shards left to hand off");
+            last = held;
+        }
+        if left && held == 0 {
+            println!(
+                "{node}: drained and left after {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            crate::store::close(store, config.storage.backend);
+            return Ok(());
+        }
+        if started.elapsed() > wait {
+            return Err(Error::Cluster(format!(
+                "{node} still holds {held} shards after {wait:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -156,21 +156,31 @@ struct Ack {
     at: Instant,
 }
 
-/// Routes a user's requests to its shard's owner, refreshing the map from any live node.
-struct Router {
-    nodes: HashMap<String, HttpClient>,
-    owners: Mutex<HashMap<u32, String>>,
+/// Sends each request to some node of the cluster (any node serves any user), moving on to
+/// another after an error or a 503, as a gateway behind a load balancer would, with the same
+/// request id every time.
+struct Gateway {
+    nodes: std::sync::Mutex<Vec<HttpClient>>,
+    next: AtomicUsize,
     retries: AtomicUsize,
 }
 
-impl Router {
-    async fn refresh(&self) {
-        for client in self.nodes.values() {
-            if let Some(view) = status(client).await {
-                *self.owners.lock().await = owners(&view);
-                return;
-            }
-        }
+impl Gateway {
+    fn new(nodes: Vec<HttpClient>) -> Arc<Self> {
+        Arc::new(Gateway {
+            nodes: std::sync::Mutex::new(nodes),
+            next: AtomicUsize::new(0),
+            retries: AtomicUsize::new(0),
+        })
+    }
+
+    fn add(&self, node: HttpClient) {
+        self.nodes.lock().unwrap().push(node);
+    }
+
+    fn pick(&self) -> HttpClient {
+        let nodes = self.nodes.lock().unwrap();
+        nodes[self.next.fetch_add(1, Ordering::Relaxed) % nodes.len()].clone()
     }
 
     /// Appends a turn, retrying with the same request id until it is acknowledged or the
@@ -179,9 +189,10 @@ impl Router {
         let text = format!("note {request_id}");
         let body = turn(request_id, "s1", &text, "ok");
         loop {
-            let owner = self.owners.lock().await.get(&shard(user)).cloned();
-            if let Some(client) = owner.and_then(|o| self.nodes.get(&o))
-                && let Ok(reply) = client.post(&format!("/v1/users/{user}/turns"), &body).await
+            if let Ok(reply) = self
+                .pick()
+                .post(&format!("/v1/users/{user}/turns"), &body)
+                .await
                 && reply.status == StatusCode::OK
             {
                 return Some(Ack {
@@ -193,9 +204,109 @@ impl Router {
                 return None;
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            self.refresh().await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// Closed-loop writers, each with its own users (so each user's order of acknowledgement is
+/// defined), logging every acknowledged write.
+struct Load {
+    users: Vec<String>,
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<HashMap<String, Vec<Ack>>>>,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(gateway: &Arc<Gateway>, users: usize, writers: usize) -> Load {
+        let users: Vec<String> = (0..users).map(|i| format!("chaos-{i}")).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks: Arc<Mutex<HashMap<String, Vec<Ack>>>> = Arc::default();
+        let writers = (0..writers)
+            .map(|w| {
+                let mine: Vec<String> = users.iter().skip(w).step_by(writers).cloned().collect();
+                let (gateway, stop, acks) =
+                    (Arc::clone(gateway), Arc::clone(&stop), Arc::clone(&acks));
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        for user in &mine {
+                            let request_id = format!("{user}-{n}");
+                            let deadline = Instant::now() + Duration::from_secs(30);
+                            let ack = gateway
+                                .append(user, &request_id, deadline)
+                                .await
+                                .unwrap_or_else(|| panic!("{request_id} never acknowledged"));
+                            acks.lock().await.entry(user.clone()).or_default().push(ack);
+                        }
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            users,
+            stop,
+            acks,
+            writers,
+        }
+    }
+
+    async fn acked(&self) -> usize {
+        self.acks.lock().await.values().map(Vec::len).sum()
+    }
+
+    async fn wait_for(&self, more: usize, deadline: Duration) {
+        let target = self.acked().await + more;
+        let until = Instant::now() + deadline;
+        while self.acked().await < target {
+            assert!(Instant::now() < until, "load stalled below {target} writes");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The time by which every user in `users` had a write acknowledged after `since`.
+    async fn served_again(&self, users: &[String], since: Instant, deadline: Duration) -> Instant {
+        loop {
+            let served = {
+                let acks = self.acks.lock().await;
+                users
+                    .iter()
+                    .filter_map(|u| acks.get(u)?.iter().find(|a| a.at > since).map(|a| a.at))
+                    .collect::<Vec<_>>()
+            };
+            if served.len() == users.len() {
+                return served.into_iter().max().unwrap_or(since);
+            }
+            assert!(
+                since.elapsed() < deadline,
+                "users not served again within {deadline:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the writers, then checks through `client` that every acknowledged write is
+    /// stored exactly once, in the order it was acknowledged.
+    async fn stop_and_verify(self, client: &HttpClient) -> HashMap<String, Vec<Ack>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for writer in self.writers {
+            writer.await.unwrap();
+        }
+        let acks = self.acks.lock().await.clone();
+        for user in &self.users {
+            let stored = texts(client, user).await;
+            let acked: Vec<String> = acks
+                .get(user)
+                .map(|a| a.iter().map(|a| a.text.clone()).collect())
+                .unwrap_or_default();
+            assert_eq!(
+                stored, acked,
+                "{user}: stored turns differ from acknowledged ones"
+            );
+        }
+        acks
     }
 }
 
@@ -213,111 +324,124 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
         .map(|(id, n)| (*id, n.client()))
         .collect();
     let owners = settled(&clients, Duration::from_secs(30)).await;
-    let router = Arc::new(Router {
-        nodes: clients
-            .iter()
-            .map(|(id, c)| ((*id).to_owned(), c.clone()))
-            .collect(),
-        owners: Mutex::new(owners.clone()),
-        retries: AtomicUsize::new(0),
-    });
-
-    // Four writers, each with its own users (so each user's order of acknowledgement is
-    // defined), writing until told to stop.
-    let users: Vec<String> = (0..24).map(|i| format!("chaos-{i}")).collect();
+    let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
+    let load = Load::start(&gateway, 24, 4);
     let victim = "kill-c";
-    let victims: Vec<String> = users
+    let victims: Vec<String> = load
+        .users
         .iter()
         .filter(|u| owners[&shard(u)] == victim)
         .cloned()
         .collect();
     assert!(!victims.is_empty(), "some users live on the victim");
-    let stop = Arc::new(AtomicBool::new(false));
-    let acks: Arc<Mutex<HashMap<String, Vec<Ack>>>> = Arc::default();
-    let mut writers = Vec::new();
-    for w in 0..4 {
-        let mine: Vec<String> = users.iter().skip(w).step_by(4).cloned().collect();
-        let (router, stop, acks) = (Arc::clone(&router), Arc::clone(&stop), Arc::clone(&acks));
-        writers.push(tokio::spawn(async move {
-            let mut n = 0;
-            while !stop.load(Ordering::Relaxed) {
-                for user in &mine {
-                    let request_id = format!("{user}-{n}");
-                    let deadline = Instant::now() + Duration::from_secs(30);
-                    let ack = router
-                        .append(user, &request_id, deadline)
-                        .await
-                        .unwrap_or_else(|| panic!("{request_id} never acknowledged"));
-                    acks.lock().await.entry(user.clone()).or_default().push(ack);
-                }
-                n += 1;
-            }
-        }));
-    }
-    let until = Instant::now() + Duration::from_secs(30);
-    while acks.lock().await.values().map(Vec::len).sum::<usize>() < 100 {
-        assert!(Instant::now() < until, "no load before the fault");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    load.wait_for(100, Duration::from_secs(30)).await;
 
     nodes[2].kill();
     let killed_at = Instant::now();
-    let acked_before = acks.lock().await.values().map(Vec::len).sum::<usize>();
-    // Every user of the victim is served again: an acknowledgement after the kill.
-    let recovered = loop {
-        let served = {
-            let acks = acks.lock().await;
-            victims
-                .iter()
-                .filter_map(|u| acks.get(u)?.iter().find(|a| a.at > killed_at).map(|a| a.at))
-                .collect::<Vec<_>>()
-        };
-        if served.len() == victims.len() {
-            break served.into_iter().max().unwrap_or(killed_at);
-        }
-        assert!(
-            killed_at.elapsed() < Duration::from_secs(30),
-            "users of the killed node not served again in 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let acked_before = load.acked().await;
+    let recovered = load
+        .served_again(&victims, killed_at, Duration::from_secs(30))
+        .await;
     let failover = recovered - killed_at;
-    let acked_during = acks.lock().await.values().map(Vec::len).sum::<usize>() - acked_before;
-    stop.store(true, Ordering::Relaxed);
-    for writer in writers {
-        writer.await.unwrap();
-    }
+    let acked_during = load.acked().await - acked_before;
+    // The survivors settle; every acknowledged write is there exactly once, in order.
+    settled(&clients[..2], Duration::from_secs(30)).await;
+    load.stop_and_verify(&clients[0].1).await;
     println!(
-        "SIGKILL of 1 of 3 nodes: every affected user ({} of {}) served again after {:.2} s; \
+        "SIGKILL of 1 of 3 nodes: every affected user ({} of 24) served again after {:.2} s; \
          {} writes acknowledged meanwhile ({:.0}/s); {} retried requests",
         victims.len(),
-        users.len(),
         failover.as_secs_f64(),
         acked_during,
         acked_during as f64 / failover.as_secs_f64().max(1e-3),
-        router.retries.load(Ordering::Relaxed),
+        gateway.retries.load(Ordering::Relaxed),
     );
+}
 
-    // Every acknowledged write is stored exactly once, in the order it was acknowledged.
-    router.refresh().await;
-    let live = &clients[..2];
-    settled(live, Duration::from_secs(30)).await;
-    let acks = acks.lock().await;
-    for user in &users {
-        let owner = router.owners.lock().await[&shard(user)].clone();
-        let client = &router.nodes[&owner];
-        let stored: Vec<String> = client
-            .must_session_turns(user, "s1")
-            .await
-            .iter()
-            .map(|t| t["user_text"].as_str().unwrap_or_default().to_owned())
-            .collect();
-        let acked: Vec<String> = acks[user].iter().map(|a| a.text.clone()).collect();
-        assert_eq!(
-            stored, acked,
-            "{user}: stored turns differ from acknowledged ones"
-        );
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_out_to_four_and_draining_back_to_three_under_load_loses_nothing() {
+    let sandbox = Sandbox::new();
+    let ids = ["scale-a", "scale-b", "scale-c", "scale-d"];
+    let mut nodes = Vec::new();
+    for id in &ids[..3] {
+        nodes.push(start(&sandbox, id).await);
     }
+    let mut clients: Vec<(&str, HttpClient)> = ids
+        .iter()
+        .zip(&nodes)
+        .map(|(id, n)| (*id, n.client()))
+        .collect();
+    settled(&clients, Duration::from_secs(30)).await;
+    let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
+    let load = Load::start(&gateway, 24, 4);
+    load.wait_for(50, Duration::from_secs(30)).await;
+
+    // Scale out: d joins; the others hand it the shards rendezvous gives it.
+    let joined_at = Instant::now();
+    nodes.push(start(&sandbox, "scale-d").await);
+    clients.push(("scale-d", nodes[3].client()));
+    gateway.add(nodes[3].client());
+    let owners = settled(&clients, Duration::from_secs(30)).await;
+    let scale_out = joined_at.elapsed();
+    let on_d = owners.values().filter(|o| *o == "scale-d").count();
+    assert!(
+        (150..400).contains(&on_d),
+        "d got {on_d} of {SHARDS} shards"
+    );
+    load.wait_for(50, Duration::from_secs(30)).await;
+
+    // Scale in: `engram-node drain` hands b's shards to the others and b exits.
+    let drained_at = Instant::now();
+    let config = nodes[1].spec().config_path();
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(engram_tests::harness::node_binary().unwrap())
+            .args(["drain", "--config"])
+            .arg(config)
+            .args(["--wait", "60s"])
+            .status()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(status.success(), "engram-node drain: {status}");
+    let exit = nodes[1].wait_exit(Duration::from_secs(30)).await;
+    assert!(exit.success(), "a drained node exits cleanly: {exit}");
+    let scale_in = drained_at.elapsed();
+    let remaining: Vec<(&str, HttpClient)> = clients
+        .iter()
+        .filter(|(id, _)| *id != "scale-b")
+        .cloned()
+        .collect();
+    *gateway.nodes.lock().unwrap() = remaining.iter().map(|(_, c)| c.clone()).collect();
+    settled(&remaining, Duration::from_secs(30)).await;
+    // The operator's view: b left, the others hold every shard.
+    let config = nodes[0].spec().config_path();
+    let view = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(engram_tests::harness::node_binary().unwrap())
+            .args(["status", "--config"])
+            .arg(config)
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let view = String::from_utf8_lossy(&view.stdout).into_owned();
+    assert!(
+        view.lines()
+            .any(|l| l.starts_with("scale-b") && l.contains("left")),
+        "{view}"
+    );
+    assert!(view.contains("without owner 0"), "{view}");
+    load.wait_for(50, Duration::from_secs(30)).await;
+    let acks = load.stop_and_verify(&remaining[0].1).await;
+    println!(
+        "scale out 3 -> 4 settled in {:.2} s ({on_d} shards moved to the new node); drain 4 -> 3 \
+         done in {:.2} s; {} writes acknowledged, {} retried requests",
+        scale_out.as_secs_f64(),
+        scale_in.as_secs_f64(),
+        acks.values().map(Vec::len).sum::<usize>(),
+        gateway.retries.load(Ordering::Relaxed),
+    );
 }
 
 /// Waits until `client`'s metric `name` (unlabelled) is above zero.
@@ -453,12 +577,17 @@ async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
     .unwrap();
     let (release, released) = std::sync::mpsc::channel::<()>();
     let released = Arc::new(std::sync::Mutex::new(released));
+    let (locked, is_locked) = tokio::sync::oneshot::channel::<()>();
+    let locked = Arc::new(std::sync::Mutex::new(Some(locked)));
     let lock = tokio::spawn({
-        let (released, store) = (Arc::clone(&released), store.clone());
+        let (released, store, locked) = (Arc::clone(&released), store.clone(), Arc::clone(&locked));
         async move {
             store
                 .run(move |txn| {
                     txn.get(b"\xffengram-test-lock")?;
+                    if let Some(locked) = locked.lock().unwrap().take() {
+                        let _ = locked.send(());
+                    }
                     let _ = released
                         .lock()
                         .unwrap()
@@ -468,6 +597,7 @@ async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
                 .await
         }
     });
+    is_locked.await.unwrap();
     let write = tokio::spawn({
         let (a_client, user) = (a_client.clone(), user.clone());
         async move {
@@ -479,13 +609,10 @@ async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
                 .await
         }
     });
-    // The write is inside a's store: it retries against the held lock.
-    metric_above_zero(
-        &a_client,
-        "engram_storage_retries_total",
-        Duration::from_secs(10),
-    )
-    .await;
+    // The write is in flight at a, past its ownership check, waiting for the lock.
+    let in_flight =
+        "engram_http_requests_in_flight{method=\"POST\",route=\"/v1/users/{user}/turns\"}";
+    metric_above_zero(&a_client, in_flight, Duration::from_secs(10)).await;
     a.signal("STOP");
     release.send(()).unwrap();
     lock.await.unwrap().unwrap();

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use engram_storage::data::UserData;
 use engram_storage::model::{
     Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, ReviewFlag,
-    SessionRow, Turn,
+    SessionRow, Turn, WrittenUnder,
 };
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -39,6 +39,7 @@ use self::ops::{
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
+use crate::cluster::Ownership;
 use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::model::conflict::record_topic;
@@ -322,6 +323,16 @@ impl Actor for UserActor {
     }
 }
 
+/// A held shard lease: the node's ownership view and the epoch.
+type Lease = (Arc<Ownership>, u64);
+
+fn written_under(lease: Option<&Lease>) -> Option<WrittenUnder> {
+    lease.map(|(ownership, epoch)| WrittenUnder {
+        node: ownership.node().to_owned(),
+        epoch: *epoch,
+    })
+}
+
 /// What a user actor loads from storage when it starts.
 struct Loaded {
     records: Vec<MemoryRecord>,
@@ -479,8 +490,10 @@ impl UserState {
         let ks = services.keyspace.clone();
         let prepared = Arc::new(prepared);
         let in_txn = Arc::clone(&prepared);
+        let lease = self.lease()?;
+        let under = written_under(lease.as_ref());
         let written = self
-            .run(move |txn| {
+            .run(lease, move |txn| {
                 let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
                 if let Some(entry) = u.idempotency(&request_id)? {
                     return Ok(Written::Replay(entry.response));
@@ -491,6 +504,7 @@ impl UserState {
                     now,
                     rule,
                     prepared: &in_txn,
+                    lease: under.clone(),
                 };
                 match body(&mut u, &scope)? {
                     Ok((ack, changed)) => {
@@ -523,20 +537,26 @@ impl UserState {
         }
     }
 
+    /// The lease this node holds on the user's shard now (`None` without leases).
+    fn lease(&self) -> Result<Option<Lease>> {
+        let services = &self.args.services;
+        let shard = self.args.key.shard(services.settings.shards);
+        Ok(match &services.ownership {
+            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
+            None => None,
+        })
+    }
+
     /// Runs a write transaction of this user, fenced: it first checks that this node still
     /// holds the user's shard at the epoch it was given, and aborts otherwise, so a node that
     /// lost the shard (paused past its lease, partitioned) commits nothing.
-    async fn run<T, F>(&self, mut body: F) -> Result<T>
+    async fn run<T, F>(&self, lease: Option<Lease>, mut body: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
     {
         let services = &self.args.services;
         let shard = self.args.key.shard(services.settings.shards);
-        let lease = match &services.ownership {
-            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
-            None => None,
-        };
         let ks = services.keyspace.clone();
         let in_txn = lease.clone();
         let result = services
@@ -654,6 +674,7 @@ impl UserState {
             assistant_text: String::new(),
             entities: Vec::new(),
             created_at: self.args.services.clock.now(),
+            written_under: None,
         };
         let mut texts = vec![stored_text.to_owned()];
         let mut topics = Vec::new();
@@ -851,7 +872,9 @@ impl UserState {
         let (services, key) = self.scope_parts();
         let ks = services.keyspace.clone();
         let report = self
-            .run(move |txn| UserData::new(txn, &ks, &key.tenant, &key.user).forget())
+            .run(self.lease()?, move |txn| {
+                UserData::new(txn, &ks, &key.tenant, &key.user).forget()
+            })
             .await?;
         self.index.clear();
         self.topics.clear();
@@ -869,8 +892,10 @@ impl UserState {
         let records = self.cached_records();
         let ks = services.keyspace.clone();
         let prepared = Prepared::default();
+        let lease = self.lease()?;
+        let under = written_under(lease.as_ref());
         let (report, changed, purged) = self
-            .run(move |txn| {
+            .run(lease, move |txn| {
                 let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
                 let scope = WriteScope {
                     tenant: &key.tenant,
@@ -878,6 +903,7 @@ impl UserState {
                     now,
                     rule,
                     prepared: &prepared,
+                    lease: under.clone(),
                 };
                 ops::sweep(&mut u, &scope, what, &records)
             })

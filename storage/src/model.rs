@@ -190,6 +190,18 @@ pub struct Turn {
     pub entities: Vec<String>,
     /// When it happened.
     pub created_at: Timestamp,
+    /// The node and shard epoch it was written under (`None` for a store used without
+    /// leases): what lets a checker prove no shard was written by two owners in one epoch.
+    pub written_under: Option<WrittenUnder>,
+}
+
+/// The lease a write was made under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenUnder {
+    /// The node that held the shard.
+    pub node: String,
+    /// The shard's epoch.
+    pub epoch: u64,
 }
 
 /// Per-session bookkeeping.

@@ -288,8 +288,13 @@ impl Load {
     }
 
     /// Stops the writers, then checks through `client` that every acknowledged write is
-    /// stored exactly once, in the order it was acknowledged.
-    async fn stop_and_verify(self, client: &HttpClient) -> HashMap<String, Vec<Ack>> {
+    /// stored exactly once, in the order it was acknowledged, and in the shared store that
+    /// no shard was written by two nodes under one epoch.
+    async fn stop_and_verify(
+        self,
+        client: &HttpClient,
+        sandbox: &Sandbox,
+    ) -> HashMap<String, Vec<Ack>> {
         self.stop.store(true, Ordering::Relaxed);
         for writer in self.writers {
             writer.await.unwrap();
@@ -306,6 +311,7 @@ impl Load {
                 "{user}: stored turns differ from acknowledged ones"
             );
         }
+        one_owner_per_epoch(sandbox, &self.users).await;
         acks
     }
 }
@@ -344,9 +350,23 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
         .await;
     let failover = recovered - killed_at;
     let acked_during = load.acked().await - acked_before;
-    // The survivors settle; every acknowledged write is there exactly once, in order.
     settled(&clients[..2], Duration::from_secs(30)).await;
-    load.stop_and_verify(&clients[0].1).await;
+    // The killed node restarts, rejoins and gets its shards back while the load goes on.
+    nodes[2].restart().await;
+    gateway.add(nodes[2].client());
+    let clients: Vec<(&str, HttpClient)> = ids
+        .iter()
+        .zip(&nodes)
+        .map(|(id, n)| (*id, n.client()))
+        .collect();
+    let back = settled(&clients, Duration::from_secs(30)).await;
+    assert!(
+        back.values().any(|o| o == victim),
+        "the restarted node serves again"
+    );
+    load.wait_for(50, Duration::from_secs(30)).await;
+    // Every acknowledged write is there exactly once, in order, under one owner per epoch.
+    load.stop_and_verify(&clients[0].1, &sandbox).await;
     println!(
         "SIGKILL of 1 of 3 nodes: every affected user ({} of 24) served again after {:.2} s; \
          {} writes acknowledged meanwhile ({:.0}/s); {} retried requests",
@@ -433,7 +453,7 @@ async fn scaling_out_to_four_and_draining_back_to_three_under_load_loses_nothing
     );
     assert!(view.contains("without owner 0"), "{view}");
     load.wait_for(50, Duration::from_secs(30)).await;
-    let acks = load.stop_and_verify(&remaining[0].1).await;
+    let acks = load.stop_and_verify(&remaining[0].1, &sandbox).await;
     println!(
         "scale out 3 -> 4 settled in {:.2} s ({on_d} shards moved to the new node); drain 4 -> 3 \
          done in {:.2} s; {} writes acknowledged, {} retried requests",
@@ -442,6 +462,50 @@ async fn scaling_out_to_four_and_draining_back_to_three_under_load_loses_nothing
         acks.values().map(Vec::len).sum::<usize>(),
         gateway.retries.load(Ordering::Relaxed),
     );
+}
+
+/// Reads every turn of `users` from the shared SQLite file and checks that each was written
+/// under a lease, that a user's turns carry non-decreasing epochs, and that no (shard, epoch)
+/// was written by two nodes.
+async fn one_owner_per_epoch(sandbox: &Sandbox, users: &[String]) {
+    let store = engram_storage::Store::sqlite(
+        &sandbox.shared_sqlite(),
+        engram_storage::sqlite::SqliteOptions::default(),
+    )
+    .unwrap();
+    let ks = engram_storage::Keyspace::new("engram");
+    let mut writers: HashMap<(u32, u64), String> = HashMap::new();
+    for user in users {
+        let (ks, who) = (ks.clone(), user.clone());
+        let turns = store
+            .read(move |txn| {
+                engram_storage::data::UserData::new(txn, &ks, "default", &who).turns_from("s1", 0)
+            })
+            .await
+            .unwrap();
+        let mut last = 0;
+        for t in turns {
+            let under = t
+                .written_under
+                .unwrap_or_else(|| panic!("{user} turn {} has no lease", t.seq));
+            assert!(
+                under.epoch >= last,
+                "{user}: epochs go back at turn {}",
+                t.seq
+            );
+            last = under.epoch;
+            let node = writers
+                .entry((shard(user), under.epoch))
+                .or_insert_with(|| under.node.clone());
+            assert_eq!(
+                *node,
+                under.node,
+                "shard {} written by two nodes in epoch {}",
+                shard(user),
+                under.epoch
+            );
+        }
+    }
 }
 
 /// Waits until `client`'s metric `name` (unlabelled) is above zero.

@@ -12,7 +12,7 @@ use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{
     Embedding, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel,
-    ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
+    ReviewFlag, SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
 };
 use serde_json::json;
 
@@ -52,6 +52,8 @@ pub struct WriteScope<'a> {
     pub rule: SessionRule,
     /// What was computed before the transaction.
     pub prepared: &'a Prepared,
+    /// The lease the write is made under (and fenced by), if the node runs with leases.
+    pub lease: Option<WrittenUnder>,
 }
 
 /// What a write computed before its transaction: embeddings of the texts it may store and of
@@ -156,6 +158,7 @@ pub fn append_turn(
         assistant_text: truncate_chars(&req.assistant_text, ASSISTANT_TEXT_CAP),
         entities: entities.to_vec(),
         created_at: scope.now,
+        written_under: scope.lease.clone(),
     };
     u.append_turn(&mut turn, scope.rule)?;
     let origin = Origin::of_turn(&turn);

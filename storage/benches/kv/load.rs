@@ -76,6 +76,7 @@ impl TurnMaker {
             assistant_text: self.text(),
             entities,
             created_at: Timestamp(1_750_000_000_000 + seq as i64 * 60_000),
+            written_under: None,
         }
     }
 }

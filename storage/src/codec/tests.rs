@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::{FORMAT_POSTCARD, decode, encode};
 use crate::Error;
-use crate::model::{Embedding, Intent, Timestamp, Turn};
+use crate::model::{Embedding, Intent, Timestamp, Turn, WrittenUnder};
 
 #[test]
 fn values_start_with_the_format_byte() {
@@ -36,6 +36,7 @@ proptest! {
         let turn = Turn {
             session_id: session, seq, request_id: "r".into(), trace_id: None, route,
             user_text, assistant_text, entities, created_at: Timestamp(at),
+            written_under: (seq % 2 == 0).then(|| WrittenUnder { node: "n1".into(), epoch: seq }),
         };
         prop_assert_eq!(decode::<Turn>("turn", &encode("turn", &turn)?)?, turn);
     }

@@ -57,6 +57,7 @@ fn turn(session: &str, text: &str, at: i64) -> Turn {
         assistant_text: "ok".into(),
         entities: vec!["orders".into()],
         created_at: Timestamp(at),
+        written_under: None,
     }
 }
 

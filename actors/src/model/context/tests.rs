@@ -26,6 +26,7 @@ fn turns(n: u64) -> Vec<Turn> {
             ),
             entities: vec!["GMV".into(), "dw_orders".into()],
             created_at: Timestamp(i as i64),
+            written_under: None,
         })
         .collect()
 }

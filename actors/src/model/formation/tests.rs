@@ -15,6 +15,7 @@ fn turn(user: &str) -> Turn {
         assistant_text: "The GMV was 1,234 yuan.".into(),
         entities: vec!["GMV".into()],
         created_at: Timestamp(0),
+        written_under: None,
     }
 }
 

@@ -19,8 +19,10 @@
 //!   aborts unless (owner, epoch) is still this node's ([`engram_storage::cluster::fence`]),
 //!   so two nodes that both believe they own a shard can never both commit.
 //!
-//! Not here yet: the ractor_cluster transport and forwarding to the owner (a request for a
-//! shard this node does not hold is refused with 503 naming the shard), scale-in drains.
+//! The transport and forwarding live in `node` (this crate knows no network): a request for a
+//! shard this node does not hold is refused here with [`Error::NotOwner`] and forwarded there.
+//! A draining node (status `Draining` in its row, set by [`request_drain`]) takes no shards
+//! and hands off all of its own; [`LeaseManager::drained`] resolves when it holds none.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

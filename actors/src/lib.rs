@@ -7,8 +7,9 @@
 //!   no acknowledged write.
 //! - All writes of a user go through that user's actor, one at a time, each one storage
 //!   transaction that also records its request id, acknowledged only after the commit.
-//! - Per-user actors stay local to their node; only the shard-region actor (cluster issue) is
-//!   remote-capable.
+//! - Per-user actors stay local to their node; only the node's shard-region actor (in `node`)
+//!   is remote-capable. A node writes a user only under its shard's lease, fenced by epoch
+//!   ([`cluster`]).
 //! - Embeddings come from the node's pool ([`embed::Embedder`]) before a write transaction
 //!   starts, never inside one; a node without a pool ranks by words and priors alone.
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.

@@ -6,11 +6,13 @@
 //! Shutdown rewrites the row with status `Left`, so that peers can tell a clean leave from a
 //! crash (a crashed node's row stays `Active` with a stale heartbeat).
 //!
-//! Between the two, the node serves the HTTP gateway over its user actors and runs the
-//! maintenance jobs. SIGTERM stops accepting connections, lets in-flight requests and the
-//! writes already queued at user actors finish (bounded by `http.shutdown-grace`), then exits.
-//!
-//! Not here yet: periodic heartbeats, shards and the cluster transport.
+//! Between the two, the node starts the cluster transport and its shard region, takes its
+//! shard leases (one lease round before serving), heartbeats and rebalances every
+//! `cluster.heartbeat-interval`, serves the HTTP gateway over its user actors (forwarding
+//! users it does not own) and runs the maintenance jobs. SIGTERM, or the end of a drain,
+//! stops accepting connections, lets in-flight requests and the writes already queued at
+//! user actors finish (bounded by `http.shutdown-grace`), releases every lease so others
+//! take the shards at once, and exits.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -1,6 +1,6 @@
 //! `engram-node`: the Engram node binary. It wires configuration, logging, storage, the user
-//! actors, the maintenance jobs and the HTTP gateway together (the cluster transport comes
-//! with the cluster issue).
+//! actors, the shard leases and the cluster transport, the maintenance jobs and the HTTP
+//! gateway together.
 //!
 //! Commands:
 //! - `engram-node run --config <path>`: load and validate the configuration, open the store,

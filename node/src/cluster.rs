@@ -37,6 +37,8 @@ use tower::ServiceExt;
 pub const FORWARDED_HEADER: &str = "x-engram-forwarded";
 /// The tenant header (as the gateway reads it).
 const TENANT_HEADER: &str = "x-engram-tenant";
+/// How long one dial of a peer may take.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The envelope format this build writes and reads.
 const ENVELOPE_VERSION: u8 = 1;
 
@@ -381,10 +383,14 @@ impl Transport {
                 continue;
             }
             self.metrics.dials.fetch_add(1, Ordering::Relaxed);
-            if let Err(err) =
-                ractor_cluster::client_connect(&self.server, member.cluster_addr.as_str()).await
-            {
-                tracing::debug!(peer = %member.node_id, error = %err, "dial failed");
+            // A blackholed peer would hold a plain connect for minutes.
+            let dial = ractor_cluster::client_connect(&self.server, member.cluster_addr.as_str());
+            match tokio::time::timeout(DIAL_TIMEOUT, dial).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    tracing::debug!(peer = %member.node_id, error = %err, "dial failed");
+                }
+                Err(_) => tracing::debug!(peer = %member.node_id, "dial timed out"),
             }
         }
     }
@@ -412,9 +418,36 @@ impl Transport {
                 self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
                 Ok(decode(&reply)?)
             }
-            Ok(ractor::rpc::CallResult::Timeout) => Err(no_answer("timed out".to_owned())),
+            Ok(ractor::rpc::CallResult::Timeout) => {
+                // TCP may not notice a dead link for minutes: drop the session so that the
+                // dialer connects afresh (at once after a partition heals).
+                if timeout >= Duration::from_secs(1) {
+                    self.drop_session(owner).await;
+                }
+                Err(no_answer("timed out".to_owned()))
+            }
             Ok(ractor::rpc::CallResult::SenderError) => Err(no_answer("session closed".to_owned())),
             Err(err) => Err(no_answer(err.to_string())),
+        }
+    }
+
+    /// Closes the session with `node_id`, if there is one.
+    async fn drop_session(&self, node_id: &str) {
+        let sessions = self
+            .server
+            .call(NodeServerMessage::GetSessions, Some(Duration::from_secs(1)))
+            .await;
+        if let Ok(ractor::rpc::CallResult::Success(sessions)) = sessions {
+            for session in sessions.values() {
+                let peer = session
+                    .peer_name
+                    .as_ref()
+                    .and_then(|n| n.name.split('@').next().map(str::to_owned));
+                if peer.as_deref() == Some(node_id) {
+                    tracing::info!(peer = %node_id, "dropping an unresponsive session");
+                    session.actor.stop(Some("unresponsive".to_owned()));
+                }
+            }
         }
     }
 

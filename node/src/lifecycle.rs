@@ -238,10 +238,11 @@ fn spawn_dialer(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         for seed in seeds {
-            if let Err(err) =
-                ractor_cluster::client_connect(transport.server(), seed.as_str()).await
-            {
-                tracing::info!(seed = %seed, error = %err, "seed not reachable");
+            let dial = ractor_cluster::client_connect(transport.server(), seed.as_str());
+            match tokio::time::timeout(std::time::Duration::from_secs(2), dial).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::info!(seed = %seed, error = %err, "seed not reachable"),
+                Err(_) => tracing::info!(seed = %seed, "seed did not answer"),
             }
         }
         let mut tick = tokio::time::interval(every);

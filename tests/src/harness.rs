@@ -127,7 +127,14 @@ impl Node {
             ));
             log.len()
         };
-        let mut command = Command::new(&binary);
+        let mut command = match spec.wrapper().split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(&binary);
+                command
+            }
+            None => Command::new(&binary),
+        };
         command
             .args(["run", "--config"])
             .arg(&config)

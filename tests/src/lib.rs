@@ -7,5 +7,6 @@
 
 pub mod harness;
 pub mod load;
+pub mod netns;
 pub mod retrieval;
 pub mod storage_suite;

@@ -1,7 +1,8 @@
 //! Any node accepts any request: a request for a user whose shard another node holds is handed
 //! to that node's shard region over the cluster transport and its answer relayed. While the
-//! shard is moving (no owner yet, or the owner just lost it), the request waits up to
-//! `cluster.handoff-wait`, polling, and then gets 503 `not_owner` with Retry-After: requests
+//! shard is moving (no owner yet, or the owner just lost it) or its owner does not answer,
+//! the request waits up to `cluster.handoff-wait`, polling, and then gets 503 `not_owner`
+//! with Retry-After: requests
 //! are buffered within a bound, never dropped silently, and a retry with the same request id
 //! has exactly-once effects.
 
@@ -19,8 +20,8 @@ use engram_actors::placement::UserKey;
 use super::{ApiError, AppState, DEFAULT_TENANT, TENANT_HEADER};
 use crate::cluster::{FORWARDED_HEADER, Forwarded, into_response};
 
-/// How long one forwarded request may take at the owner.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The least time one forward attempt is given, even near the end of the wait.
+const MIN_FORWARD: Duration = Duration::from_millis(500);
 /// How often a waiting request looks for the shard's owner again.
 const POLL: Duration = Duration::from_millis(50);
 
@@ -83,7 +84,12 @@ pub async fn to_owner(
                 .await;
         }
         if let Some(owner) = ownership.owner(shard).filter(|o| o != ownership.node()) {
-            match transport.forward(&owner, &forwarded, FORWARD_TIMEOUT).await {
+            // An owner that does not answer within the wait (partitioned, or its session
+            // broke without TCP noticing) costs the caller at most the wait.
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(MIN_FORWARD);
+            match transport.forward(&owner, &forwarded, left).await {
                 // The owner lost the shard meanwhile: look again.
                 Ok(reply) if reply.status == 503 && is_not_owner(&reply.body) => {}
                 Ok(reply) => return into_response(reply),

@@ -71,6 +71,8 @@ pub struct NodeSpec {
     sqlite: PathBuf,
     /// `table -> key -> TOML literal`.
     settings: BTreeMap<String, BTreeMap<String, String>>,
+    /// A command the node is started under (e.g. `ip netns exec NAME`), if any.
+    wrapper: Vec<String>,
     _sandbox: Arc<TempDir>,
 }
 
@@ -81,6 +83,7 @@ impl NodeSpec {
             data_dir,
             sqlite,
             settings: BTreeMap::new(),
+            wrapper: Vec::new(),
             _sandbox: sandbox.dir.clone(),
         };
         let (data_dir, sqlite) = (path_str(&spec.data_dir), path_str(&spec.sqlite));
@@ -113,6 +116,18 @@ impl NodeSpec {
             .or_default()
             .insert(name.to_owned(), value.to_string());
         self
+    }
+
+    /// Starts the node under `wrapper` (a command and its arguments, the node's command line
+    /// appended), e.g. `ip netns exec NAME` to run it in a network namespace.
+    pub fn wrapped(mut self, wrapper: Vec<String>) -> Self {
+        self.wrapper = wrapper;
+        self
+    }
+
+    /// The command the node is started under, if any.
+    pub fn wrapper(&self) -> &[String] {
+        &self.wrapper
     }
 
     /// The node id.

@@ -94,10 +94,6 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         )
         .route("/v1/users/{user}/conflicts", get(routes::conflicts))
         .route("/v1/users/{user}", delete(routes::forget))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            forward::to_owner,
-        ))
         .route("/chat/sessions", get(seed::sessions))
         .route(
             "/chat/sessions/{session_id}/memory",
@@ -105,6 +101,10 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         )
         .route("/write", post(seed::write))
         .route("/recall", get(seed::recall))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            forward::to_owner,
+        ))
         .layer(
             ServiceBuilder::new()
                 .layer(axum::error_handling::HandleErrorLayer::new(

@@ -141,6 +141,24 @@ async fn two_nodes_split_the_shards_and_either_serves_any_user() {
         "the owner's answer is relayed as it is: {}",
         bad.text()
     );
+    // The seed API names the user in the query or the body: routed the same way.
+    other
+        .must_post(
+            "/write",
+            &serde_json::json!({
+                "user_id": user, "request_id": "split-3", "intent_type": "appointment",
+                "fields": { "when": "tomorrow" }
+            }),
+        )
+        .await;
+    let recalled = other
+        .must_get(&format!("/recall?user_id={user}&intent_type=appointment"))
+        .await;
+    assert!(recalled.to_string().contains("tomorrow"), "{recalled}");
+    let sessions = other
+        .must_get(&format!("/chat/sessions?user_id={user}"))
+        .await;
+    assert!(sessions.to_string().contains("s1"), "{sessions}");
     let metrics = other.must_metrics().await;
     assert!(
         metrics

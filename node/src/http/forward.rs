@@ -33,23 +33,29 @@ pub async fn to_owner(
     next: Next,
 ) -> Response {
     let services = s.directory.services();
-    let (Some(transport), Some(ownership), Ok(Path(params))) =
-        (&s.cluster, &services.ownership, params)
-    else {
+    let (Some(transport), Some(ownership)) = (&s.cluster, &services.ownership) else {
         return next.run(request).await;
     };
-    let Some(user) = params.get("user") else {
+    if request.headers().contains_key(FORWARDED_HEADER) {
+        // Forwarded once already: served here or refused, never forwarded on.
         return next.run(request).await;
-    };
+    }
     let tenant = request
         .headers()
         .get(TENANT_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let key = UserKey::new(tenant.as_deref().unwrap_or(DEFAULT_TENANT), user.as_str());
-    let shard = key.shard(services.settings.shards);
-    // Served here, or already forwarded once (served here or refused, never forwarded on).
-    if ownership.lease(shard).is_ok() || request.headers().contains_key(FORWARDED_HEADER) {
+    let in_path = params
+        .ok()
+        .and_then(|Path(p)| p.get("user").cloned())
+        .or_else(|| query_user(request.uri().query()));
+    let shard_of = |user: &str| {
+        UserKey::new(tenant.as_deref().unwrap_or(DEFAULT_TENANT), user)
+            .shard(services.settings.shards)
+    };
+    if let Some(user) = &in_path
+        && ownership.lease(shard_of(user)).is_ok()
+    {
         return next.run(request).await;
     }
     let (parts, body) = request.into_parts();
@@ -61,6 +67,14 @@ pub async fn to_owner(
         )
         .into_response();
     };
+    // The seed API's `POST /write` names the user in its body.
+    let Some(user) = in_path.or_else(|| body_user(&bytes)) else {
+        // No user to route by: the handler answers (with its own 400 if need be).
+        return next
+            .run(Request::from_parts(parts, Body::from(bytes)))
+            .await;
+    };
+    let shard = shard_of(&user);
     let forwarded = Forwarded {
         method: parts.method.to_string(),
         uri: parts
@@ -115,6 +129,26 @@ pub async fn to_owner(
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// `user_id` of a query string (the seed API's way to name the user).
+fn query_user(query: Option<&str>) -> Option<String> {
+    let uri = format!("/?{}", query?).parse().ok()?;
+    let axum::extract::Query(pairs) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri).ok()?;
+    pairs
+        .into_iter()
+        .find(|(k, _)| k == "user_id")
+        .map(|(_, v)| v)
+}
+
+/// `user_id` of a JSON body.
+fn body_user(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("user_id")?
+        .as_str()
+        .map(str::to_owned)
 }
 
 fn is_not_owner(body: &[u8]) -> bool {

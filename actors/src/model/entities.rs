@@ -141,6 +141,12 @@ impl EntityExtractor {
             }
         }
         found.sort_by_key(|(at, _)| *at);
+        // Nothing inside personal data is an entity (an e-mail's `first_last` is not a table).
+        let personal = super::pii::detect(text);
+        found.retain(|(at, entity)| {
+            let end = at + entity.len();
+            !personal.iter().any(|p| *at < p.end && p.start < end)
+        });
         let mut out: Vec<String> = Vec::with_capacity(found.len());
         for (_, entity) in found {
             if !out.contains(&entity) {

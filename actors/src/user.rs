@@ -675,6 +675,7 @@ impl UserState {
             entities: Vec::new(),
             created_at: self.args.services.clock.now(),
             written_under: None,
+            pii_level: engram_storage::model::PiiLevel::None,
         };
         let mut texts = vec![stored_text.to_owned()];
         let mut topics = Vec::new();

@@ -193,6 +193,8 @@ pub struct Turn {
     /// The node and shard epoch it was written under (`None` for a store used without
     /// leases): what lets a checker prove no shard was written by two owners in one epoch.
     pub written_under: Option<WrittenUnder>,
+    /// The highest level of personal data in its texts.
+    pub pii_level: PiiLevel,
 }
 
 /// The lease a write was made under.

@@ -8,12 +8,15 @@
 //! embedding, BM25 over its words, recency and salience; with no query, by recency and
 //! salience alone.
 
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Turn};
+use engram_storage::model::{
+    MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
+};
 use engram_storage::vector::VectorError;
 use serde::Serialize;
 
 use super::entities::EntityExtractor;
 use super::index::{MemoryIndex, MemoryQuery};
+use super::pii;
 use super::policy::{RAW_TURNS, Route};
 use super::retrieve::SearchMode;
 use super::text::{count_tokens, extractive_summary};
@@ -117,7 +120,11 @@ pub fn assemble(
         .iter()
         .map(|t| ContextSummary {
             seq: t.seq,
-            text: extractive_summary(&t.user_text, &t.assistant_text, &t.entities),
+            text: gateway_text(&extractive_summary(
+                &t.user_text,
+                &t.assistant_text,
+                &t.entities,
+            )),
             method: "extractive",
         })
         .collect();
@@ -125,8 +132,8 @@ pub fn assemble(
         .iter()
         .map(|t| ContextTurn {
             seq: t.seq,
-            user: t.user_text.clone(),
-            assistant: t.assistant_text.clone(),
+            user: gateway_text(&t.user_text),
+            assistant: gateway_text(&t.assistant_text),
         })
         .collect();
 
@@ -240,17 +247,30 @@ pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
     ) && record.expires_at.is_none_or(|at| at > now)
 }
 
+/// Text as a gateway may see it: ID, bank card and passport numbers masked.
+pub fn gateway_text(text: &str) -> String {
+    pii::mask(text, PiiLevel::High)
+}
+
 fn context_memory(r: &MemoryRecord, score: f32) -> ContextMemory {
+    if r.redaction_level == RedactionLevel::ReferenceOnly {
+        return ContextMemory {
+            memory_id: r.memory_id.clone(),
+            text: format!("[memory {} withheld: personal data]", r.memory_id),
+            score,
+            corrected_sql: None,
+        };
+    }
     ContextMemory {
         memory_id: r.memory_id.clone(),
-        text: r.summary_text.clone(),
+        text: gateway_text(&r.summary_text),
         score,
         corrected_sql: serde_json::from_str::<serde_json::Value>(&r.payload)
             .ok()
             .and_then(|p| {
                 p.get("corrected_sql")
                     .and_then(|s| s.as_str())
-                    .map(str::to_owned)
+                    .map(gateway_text)
             }),
     }
 }

@@ -25,6 +25,7 @@ use crate::model::conflict::{Resolution, resolve};
 use crate::model::formation::{
     Feedback, NewMemory, Preference, from_feedback, from_turn, normalise_preference, profile,
 };
+use crate::model::pii;
 use crate::model::policy::{
     ASSISTANT_TEXT_CAP, DAY_MS, REPEATED_CHOICE_THRESHOLD, SESSION_IDLE_MS, SESSION_MAX_TURNS,
     expires_at,
@@ -159,6 +160,7 @@ pub fn append_turn(
         entities: entities.to_vec(),
         created_at: scope.now,
         written_under: scope.lease.clone(),
+        pii_level: pii::level_of([req.user_text.as_str(), req.assistant_text.as_str()]),
     };
     u.append_turn(&mut turn, scope.rule)?;
     let origin = Origin::of_turn(&turn);
@@ -302,6 +304,7 @@ pub fn write_memory(
         record.valid_to = req.valid_to;
         record.last_seen_at = scope.now;
         record.expires_at = expires_at(record.kind, scope.now);
+        classify(&mut record);
         u.put_record(&record)?;
         scope
             .prepared
@@ -597,6 +600,7 @@ fn apply(
         valid_from: Some(origin.valid.0.unwrap_or(scope.now)),
         valid_to: origin.valid.1,
     };
+    classify(&mut record);
     let mut changed = Vec::new();
     let action = match resolution {
         Resolution::Insert | Resolution::Reinforce { .. } => "created",
@@ -640,6 +644,15 @@ fn apply(
     };
     changed.push(record);
     Ok((change, changed))
+}
+
+/// Sets a record's personal-data level from its text and payload; a record with high-level
+/// items (ID, bank card, passport numbers) is read as a redacted summary by default.
+fn classify(record: &mut MemoryRecord) {
+    record.pii_level = pii::level_of([record.summary_text.as_str(), record.payload.as_str()]);
+    if record.pii_level == PiiLevel::High && record.redaction_level == RedactionLevel::Full {
+        record.redaction_level = RedactionLevel::Summary;
+    }
 }
 
 /// `payload` (a JSON object) with `key` set to `value`.

@@ -187,7 +187,10 @@ pub async fn recall(
             .map(|i| IntentView {
                 intent_type: i.intent_type,
                 version: i.version.0,
-                fields: serde_json::from_str(&i.fields).unwrap_or(serde_json::Value::Null),
+                fields: serde_json::from_str(&engram_actors::model::context::gateway_text(
+                    &i.fields,
+                ))
+                .unwrap_or(serde_json::Value::Null),
                 active: i.active,
             })
             .collect(),

@@ -77,6 +77,7 @@ impl TurnMaker {
             entities,
             created_at: Timestamp(1_750_000_000_000 + seq as i64 * 60_000),
             written_under: None,
+            pii_level: engram_storage::model::PiiLevel::None,
         }
     }
 }

@@ -37,6 +37,7 @@ proptest! {
             session_id: session, seq, request_id: "r".into(), trace_id: None, route,
             user_text, assistant_text, entities, created_at: Timestamp(at),
             written_under: (seq % 2 == 0).then(|| WrittenUnder { node: "n1".into(), epoch: seq }),
+            pii_level: crate::model::PiiLevel::None,
         };
         prop_assert_eq!(decode::<Turn>("turn", &encode("turn", &turn)?)?, turn);
     }

@@ -58,6 +58,7 @@ fn turn(session: &str, text: &str, at: i64) -> Turn {
         entities: vec!["orders".into()],
         created_at: Timestamp(at),
         written_under: None,
+        pii_level: crate::model::PiiLevel::None,
     }
 }
 

@@ -27,6 +27,7 @@ fn turns(n: u64) -> Vec<Turn> {
             entities: vec!["GMV".into(), "dw_orders".into()],
             created_at: Timestamp(i as i64),
             written_under: None,
+            pii_level: engram_storage::model::PiiLevel::None,
         })
         .collect()
 }
@@ -295,4 +296,53 @@ proptest! {
         prop_assert_eq!(ctx.tokens, count_tokens(&ctx.text));
         prop_assert!(ctx.text.ends_with(NO_INVENTION));
     }
+}
+
+#[test]
+fn the_context_never_carries_raw_id_or_bank_card_numbers() {
+    let id = "11010519491231002X";
+    let card = "6222020200112233446";
+    let mut turns = turns(8);
+    turns[0].user_text = format!("my ID is {id}");
+    turns[7].user_text = format!("pay with card {card}");
+    turns[7].assistant_text = format!("card {card} noted");
+    let mut withheld = rec(
+        "m1",
+        MemoryKind::Profile,
+        "prefers GMV charts",
+        MemoryStatus::Active,
+        1,
+    );
+    withheld.redaction_level = RedactionLevel::ReferenceOnly;
+    let correction = {
+        let mut r = rec(
+            "m2",
+            MemoryKind::Correction,
+            &format!("use card {card}"),
+            MemoryStatus::Active,
+            2,
+        );
+        r.payload = serde_json::json!({ "corrected_sql": format!("select * from t where card = '{card}'") }).to_string();
+        r
+    };
+    let ctx = assemble(
+        &request(5_000),
+        &turns,
+        &index([withheld, correction]),
+        &EXTRACTOR,
+    )
+    .unwrap();
+    assert!(
+        !ctx.text.contains(id) && !ctx.text.contains(card),
+        "{}",
+        ctx.text
+    );
+    assert!(ctx.text.contains("6222***********3446"), "{}", ctx.text);
+    assert!(
+        ctx.text.contains("[memory m1 withheld: personal data]"),
+        "{}",
+        ctx.text
+    );
+    let json = serde_json::to_string(&ctx).unwrap();
+    assert!(!json.contains(id) && !json.contains(card), "{json}");
 }

@@ -16,6 +16,7 @@ fn turn(user: &str) -> Turn {
         entities: vec!["GMV".into()],
         created_at: Timestamp(0),
         written_under: None,
+        pii_level: engram_storage::model::PiiLevel::None,
     }
 }
 

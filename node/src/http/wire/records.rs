@@ -1,7 +1,10 @@
 //! Wire types of memory records, sessions, turns, conflicts and forgetting.
 
+use engram_actors::model::context::gateway_text;
 use engram_actors::user::api::{ClearAck, ForgetAck, MemoryAck};
-use engram_storage::model::{MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, Timestamp, Turn};
+use engram_storage::model::{
+    MemoryRecord, MemoryStatus, RedactionLevel, ReviewFlag, SessionRow, Timestamp, Turn,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -109,13 +112,24 @@ pub struct MemoryView {
 }
 
 impl From<MemoryRecord> for MemoryView {
+    /// The gateway's view: ID, bank card and passport numbers masked; a record whose
+    /// redaction level is `reference_only` shows neither text nor payload.
     fn from(r: MemoryRecord) -> Self {
+        let withheld = r.redaction_level == RedactionLevel::ReferenceOnly;
         MemoryView {
+            text: if withheld {
+                "[withheld: personal data]".to_owned()
+            } else {
+                gateway_text(&r.summary_text)
+            },
+            payload: if withheld {
+                serde_json::Value::Null
+            } else {
+                serde_json::from_str(&gateway_text(&r.payload)).unwrap_or(serde_json::Value::Null)
+            },
             memory_id: r.memory_id,
             kind: r.kind.as_str().into(),
             status: status_name(r.status).into(),
-            text: r.summary_text,
-            payload: serde_json::from_str(&r.payload).unwrap_or(serde_json::Value::Null),
             namespace: r.namespace,
             scope: r.scope,
             confidence: r.confidence,
@@ -215,8 +229,8 @@ impl From<Turn> for TurnView {
     fn from(t: Turn) -> Self {
         TurnView {
             seq: t.seq,
-            user_text: t.user_text,
-            assistant_text: t.assistant_text,
+            user_text: gateway_text(&t.user_text),
+            assistant_text: gateway_text(&t.assistant_text),
             route: t.route,
             entities: t.entities,
             created_at: t.created_at.0,

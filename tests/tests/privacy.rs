@@ -1,0 +1,145 @@
+//! Personal data through a real node: a conversation full of it at debug log level. No log
+//! line carries any of it, no answer of the gateway carries a raw ID, bank card or passport
+//! number, and storage records each turn's and memory's personal-data level.
+
+use engram_storage::model::{MemoryKind, PiiLevel, RedactionLevel};
+use engram_tests::harness::{Sandbox, turn};
+use serde_json::json;
+
+const ID: &str = "11010519491231002X";
+const CARD: &str = "6222020200112233446";
+const MOBILE: &str = "13812345678";
+const EMAIL: &str = "li.lei@example.com";
+const PASSPORT: &str = "E12345678";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn personal_data_never_reaches_logs_and_is_masked_for_the_gateway() {
+    let mut node = Sandbox::new()
+        .node("privacy")
+        .set("log.level", "debug")
+        .start()
+        .await;
+    let http = node.client();
+    let user = "pii-user";
+    let texts = [
+        format!("我的身份证号是{ID}，手机{MOBILE}"),
+        format!("I prefer paying with card {CARD}; mail me at {EMAIL}"),
+        format!("my passport is {PASSPORT}, please book the flight"),
+    ];
+    let mut answers = Vec::new();
+    for (i, text) in texts.iter().enumerate() {
+        answers.push(
+            http.must_append_turn(
+                user,
+                &turn(&format!("p-{i}"), "s1", text, &format!("noted {CARD}")),
+            )
+            .await,
+        );
+    }
+    answers.push(
+        http.must_post(
+            &format!("/v1/users/{user}/feedback"),
+            &json!({ "request_id": "p-fb", "session_id": "s1", "turn_seq": 1, "rating": "dislike",
+                     "corrected_sql": format!("select * from cards where no = '{CARD}'"),
+                     "comment": format!("the card is {CARD}, not the ID {ID}") }),
+        )
+        .await,
+    );
+    answers.push(
+        http.must_create_memory(
+            user,
+            &json!({ "request_id": "p-mem", "kind": "profile", "text": format!("ID {ID}"),
+                     "status": "active" }),
+        )
+        .await,
+    );
+    answers.push(
+        http.must_context(user, "s1", &format!("what is the card {CARD}?"))
+            .await,
+    );
+    answers.push(
+        http.must_post(
+            &format!("/v1/users/{user}/memories/search"),
+            &json!({ "query": format!("ID {ID}"), "k": 10 }),
+        )
+        .await,
+    );
+    answers.push(http.must_get(&format!("/v1/users/{user}/memories")).await);
+    answers.push(json!(http.must_session_turns(user, "s1").await));
+    answers.push(
+        http.must_post(
+            "/write",
+            &json!({ "user_id": user, "request_id": "p-w", "intent_type": "renewal",
+                     "fields": { "id_number": ID, "phone": MOBILE } }),
+        )
+        .await,
+    );
+    answers.push(
+        http.must_get(&format!("/recall?user_id={user}&intent_type=renewal"))
+            .await,
+    );
+    let bad = http
+        .post(
+            &format!("/v1/users/{user}/turns"),
+            &json!({ "request_id": ID, "user_text": CARD }),
+        )
+        .await
+        .unwrap();
+    answers.push(json!(bad.text()));
+
+    for answer in &answers {
+        let text = answer.to_string();
+        for raw in [ID, CARD, PASSPORT] {
+            assert!(
+                !text.contains(raw),
+                "a gateway answer carries {raw}: {text}"
+            );
+        }
+    }
+    let context = answers[5].to_string();
+    assert!(
+        context.contains("110105********002X") || context.contains("6222***********3446"),
+        "{context}"
+    );
+
+    node.terminate().await;
+    let log = node.log();
+    assert!(
+        log.iter().any(|l| l.contains("DEBUG")),
+        "debug logging was on:\n{}",
+        log.join("\n")
+    );
+    for line in &log {
+        for raw in [ID, CARD, MOBILE, EMAIL, PASSPORT, "li.lei", user] {
+            assert!(
+                !line.contains(raw),
+                "a log line carries personal data ({raw}): {line}"
+            );
+        }
+    }
+
+    // Storage knows the levels.
+    let store = engram_storage::Store::sqlite(
+        node.spec().sqlite_path(),
+        engram_storage::sqlite::SqliteOptions::default(),
+    )
+    .unwrap();
+    let ks = engram_storage::Keyspace::new("engram");
+    let (turns, profile) = store
+        .read(move |txn| {
+            let mut u = engram_storage::data::UserData::new(txn, &ks, "default", "pii-user");
+            Ok((u.turns_from("s1", 0)?, u.records(MemoryKind::Profile)?))
+        })
+        .await
+        .unwrap();
+    assert!(
+        turns.iter().all(|t| t.pii_level == PiiLevel::High),
+        "{turns:?}"
+    );
+    let api = profile
+        .iter()
+        .find(|r| r.summary_text.contains(ID))
+        .expect("the API-written profile memory");
+    assert_eq!(api.pii_level, PiiLevel::High);
+    assert_eq!(api.redaction_level, RedactionLevel::Summary);
+}

@@ -507,10 +507,24 @@ mod tests {
             decode::<Forwarded>(&bytes[..bytes.len() / 2]),
             Err(EnvelopeError::Malformed(_))
         ));
-        // Any byte string at all: an error or a value, never a panic.
-        for len in 0..64u8 {
-            let junk: Vec<u8> = (0..len).map(|i| i.wrapping_mul(37) ^ 1).collect();
-            let _ = decode::<Forwarded>(&junk);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2_000, ..Default::default() })]
+
+        /// Fuzzing the remote envelope decoder: any frame a peer could send decodes or fails
+        /// cleanly, never panicking.
+        #[test]
+        fn any_frame_decodes_or_fails_cleanly(
+            frame in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
+            versioned in proptest::prelude::any::<bool>(),
+        ) {
+            let mut bytes = frame;
+            if versioned {
+                bytes.insert(0, ENVELOPE_VERSION);
+            }
+            let _ = decode::<Forwarded>(&bytes);
+            let _ = decode::<ForwardedReply>(&bytes);
         }
     }
 }

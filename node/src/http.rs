@@ -8,6 +8,8 @@
 
 mod error;
 mod forward;
+#[cfg(test)]
+mod fuzz;
 mod openapi;
 mod routes;
 mod seed;

@@ -26,7 +26,7 @@ fn extractor() -> Arc<EntityExtractor> {
         .clone()
 }
 
-fn app(dir: &tempfile::TempDir) -> Router {
+pub(super) fn app(dir: &tempfile::TempDir) -> Router {
     let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
     let services = Services {
         store,

@@ -55,3 +55,34 @@ proptest! {
         prop_assert_eq!(decode::<Embedding>("embedding", &encode("embedding", &embedding)?)?, embedding);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+    /// Fuzzing the value decoders: any bytes at all, including a valid format byte followed by
+    /// garbage or by huge length prefixes, decode to a value or an error, never a panic, and
+    /// never allocate by a length the bytes cannot back.
+    #[test]
+    fn any_stored_bytes_decode_or_fail_cleanly(
+        tail in proptest::collection::vec(any::<u8>(), 0..256),
+        format_byte in prop_oneof![Just(FORMAT_POSTCARD), any::<u8>()],
+        huge in any::<bool>(),
+    ) {
+        let mut bytes = vec![format_byte];
+        if huge {
+            // A varint length prefix of about 2^56.
+            bytes.extend([0xff; 8]);
+            bytes.push(0x7f);
+        }
+        bytes.extend(tail);
+        let _ = decode::<Turn>("turn", &bytes);
+        let _ = decode::<crate::model::MemoryRecord>("memory record", &bytes);
+        let _ = decode::<crate::model::SessionRow>("session", &bytes);
+        let _ = decode::<Intent>("intent", &bytes);
+        let _ = decode::<Embedding>("embedding", &bytes);
+        let _ = decode::<crate::model::IdempotencyEntry>("idempotency", &bytes);
+        let _ = decode::<crate::model::ShardLease>("shard lease", &bytes);
+        let _ = decode::<crate::model::Member>("member", &bytes);
+        let _ = decode::<crate::model::UserHeader>("header", &bytes);
+    }
+}

@@ -21,6 +21,8 @@ pub struct UserData<'t> {
     keys: UserKeys,
     tenant: &'t str,
     user: &'t str,
+    /// The user's data key, once loaded (values are sealed when the keyspace has master keys).
+    data_key: Option<crate::crypto::DataKey>,
 }
 
 /// What [`UserData::forget`] removed.
@@ -42,6 +44,7 @@ impl<'t> UserData<'t> {
             keys,
             tenant,
             user,
+            data_key: None,
         }
     }
 
@@ -168,7 +171,7 @@ impl<'t> UserData<'t> {
             .get_range(&range.begin, &range.end, RangeOptions::last(limit))?;
         let mut turns = rows
             .iter()
-            .map(|(_, v)| decode::<Turn>("turn", v))
+            .map(|(k, v)| self.open::<Turn>("turn", k, v))
             .collect::<Result<Vec<_>>>()?;
         turns.reverse();
         Ok(turns)
@@ -370,7 +373,7 @@ impl<'t> UserData<'t> {
                         what: "embedding key",
                         reason: "not an embedding key".into(),
                     })?;
-                Ok((id, decode("embedding", v)?))
+                Ok((id, self.open("embedding", k, v)?))
             })
             .collect()
     }
@@ -393,11 +396,11 @@ impl<'t> UserData<'t> {
     pub fn forget(&mut self) -> Result<ForgetReport> {
         let mut report = ForgetReport::default();
         let records = self.keys.all_records();
-        for (_, value) in
-            self.txn
-                .get_range(&records.begin, &records.end, RangeOptions::default())?
-        {
-            let record: MemoryRecord = decode("memory record", &value)?;
+        let rows = self
+            .txn
+            .get_range(&records.begin, &records.end, RangeOptions::default())?;
+        for (key, value) in rows {
+            let record: MemoryRecord = self.open("memory record", &key, &value)?;
             report.records += 1;
             if let Some(at) = record.expires_at {
                 let target = ExpiryTarget::Record {
@@ -435,7 +438,10 @@ impl<'t> UserData<'t> {
         what: &'static str,
         key: &[u8],
     ) -> Result<Option<T>> {
-        self.txn.get(key)?.map(|v| decode(what, &v)).transpose()
+        match self.txn.get(key)? {
+            Some(v) => Ok(Some(self.open(what, key, &v)?)),
+            None => Ok(None),
+        }
     }
 
     fn put<T: serde::Serialize>(
@@ -444,7 +450,12 @@ impl<'t> UserData<'t> {
         key: &[u8],
         value: &T,
     ) -> Result<()> {
-        self.txn.set(key, &encode(what, value)?)
+        let plain = encode(what, value)?;
+        let stored = match self.load_data_key(true)? {
+            Some(data_key) => data_key.seal(key, &plain)?,
+            None => plain,
+        };
+        self.txn.set(key, &stored)
     }
 
     fn decode_range<T: serde::de::DeserializeOwned>(
@@ -454,7 +465,50 @@ impl<'t> UserData<'t> {
         end: &[u8],
     ) -> Result<Vec<T>> {
         let rows = self.txn.get_range(begin, end, RangeOptions::default())?;
-        rows.iter().map(|(_, v)| decode(what, v)).collect()
+        rows.iter().map(|(k, v)| self.open(what, k, v)).collect()
+    }
+
+    /// Decodes a stored value of this user, opening it first if it is sealed; `key` is the
+    /// value's key (a sealed value is bound to it).
+    fn open<T: serde::de::DeserializeOwned>(
+        &mut self,
+        what: &'static str,
+        key: &[u8],
+        bytes: &[u8],
+    ) -> Result<T> {
+        if bytes.first() != Some(&crate::crypto::FORMAT_SEALED) {
+            return decode(what, bytes);
+        }
+        let Some(data_key) = self.load_data_key(false)? else {
+            return Err(crate::Error::Decode {
+                what,
+                reason: "sealed, and the user has no data key (forgotten, or no master keys)"
+                    .into(),
+            });
+        };
+        decode(what, &data_key.open(key, bytes)?)
+    }
+
+    /// The user's data key: loaded (and unwrapped) once per transaction, created on the first
+    /// write when `create`. `None` when the keyspace seals nothing, or (reading) when the user
+    /// has none.
+    fn load_data_key(&mut self, create: bool) -> Result<Option<&crate::crypto::DataKey>> {
+        let Some(master) = self.keyspace.master_keys() else {
+            return Ok(None);
+        };
+        if self.data_key.is_none() {
+            let row = self.keys.data_key();
+            match self.txn.get(&row)? {
+                Some(wrapped) => self.data_key = Some(master.open_data_key(self.tenant, &wrapped)?),
+                None if create => {
+                    let (data_key, wrapped) = master.new_data_key(self.tenant)?;
+                    self.txn.set(&row, &wrapped)?;
+                    self.data_key = Some(data_key);
+                }
+                None => {}
+            }
+        }
+        Ok(self.data_key.as_ref())
     }
 }
 

@@ -69,11 +69,21 @@ impl KeyRange {
     }
 }
 
-/// The root of Engram's keys. Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The root of Engram's keys, and the master keys that user values are sealed under (none:
+/// values are stored in clear). Cheap to clone.
+#[derive(Debug, Clone)]
 pub struct Keyspace {
     root: Subspace,
+    master_keys: Option<std::sync::Arc<crate::crypto::MasterKeys>>,
 }
+
+impl PartialEq for Keyspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+    }
+}
+
+impl Eq for Keyspace {}
 
 impl Keyspace {
     /// Keys under the tuple-encoded root name (e.g. `"engram"`), so several deployments can
@@ -81,7 +91,20 @@ impl Keyspace {
     pub fn new(root: &str) -> Self {
         Keyspace {
             root: Subspace::all().subspace(&(root,)),
+            master_keys: None,
         }
+    }
+
+    /// The same keyspace with user values sealed under per-user data keys wrapped by
+    /// `master_keys` ([`crate::crypto`]).
+    pub fn with_master_keys(mut self, master_keys: crate::crypto::MasterKeys) -> Self {
+        self.master_keys = Some(std::sync::Arc::new(master_keys));
+        self
+    }
+
+    /// The master keys, when user values are sealed.
+    pub fn master_keys(&self) -> Option<&crate::crypto::MasterKeys> {
+        self.master_keys.as_deref()
     }
 
     /// Every key of this keyspace.
@@ -202,6 +225,11 @@ impl UserKeys {
     /// The user header.
     pub fn header(&self) -> Vec<u8> {
         self.space.pack(&("hdr",))
+    }
+
+    /// The user's wrapped data key.
+    pub fn data_key(&self) -> Vec<u8> {
+        self.space.pack(&("dek",))
     }
 
     /// A session row.

@@ -20,6 +20,7 @@
 
 pub mod cluster;
 pub mod codec;
+pub mod crypto;
 pub mod data;
 mod error;
 #[cfg(feature = "fdb")]

@@ -203,6 +203,10 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection> {
     }
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())
         .map_err(map_err)?;
+    // Deleted content is overwritten with zeros, so a forgotten user's keys (which hold their
+    // ids) do not linger in free pages of the file.
+    conn.pragma_update(None, "secure_delete", "ON")
+        .map_err(map_err)?;
     Ok(conn)
 }
 

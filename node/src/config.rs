@@ -48,6 +48,19 @@ pub struct Config {
     pub jobs: JobsConfig,
     /// `[log]`: logging.
     pub log: LogConfig,
+    /// `[security]`: encryption at rest.
+    pub security: SecurityConfig,
+}
+
+/// `[security]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// File of master keys (`<id> <64 hex digits>` a line; the highest id is current). When
+    /// set, every user's values are sealed with AES-256-GCM under a per-user data key wrapped
+    /// by the tenant's key derived from the current master key; forgetting a user destroys
+    /// their data key. Unset: values are stored in clear.
+    pub master_key_file: Option<PathBuf>,
 }
 
 /// `[node]`.

@@ -43,7 +43,18 @@ pub async fn run(config: Config) -> Result<()> {
     let mut shutdown = Shutdown::install()?;
 
     let store = crate::store::open(&config).await?;
-    let keyspace = Keyspace::new(&config.storage.root_prefix);
+    let keyspace = match &config.security.master_key_file {
+        Some(path) => {
+            let keys = engram_storage::crypto::MasterKeys::from_file(path)
+                .map_err(Error::storage("loading security.master-key-file"))?;
+            info!(
+                current_key = keys.current(),
+                "user values are sealed at rest"
+            );
+            Keyspace::new(&config.storage.root_prefix).with_master_keys(keys)
+        }
+        None => Keyspace::new(&config.storage.root_prefix),
+    };
     let node = config.node.id.clone();
     // Bind first, so that the membership row names the address peers can really reach
     // (http.listen may ask for port 0).

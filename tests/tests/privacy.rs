@@ -143,3 +143,60 @@ async fn personal_data_never_reaches_logs_and_is_masked_for_the_gateway() {
     assert_eq!(api.pii_level, PiiLevel::High);
     assert_eq!(api.redaction_level, RedactionLevel::Summary);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_user_leaves_nothing_in_any_file_the_node_wrote() {
+    let sandbox = Sandbox::new();
+    let keys = sandbox.path().join("master.keys");
+    std::fs::write(&keys, format!("1 {}\n", "ab".repeat(32))).unwrap();
+    let spec = sandbox
+        .node("shred")
+        .set("security.master-key-file", keys.to_str().unwrap());
+    let mut node = spec.start().await;
+    let http = node.client();
+    let (user, other) = ("shred-me-7", "keep-me-8");
+    let secret = "zanzibar-osprey";
+    for (i, who) in [user, other].iter().enumerate() {
+        http.must_append_turn(
+            who,
+            &turn(
+                &format!("s-{i}"),
+                "s1",
+                &format!("I prefer {secret} reports, card {CARD}"),
+                "ok",
+            ),
+        )
+        .await;
+    }
+    let forgotten = http.delete(&format!("/v1/users/{user}")).await.unwrap();
+    assert!(forgotten.status.is_success(), "{}", forgotten.text());
+    // The other user is intact and readable (their data key was untouched).
+    let kept = http.must_session_turns(other, "s1").await;
+    assert_eq!(kept.len(), 1);
+    node.terminate().await;
+
+    let mut files = vec![];
+    let mut dirs = vec![node.spec().data_dir().to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    assert!(!files.is_empty());
+    for path in &files {
+        let bytes = std::fs::read(path).unwrap();
+        for needle in [user.as_bytes(), secret.as_bytes(), CARD.as_bytes()] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} found in {}",
+                String::from_utf8_lossy(needle),
+                path.display()
+            );
+        }
+    }
+}

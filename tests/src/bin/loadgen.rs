@@ -48,6 +48,9 @@ struct Args {
     /// `inference.enabled` of the spawned node: whether it embeds turns, memories and queries.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, requires = "spawn")]
     inference: bool,
+    /// Seal the spawned node's user values at rest (a fresh master key file).
+    #[arg(long, requires = "spawn")]
+    sealed: bool,
     /// Users in the population.
     #[arg(long, default_value_t = 10_000)]
     users: usize,
@@ -87,7 +90,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut node = match &args.url {
         Some(_) => None,
-        None => Some(spawn(&args.synchronous, args.inference).await),
+        None => Some(spawn(&args.synchronous, args.inference, args.sealed).await),
     };
     let url = match (&node, &args.url) {
         (Some(node), _) => node.url(),
@@ -121,10 +124,11 @@ async fn main() -> anyhow::Result<()> {
         args.records_per_user,
         match &node {
             Some(_) => format!(
-                "spawned ({} build, synchronous {}, inference {})",
+                "spawned ({} build, synchronous {}, inference {}, sealed {})",
                 profile(),
                 args.synchronous,
-                if args.inference { "on" } else { "off" }
+                if args.inference { "on" } else { "off" },
+                if args.sealed { "yes" } else { "no" }
             ),
             None => "external".to_owned(),
         },
@@ -248,9 +252,15 @@ fn profile() -> &'static str {
 }
 
 /// Starts a node of this build's profile on a temporary store.
-async fn spawn(synchronous: &str, inference: bool) -> Node {
-    let spec = Sandbox::new()
-        .node("loadgen")
+async fn spawn(synchronous: &str, inference: bool, sealed: bool) -> Node {
+    let sandbox = Sandbox::new();
+    let mut spec = sandbox.node("loadgen");
+    if sealed {
+        let keys = sandbox.path().join("master.keys");
+        std::fs::write(&keys, format!("1 {}\n", "5a".repeat(32))).expect("key file");
+        spec = spec.set("security.master-key-file", keys.to_string_lossy().into_owned());
+    }
+    let spec = spec
         .set("storage.sqlite.synchronous", synchronous)
         .set("inference.enabled", inference)
         .set("log.level", "warn,engram_node=info");

@@ -258,7 +258,10 @@ async fn spawn(synchronous: &str, inference: bool, sealed: bool) -> Node {
     if sealed {
         let keys = sandbox.path().join("master.keys");
         std::fs::write(&keys, format!("1 {}\n", "5a".repeat(32))).expect("key file");
-        spec = spec.set("security.master-key-file", keys.to_string_lossy().into_owned());
+        spec = spec.set(
+            "security.master-key-file",
+            keys.to_string_lossy().into_owned(),
+        );
     }
     let spec = spec
         .set("storage.sqlite.synchronous", synchronous)

@@ -5,6 +5,7 @@
 //! (and the helper binaries under `src/bin/`) share. Nothing here is used by the product, and
 //! nothing here depends on `engram-node`: the harness talks to the node binary over HTTP.
 
+pub mod chaos;
 pub mod harness;
 pub mod load;
 pub mod netns;

@@ -1,0 +1,386 @@
+//! Helpers of the cluster chaos tests (`tests/cluster.rs`): starting nodes of a local cluster,
+//! reading the cluster view, waiting until placement settles, a gateway that sends each
+//! request to any node and retries with the same request id, closed-loop writers that log
+//! every acknowledged write, and the invariants checked from the shared store afterwards.
+//! Every wait is on a condition with a deadline.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use engram_actors::placement::UserKey;
+use hyper::StatusCode;
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::harness::{HttpClient, Node, Sandbox, turn};
+
+/// Shards of the default configuration.
+pub const SHARDS: u32 = 1024;
+
+/// The shard of `user` of the default tenant.
+pub fn shard(user: &str) -> u32 {
+    UserKey::new("default", user).shard(SHARDS)
+}
+
+/// Starts node `id` on the sandbox's shared SQLite file, without the embedding pool.
+pub async fn start(sandbox: &Sandbox, id: &str) -> Node {
+    sandbox
+        .shared_node(id)
+        .set("inference.enabled", false)
+        .start()
+        .await
+}
+
+/// A user of the default tenant, named `prefix-N`, whose shard `owners` gives `node`.
+pub fn user_of(owners: &HashMap<u32, String>, node: &str, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|u| owners[&shard(u)] == node)
+        .unwrap_or_default()
+}
+
+/// The cluster view of a node, if it answers.
+pub async fn status(client: &HttpClient) -> Option<Value> {
+    match client.get("/v1/cluster/status").await {
+        Ok(reply) if reply.status == StatusCode::OK => Some(reply.json()),
+        Ok(_) | Err(_) => None,
+    }
+}
+
+/// Shard owners by node id, from a status.
+pub fn owners(status: &Value) -> HashMap<u32, String> {
+    status["leases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| {
+            Some((
+                u32::try_from(l["shard"].as_u64()?).ok()?,
+                l["owner"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Waits until every shard is held by the node rendezvous hashing gives it among `clients`'
+/// nodes, and every one of them serves exactly the shards its leases name; returns the
+/// owners.
+pub async fn settled(clients: &[(&str, HttpClient)], deadline: Duration) -> HashMap<u32, String> {
+    let ids: Vec<&str> = clients.iter().map(|(id, _)| *id).collect();
+    let until = Instant::now() + deadline;
+    loop {
+        let mut views = Vec::new();
+        for (id, client) in clients {
+            views.push((*id, status(client).await));
+        }
+        if let Some((_, Some(first))) = views.first() {
+            let owners = owners(first);
+            let placed = (0..SHARDS).all(|s| {
+                owners.get(&s).map(String::as_str) == engram_actors::cluster::rendezvous(s, &ids)
+            });
+            let each_serves_its_own = views.iter().all(|(id, v)| {
+                v.as_ref().is_some_and(|v| {
+                    v["held"].as_u64() == Some(owners.values().filter(|o| o == id).count() as u64)
+                })
+            });
+            if placed && each_serves_its_own {
+                return owners;
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "the cluster did not settle in {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One acknowledged write.
+#[derive(Debug, Clone)]
+pub struct Ack {
+    /// The turn's user text.
+    pub text: String,
+    /// When it was acknowledged.
+    pub at: Instant,
+}
+
+/// Sends each request to some node of the cluster (any node serves any user), moving on to
+/// another after an error or a 503, as a gateway behind a load balancer would, with the same
+/// request id every time.
+pub struct Gateway {
+    nodes: std::sync::Mutex<Vec<HttpClient>>,
+    next: AtomicUsize,
+    /// Requests sent again (after an error or a non-200).
+    pub retries: AtomicUsize,
+}
+
+impl Gateway {
+    /// A gateway over `nodes`.
+    pub fn new(nodes: Vec<HttpClient>) -> Arc<Self> {
+        Arc::new(Gateway {
+            nodes: std::sync::Mutex::new(nodes),
+            next: AtomicUsize::new(0),
+            retries: AtomicUsize::new(0),
+        })
+    }
+
+    /// Sends to `node` too.
+    pub fn add(&self, node: HttpClient) {
+        self.nodes.lock().unwrap().push(node);
+    }
+
+    /// Sends to `nodes` only from now on.
+    pub fn replace_nodes(&self, nodes: Vec<HttpClient>) {
+        *self.nodes.lock().unwrap() = nodes;
+    }
+
+    /// The node for a request's `attempt`-th try: requests start at successive nodes and
+    /// each retry moves to the next one, so a request reaches every node within n tries.
+    fn pick(&self, start: usize, attempt: usize) -> HttpClient {
+        let nodes = self.nodes.lock().unwrap();
+        nodes[(start + attempt) % nodes.len()].clone()
+    }
+
+    /// Appends a turn, retrying with the same request id until it is acknowledged or the
+    /// deadline passes.
+    pub async fn append(&self, user: &str, request_id: &str, deadline: Instant) -> Option<Ack> {
+        let text = format!("note {request_id}");
+        let body = turn(request_id, "s1", &text, "ok");
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        for attempt in 0.. {
+            if let Ok(reply) = self
+                .pick(start, attempt)
+                .post(&format!("/v1/users/{user}/turns"), &body)
+                .await
+                && reply.status == StatusCode::OK
+            {
+                return Some(Ack {
+                    text,
+                    at: Instant::now(),
+                });
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            self.retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
+/// Closed-loop writers, each with its own users (so each user's order of acknowledgement is
+/// defined), logging every acknowledged write.
+pub struct Load {
+    /// The users written.
+    pub users: Vec<String>,
+    stop: Arc<AtomicBool>,
+    acks: Arc<Mutex<HashMap<String, Vec<Ack>>>>,
+    writers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    /// Starts `writers` writers over `users` users.
+    pub fn start(gateway: &Arc<Gateway>, users: usize, writers: usize) -> Load {
+        let users: Vec<String> = (0..users).map(|i| format!("chaos-{i}")).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let acks: Arc<Mutex<HashMap<String, Vec<Ack>>>> = Arc::default();
+        let writers = (0..writers)
+            .map(|w| {
+                let mine: Vec<String> = users.iter().skip(w).step_by(writers).cloned().collect();
+                let (gateway, stop, acks) =
+                    (Arc::clone(gateway), Arc::clone(&stop), Arc::clone(&acks));
+                tokio::spawn(async move {
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        for user in &mine {
+                            let request_id = format!("{user}-{n}");
+                            let deadline = Instant::now() + Duration::from_secs(30);
+                            let ack = gateway
+                                .append(user, &request_id, deadline)
+                                .await
+                                .unwrap_or_else(|| panic!("{request_id} never acknowledged"));
+                            acks.lock().await.entry(user.clone()).or_default().push(ack);
+                        }
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        Load {
+            users,
+            stop,
+            acks,
+            writers,
+        }
+    }
+
+    /// Writes acknowledged so far.
+    pub async fn acked(&self) -> usize {
+        self.acks.lock().await.values().map(Vec::len).sum()
+    }
+
+    /// Waits until `more` writes more are acknowledged.
+    pub async fn wait_for(&self, more: usize, deadline: Duration) {
+        let target = self.acked().await + more;
+        let until = Instant::now() + deadline;
+        while self.acked().await < target {
+            assert!(Instant::now() < until, "load stalled below {target} writes");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The time by which every user in `users` had a write acknowledged after `since`.
+    pub async fn served_again(
+        &self,
+        users: &[String],
+        since: Instant,
+        deadline: Duration,
+    ) -> Instant {
+        loop {
+            let served = {
+                let acks = self.acks.lock().await;
+                users
+                    .iter()
+                    .filter_map(|u| acks.get(u)?.iter().find(|a| a.at > since).map(|a| a.at))
+                    .collect::<Vec<_>>()
+            };
+            if served.len() == users.len() {
+                return served.into_iter().max().unwrap_or(since);
+            }
+            assert!(
+                since.elapsed() < deadline,
+                "users not served again within {deadline:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the writers, then checks through `client` that every acknowledged write is
+    /// stored exactly once, in the order it was acknowledged, and in the shared store that
+    /// no shard was written by two nodes under one epoch.
+    pub async fn stop_and_verify(
+        self,
+        client: &HttpClient,
+        sandbox: &Sandbox,
+    ) -> HashMap<String, Vec<Ack>> {
+        self.stop.store(true, Ordering::Relaxed);
+        for writer in self.writers {
+            writer.await.unwrap();
+        }
+        let acks = self.acks.lock().await.clone();
+        for user in &self.users {
+            let stored = texts(client, user).await;
+            let acked: Vec<String> = acks
+                .get(user)
+                .map(|a| a.iter().map(|a| a.text.clone()).collect())
+                .unwrap_or_default();
+            assert_eq!(
+                stored, acked,
+                "{user}: stored turns differ from acknowledged ones"
+            );
+        }
+        one_owner_per_epoch(sandbox, &self.users).await;
+        acks
+    }
+}
+
+/// Reads every turn of `users` from the shared SQLite file and checks that each was written
+/// under a lease, that a user's turns carry non-decreasing epochs, and that no (shard, epoch)
+/// was written by two nodes.
+pub async fn one_owner_per_epoch(sandbox: &Sandbox, users: &[String]) {
+    let store = engram_storage::Store::sqlite(
+        &sandbox.shared_sqlite(),
+        engram_storage::sqlite::SqliteOptions::default(),
+    )
+    .unwrap();
+    let ks = engram_storage::Keyspace::new("engram");
+    let mut writers: HashMap<(u32, u64), String> = HashMap::new();
+    for user in users {
+        let (ks, who) = (ks.clone(), user.clone());
+        let turns = store
+            .read(move |txn| {
+                engram_storage::data::UserData::new(txn, &ks, "default", &who).turns_from("s1", 0)
+            })
+            .await
+            .unwrap();
+        let mut last = 0;
+        for t in turns {
+            let under = t
+                .written_under
+                .unwrap_or_else(|| panic!("{user} turn {} has no lease", t.seq));
+            assert!(
+                under.epoch >= last,
+                "{user}: epochs go back at turn {}",
+                t.seq
+            );
+            last = under.epoch;
+            let node = writers
+                .entry((shard(user), under.epoch))
+                .or_insert_with(|| under.node.clone());
+            assert_eq!(
+                *node,
+                under.node,
+                "shard {} written by two nodes in epoch {}",
+                shard(user),
+                under.epoch
+            );
+        }
+    }
+}
+
+/// Waits until `client`'s metric `name` (unlabelled) is above zero.
+pub async fn metric_above_zero(client: &HttpClient, name: &str, deadline: Duration) {
+    let until = Instant::now() + deadline;
+    loop {
+        let text = client
+            .get("/metrics")
+            .await
+            .map(|r| r.text())
+            .unwrap_or_default();
+        let value: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        if value > 0.0 {
+            return;
+        }
+        assert!(Instant::now() < until, "{name} stayed 0");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Waits until `client`'s view names `node` the owner of `shard` at an epoch above `epoch`.
+pub async fn owned_by(client: &HttpClient, shard: u32, node: &str, epoch: u64, deadline: Duration) {
+    let until = Instant::now() + deadline;
+    loop {
+        if let Some(view) = status(client).await {
+            let lease = &view["leases"][shard as usize];
+            if lease["owner"] == node && lease["epoch"].as_u64().unwrap_or(0) > epoch {
+                return;
+            }
+        }
+        assert!(Instant::now() < until, "{node} did not take shard {shard}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The epoch of `shard` in a status view.
+pub fn epoch_of(view: &Value, shard: u32) -> u64 {
+    view["leases"][shard as usize]["epoch"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The user texts of `user`'s session `s1`, oldest first.
+pub async fn texts(client: &HttpClient, user: &str) -> Vec<String> {
+    client
+        .must_session_turns(user, "s1")
+        .await
+        .iter()
+        .map(|t| t["user_text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}

@@ -9,18 +9,17 @@
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
 pub mod api;
+mod load;
 pub mod ops;
+pub mod prepare;
+mod txn;
 mod validate;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use engram_storage::data::UserData;
-use engram_storage::model::{
-    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, ReviewFlag,
-    SessionRow, Turn, WrittenUnder,
-};
+use engram_storage::model::{Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow};
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;
@@ -32,21 +31,18 @@ use self::api::{
     MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory, StatusChange,
     SweepReport, SweepScope, TurnAck, TurnRequest,
 };
-use self::ops::{
-    DEFAULT_SESSION, Outcome, Prepared, WriteScope, choice_preference, session_rule, topic_phrase,
-    turn_text,
-};
+use self::load::load_index;
+use self::ops::{DEFAULT_SESSION, Prepared, WriteScope, session_rule, turn_text};
+use self::txn::written_under;
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
-use crate::cluster::Ownership;
 use crate::directory::Directory;
 use crate::error::{Error, Result};
-use crate::model::conflict::record_topic;
 use crate::model::context::{ContextRequest, MemoryContext, assemble};
-use crate::model::formation::{Feedback, from_feedback, from_turn, profile};
+use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::{MemoryIndex, MemoryQuery};
-use crate::model::policy::{ASSISTANT_TEXT_CAP, REPEATED_CHOICE_THRESHOLD, SESSION_IDLE_MS};
+use crate::model::policy::{ASSISTANT_TEXT_CAP, SESSION_IDLE_MS};
 use crate::model::retrieve::SearchMode;
 use crate::model::text::truncate_chars;
 use crate::placement::UserKey;
@@ -150,12 +146,6 @@ macro_rules! replayable {
     )*};
 }
 replayable!(TurnAck, FeedbackAck, MemoryAck, ClearAck, IntentAck);
-
-enum Written<T> {
-    Fresh(T, Vec<MemoryRecord>),
-    Replay(Vec<u8>),
-    Rejected(Error),
-}
 
 impl Actor for UserActor {
     type Msg = UserMsg;
@@ -323,316 +313,7 @@ impl Actor for UserActor {
     }
 }
 
-/// A held shard lease: the node's ownership view and the epoch.
-type Lease = (Arc<Ownership>, u64);
-
-fn written_under(lease: Option<&Lease>) -> Option<WrittenUnder> {
-    lease.map(|(ownership, epoch)| WrittenUnder {
-        node: ownership.node().to_owned(),
-        epoch: *epoch,
-    })
-}
-
-/// What a user actor loads from storage when it starts.
-struct Loaded {
-    records: Vec<MemoryRecord>,
-    embeddings: HashMap<String, Embedding>,
-    /// The text of every retained turn that an episodic record points at.
-    turns: HashMap<(String, u64), String>,
-}
-
-/// Loads the user's records, embeddings and retained turn texts, and indexes them on a
-/// blocking thread. Embeddings of another model than the node's are not used (the records are
-/// found by their words until they are written again).
-async fn load_index(args: &UserArgs) -> Result<MemoryIndex> {
-    let (store, ks) = (args.services.store.clone(), args.services.keyspace.clone());
-    let key = args.key.clone();
-    let loaded = store
-        .read(move |txn| {
-            let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
-            let mut records = Vec::new();
-            for kind in MemoryKind::ALL {
-                records.extend(u.records(kind)?);
-            }
-            let embeddings = u.embeddings()?.into_iter().collect();
-            let sessions: BTreeSet<String> = records
-                .iter()
-                .filter(|r| r.kind == MemoryKind::Episodic)
-                .filter_map(|r| r.session_id.clone())
-                .collect();
-            let mut turns = HashMap::new();
-            for session in sessions {
-                for t in u.turns_from(&session, 0)? {
-                    turns.insert(
-                        (session.clone(), t.seq),
-                        turn_text(&t.user_text, &t.assistant_text),
-                    );
-                }
-            }
-            Ok(Loaded {
-                records,
-                embeddings,
-                turns,
-            })
-        })
-        .await?;
-    let services = args.services.clone();
-    let model = services.embedder.as_ref().map(|e| e.model_name());
-    let log_id = args.key.log_id();
-    let index = tokio::task::spawn_blocking(move || {
-        let Loaded {
-            records,
-            mut embeddings,
-            turns,
-        } = loaded;
-        let mut index = MemoryIndex::new(services.settings.index.clone());
-        let mut without_vector = 0u64;
-        for record in records {
-            let text = match (&record.session_id, record.turn_id) {
-                (Some(session), Some(turn)) if record.kind == MemoryKind::Episodic => {
-                    turns.get(&(session.clone(), turn)).cloned()
-                }
-                (Some(_) | None, Some(_) | None) => None,
-            };
-            let vector = embeddings
-                .remove(&record.memory_id)
-                .filter(|e| Some(e.model.as_str()) == model)
-                .map(|e| e.vector);
-            if model.is_some() && vector.is_none() && record.status != MemoryStatus::Deleted {
-                without_vector += 1;
-            }
-            if let Err(err) =
-                index.upsert(&services.extractor, record.clone(), text.clone(), vector)
-            {
-                tracing::warn!(user = %log_id, error = %err, "stored embedding refused");
-                without_vector += 1;
-                // Its words still find it.
-                let _ = index.upsert(&services.extractor, record, text, None);
-            }
-        }
-        services
-            .metrics
-            .records_without_vector
-            .fetch_add(without_vector, Ordering::Relaxed);
-        index
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))?;
-    Ok(index)
-}
-
 impl UserState {
-    fn scope_parts(&self) -> (Services, UserKey) {
-        (self.args.services.clone(), self.args.key.clone())
-    }
-
-    /// Embeds, before a write's transaction, the texts it may store and the topics it may
-    /// compare (with the user's existing profile topics). Nothing when the node does not embed.
-    async fn prepare(&mut self, texts: Vec<String>, new_topics: Vec<String>) -> Result<Prepared> {
-        let Some(embedder) = self.args.services.embedder.clone() else {
-            return Ok(Prepared::default());
-        };
-        let mut topics: Vec<String> = Vec::new();
-        if !new_topics.is_empty() {
-            let existing = self
-                .index
-                .records()
-                .filter(|r| r.kind == MemoryKind::Profile)
-                .filter_map(|r| record_topic(r).map(|(topic, _)| topic));
-            for topic in new_topics.into_iter().chain(existing) {
-                if !topics.contains(&topic) {
-                    topics.push(topic);
-                }
-            }
-        }
-        let missing: Vec<String> = topics
-            .iter()
-            .filter(|t| !self.topics.contains_key(*t))
-            .cloned()
-            .collect();
-        let mut texts: Vec<String> = texts.into_iter().filter(|t| !t.is_empty()).collect();
-        texts.sort();
-        texts.dedup();
-        let mut batch = texts.clone();
-        batch.extend(missing.iter().map(|t| topic_phrase(t)));
-        let mut vectors = embedder.passages(batch).await?;
-        let topic_vectors = vectors.split_off(texts.len());
-        self.topics.extend(missing.into_iter().zip(topic_vectors));
-        Ok(Prepared {
-            model: Some(embedder.model_name().to_owned()),
-            vectors: texts.into_iter().zip(vectors).collect(),
-            topics: topics
-                .into_iter()
-                .filter_map(|t| self.topics.get(&t).map(|v| (t, v.clone())))
-                .collect(),
-            topic_threshold: embedder.topic_threshold(),
-        })
-    }
-
-    /// Runs a write as one transaction that first checks and then records the request id.
-    /// `turn` is the (session, text) of the turn the write appends, for the episodic memory
-    /// it forms.
-    async fn write<T, F>(
-        &mut self,
-        request_id: &str,
-        prepared: Prepared,
-        turn: Option<String>,
-        mut body: F,
-    ) -> Result<T>
-    where
-        T: Replayable,
-        F: FnMut(&mut UserData<'_>, &WriteScope<'_>) -> Outcome<T> + Send + 'static,
-    {
-        let (services, key) = self.scope_parts();
-        let now = services.clock.now();
-        let rule = session_rule(services.settings.retention_ms);
-        let request_id = request_id.to_owned();
-        let ks = services.keyspace.clone();
-        let prepared = Arc::new(prepared);
-        let in_txn = Arc::clone(&prepared);
-        let lease = self.lease()?;
-        let under = written_under(lease.as_ref());
-        let written = self
-            .run(lease, move |txn| {
-                let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
-                if let Some(entry) = u.idempotency(&request_id)? {
-                    return Ok(Written::Replay(entry.response));
-                }
-                let scope = WriteScope {
-                    tenant: &key.tenant,
-                    user: &key.user,
-                    now,
-                    rule,
-                    prepared: &in_txn,
-                    lease: under.clone(),
-                };
-                match body(&mut u, &scope)? {
-                    Ok((ack, changed)) => {
-                        let response = serde_json::to_vec(&ack).map_err(|e| {
-                            engram_storage::Error::Encode {
-                                what: "acknowledgement",
-                                reason: e.to_string(),
-                            }
-                        })?;
-                        u.put_idempotency(&request_id, &IdempotencyEntry { at: now, response })?;
-                        Ok(Written::Fresh(ack, changed))
-                    }
-                    Err(rejection) => Ok(Written::Rejected(rejection)),
-                }
-            })
-            .await?;
-        match written {
-            Written::Fresh(ack, changed) => {
-                self.cache(changed, turn.as_deref(), &prepared);
-                Ok(ack)
-            }
-            Written::Replay(bytes) => {
-                let mut ack: T = serde_json::from_slice(&bytes).map_err(|_| {
-                    Error::invalid("request_id", "already used for a different request")
-                })?;
-                ack.mark_replayed();
-                Ok(ack)
-            }
-            Written::Rejected(err) => Err(err),
-        }
-    }
-
-    /// The lease this node holds on the user's shard now (`None` without leases).
-    fn lease(&self) -> Result<Option<Lease>> {
-        let services = &self.args.services;
-        let shard = self.args.key.shard(services.settings.shards);
-        Ok(match &services.ownership {
-            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
-            None => None,
-        })
-    }
-
-    /// Runs a write transaction of this user, fenced: it first checks that this node still
-    /// holds the user's shard at the epoch it was given, and aborts otherwise, so a node that
-    /// lost the shard (paused past its lease, partitioned) commits nothing.
-    async fn run<T, F>(&self, lease: Option<Lease>, mut body: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
-    {
-        let services = &self.args.services;
-        let shard = self.args.key.shard(services.settings.shards);
-        let ks = services.keyspace.clone();
-        let in_txn = lease.clone();
-        let result = services
-            .store
-            .run(move |txn| {
-                if let Some((ownership, epoch)) = &in_txn {
-                    engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
-                }
-                body(txn)
-            })
-            .await;
-        match result {
-            Ok(value) => Ok(value),
-            Err(engram_storage::Error::Fenced { .. }) => {
-                if let Some((ownership, epoch)) = lease {
-                    ownership.fenced(shard, epoch);
-                }
-                tracing::warn!(user = %self.args.key.log_id(), shard, "write fenced: the shard moved");
-                Err(Error::NotOwner(format!(
-                    "shard {shard} moved to another node; retry on its owner"
-                )))
-            }
-            Err(err) => Err(err.into()),
-        }
-    }
-
-    /// Runs a read-only transaction on the user's data.
-    async fn read<T, F>(&self, mut body: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut UserData<'_>) -> engram_storage::Result<T> + Send + 'static,
-    {
-        let (services, key) = self.scope_parts();
-        let ks = services.keyspace.clone();
-        Ok(services
-            .store
-            .read(move |txn| body(&mut UserData::new(txn, &ks, &key.tenant, &key.user)))
-            .await?)
-    }
-
-    /// Updates the index with committed records: an episodic memory formed from `turn_text`
-    /// is indexed by it; a record is given the vector `prepared` holds for the text it is
-    /// indexed by (others keep theirs).
-    fn cache(&mut self, changed: Vec<MemoryRecord>, turn_text: Option<&str>, prepared: &Prepared) {
-        let extractor = Arc::clone(&self.args.services.extractor);
-        for record in changed {
-            let text = turn_text
-                .filter(|_| {
-                    record.kind == MemoryKind::Episodic
-                        && self.index.get(&record.memory_id).is_none()
-                })
-                .map(str::to_owned);
-            let vector = prepared
-                .vectors
-                .get(text.as_deref().unwrap_or(&record.summary_text))
-                .cloned();
-            if let Err(err) = self
-                .index
-                .upsert(&extractor, record.clone(), text.clone(), vector)
-            {
-                tracing::warn!(user = %self.args.key.log_id(), error = %err, "embedding refused by the index");
-                let _ = self.index.upsert(&extractor, record, text, None);
-            }
-        }
-        if self.index.needs_maintenance() {
-            // A large user's graph has too many tombstones: rebuild it without stalling the
-            // runtime's other tasks (this actor waits; its writes are serialised anyway).
-            let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
-            if matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
-                tokio::task::block_in_place(|| self.index.maintain());
-            } else {
-                self.index.maintain();
-            }
-        }
-    }
-
     async fn turn(&mut self, req: TurnRequest) -> Result<TurnAck> {
         validate::turn(&req)?;
         let extractor = self.args.services.extractor.clone();
@@ -655,60 +336,6 @@ impl UserState {
             ops::append_turn(u, scope, &req, &entities)
         })
         .await
-    }
-
-    /// The texts and topics a turn may store: its own text (its episodic memory), the profile
-    /// memories its words state, and those its choices reach the threshold with.
-    async fn turn_plan(
-        &self,
-        req: &TurnRequest,
-        stored_text: &str,
-    ) -> Result<(Vec<String>, Vec<String>)> {
-        let provisional = Turn {
-            session_id: String::new(),
-            seq: 0,
-            request_id: String::new(),
-            trace_id: None,
-            route: None,
-            user_text: req.user_text.clone(),
-            assistant_text: String::new(),
-            entities: Vec::new(),
-            created_at: self.args.services.clock.now(),
-            written_under: None,
-            pii_level: engram_storage::model::PiiLevel::None,
-        };
-        let mut texts = vec![stored_text.to_owned()];
-        let mut topics = Vec::new();
-        let mut formed: Vec<_> = from_turn(&provisional, true)
-            .into_iter()
-            .filter(|m| m.kind == MemoryKind::Profile)
-            .collect();
-        if !req.choices.is_empty() {
-            let choices = req.choices.clone();
-            let counts = self
-                .read(move |u| {
-                    choices
-                        .iter()
-                        .map(|(topic, value)| u.choice_count(topic, value))
-                        .collect::<engram_storage::Result<Vec<u64>>>()
-                })
-                .await?;
-            for ((topic, value), count) in req.choices.iter().zip(counts) {
-                if count + 1 == REPEATED_CHOICE_THRESHOLD {
-                    formed.push(profile(
-                        &choice_preference(topic, value),
-                        engram_storage::model::Trigger::RepeatedChoice,
-                    ));
-                }
-            }
-        }
-        for memory in formed {
-            texts.push(memory.summary_text.clone());
-            if let Some(topic) = memory.topic() {
-                topics.push(topic.to_owned());
-            }
-        }
-        Ok((texts, topics))
     }
 
     async fn feedback(&mut self, req: FeedbackRequest) -> Result<FeedbackAck> {
@@ -765,28 +392,6 @@ impl UserState {
             ops::write_intent(u, scope, &req)
         })
         .await
-    }
-
-    /// The query's embedding, or `None` when the node does not embed or its pool cannot take
-    /// the query now (a read degrades to words and priors rather than failing).
-    async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
-        let embedder = self.args.services.embedder.as_ref()?;
-        if query.trim().is_empty() || self.index.is_empty() {
-            // Nothing to rank: spare the pool.
-            return None;
-        }
-        match embedder.query(query).await {
-            Ok(vector) => Some(vector),
-            Err(err) => {
-                tracing::debug!(user = %self.args.key.log_id(), error = %err, "query not embedded");
-                self.args
-                    .services
-                    .metrics
-                    .contexts_without_vector
-                    .fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
     }
 
     async fn context(&mut self, query: ContextQuery) -> Result<MemoryContext> {

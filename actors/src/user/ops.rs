@@ -6,13 +6,11 @@
 //! rejected request commits nothing. Embeddings were computed before the transaction
 //! ([`Prepared`]); a record is stored with the embedding of the text it is indexed by.
 
-use std::collections::HashMap;
-
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{
-    Embedding, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel,
-    ReviewFlag, SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
+    Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag,
+    SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
 };
 use serde_json::json;
 
@@ -20,6 +18,7 @@ use super::api::{
     ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
     MemoryWrite, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
+pub use super::prepare::{Prepared, topic_phrase};
 use crate::error::Error;
 use crate::model::conflict::{Resolution, resolve};
 use crate::model::formation::{
@@ -55,58 +54,6 @@ pub struct WriteScope<'a> {
     pub prepared: &'a Prepared,
     /// The lease the write is made under (and fenced by), if the node runs with leases.
     pub lease: Option<WrittenUnder>,
-}
-
-/// What a write computed before its transaction: embeddings of the texts it may store and of
-/// the topics it may compare. Empty when the node does not embed.
-#[derive(Debug, Clone, Default)]
-pub struct Prepared {
-    /// The model of the vectors (`None`: the node does not embed).
-    pub model: Option<String>,
-    /// Passage embeddings, by text.
-    pub vectors: HashMap<String, Vec<f32>>,
-    /// Embeddings of topic phrases ([`topic_phrase`]), by normalised topic.
-    pub topics: HashMap<String, Vec<f32>>,
-    /// The cosine above which two topics are the same topic.
-    pub topic_threshold: f32,
-}
-
-impl Prepared {
-    /// Whether two normalised topics are the same topic: equal, or their phrases' embeddings
-    /// are closer than the model's threshold.
-    pub fn same_topic(&self, a: &str, b: &str) -> bool {
-        a == b
-            || match (self.topics.get(a), self.topics.get(b)) {
-                (Some(x), Some(y)) => {
-                    x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>() > self.topic_threshold
-                }
-                (Some(_) | None, Some(_) | None) => false,
-            }
-    }
-
-    /// Stores the embedding of `text` as `memory_id`'s, or removes a stale one when there is
-    /// none (the text changed on a node that does not embed).
-    fn store(&self, u: &mut UserData<'_>, memory_id: &str, text: &str) -> StorageResult<()> {
-        match (&self.model, self.vectors.get(text)) {
-            (Some(model), Some(vector)) => u.put_embedding(
-                memory_id,
-                &Embedding {
-                    model: model.clone(),
-                    vector: vector.clone(),
-                },
-            ),
-            (Some(_) | None, Some(_) | None) => u.remove_embedding(memory_id),
-        }
-    }
-}
-
-/// The phrase a normalised topic is embedded as: `chart_type` is "chart type",
-/// `pref:spicy_food` is "spicy food".
-pub fn topic_phrase(topic: &str) -> String {
-    topic
-        .strip_prefix("pref:")
-        .unwrap_or(topic)
-        .replace('_', " ")
 }
 
 /// The text a turn is indexed and embedded by (its episodic memory's).

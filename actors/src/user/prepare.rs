@@ -1,0 +1,199 @@
+//! What a write computes before its transaction: embeddings, from the node's pool, of the
+//! texts it may store and the topics it may compare; and a query's embedding for reads.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use engram_storage::Result as StorageResult;
+use engram_storage::data::UserData;
+use engram_storage::model::{Embedding, MemoryKind, Trigger, Turn};
+
+use super::UserState;
+use super::api::TurnRequest;
+use super::ops::choice_preference;
+use crate::error::Result;
+use crate::model::conflict::record_topic;
+use crate::model::formation::{from_turn, profile};
+use crate::model::policy::REPEATED_CHOICE_THRESHOLD;
+
+/// What a write computed before its transaction: embeddings of the texts it may store and of
+/// the topics it may compare. Empty when the node does not embed.
+#[derive(Debug, Clone, Default)]
+pub struct Prepared {
+    /// The model of the vectors (`None`: the node does not embed).
+    pub model: Option<String>,
+    /// Passage embeddings, by text.
+    pub vectors: HashMap<String, Vec<f32>>,
+    /// Embeddings of topic phrases ([`topic_phrase`]), by normalised topic.
+    pub topics: HashMap<String, Vec<f32>>,
+    /// The cosine above which two topics are the same topic.
+    pub topic_threshold: f32,
+}
+
+impl Prepared {
+    /// Whether two normalised topics are the same topic: equal, or their phrases' embeddings
+    /// are closer than the model's threshold.
+    pub fn same_topic(&self, a: &str, b: &str) -> bool {
+        a == b
+            || match (self.topics.get(a), self.topics.get(b)) {
+                (Some(x), Some(y)) => {
+                    x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>() > self.topic_threshold
+                }
+                (Some(_) | None, Some(_) | None) => false,
+            }
+    }
+
+    /// Stores the embedding of `text` as `memory_id`'s, or removes a stale one when there is
+    /// none (the text changed on a node that does not embed).
+    pub(super) fn store(
+        &self,
+        u: &mut UserData<'_>,
+        memory_id: &str,
+        text: &str,
+    ) -> StorageResult<()> {
+        match (&self.model, self.vectors.get(text)) {
+            (Some(model), Some(vector)) => u.put_embedding(
+                memory_id,
+                &Embedding {
+                    model: model.clone(),
+                    vector: vector.clone(),
+                },
+            ),
+            (Some(_) | None, Some(_) | None) => u.remove_embedding(memory_id),
+        }
+    }
+}
+
+/// The phrase a normalised topic is embedded as: `chart_type` is "chart type",
+/// `pref:spicy_food` is "spicy food".
+pub fn topic_phrase(topic: &str) -> String {
+    topic
+        .strip_prefix("pref:")
+        .unwrap_or(topic)
+        .replace('_', " ")
+}
+
+impl UserState {
+    /// Embeds, before a write's transaction, the texts it may store and the topics it may
+    /// compare (with the user's existing profile topics). Nothing when the node does not embed.
+    pub(super) async fn prepare(
+        &mut self,
+        texts: Vec<String>,
+        new_topics: Vec<String>,
+    ) -> Result<Prepared> {
+        let Some(embedder) = self.args.services.embedder.clone() else {
+            return Ok(Prepared::default());
+        };
+        let mut topics: Vec<String> = Vec::new();
+        if !new_topics.is_empty() {
+            let existing = self
+                .index
+                .records()
+                .filter(|r| r.kind == MemoryKind::Profile)
+                .filter_map(|r| record_topic(r).map(|(topic, _)| topic));
+            for topic in new_topics.into_iter().chain(existing) {
+                if !topics.contains(&topic) {
+                    topics.push(topic);
+                }
+            }
+        }
+        let missing: Vec<String> = topics
+            .iter()
+            .filter(|t| !self.topics.contains_key(*t))
+            .cloned()
+            .collect();
+        let mut texts: Vec<String> = texts.into_iter().filter(|t| !t.is_empty()).collect();
+        texts.sort();
+        texts.dedup();
+        let mut batch = texts.clone();
+        batch.extend(missing.iter().map(|t| topic_phrase(t)));
+        let mut vectors = embedder.passages(batch).await?;
+        let topic_vectors = vectors.split_off(texts.len());
+        self.topics.extend(missing.into_iter().zip(topic_vectors));
+        Ok(Prepared {
+            model: Some(embedder.model_name().to_owned()),
+            vectors: texts.into_iter().zip(vectors).collect(),
+            topics: topics
+                .into_iter()
+                .filter_map(|t| self.topics.get(&t).map(|v| (t, v.clone())))
+                .collect(),
+            topic_threshold: embedder.topic_threshold(),
+        })
+    }
+
+    /// The texts and topics a turn may store: its own text (its episodic memory), the profile
+    /// memories its words state, and those its choices reach the threshold with.
+    pub(super) async fn turn_plan(
+        &self,
+        req: &TurnRequest,
+        stored_text: &str,
+    ) -> Result<(Vec<String>, Vec<String>)> {
+        let provisional = Turn {
+            session_id: String::new(),
+            seq: 0,
+            request_id: String::new(),
+            trace_id: None,
+            route: None,
+            user_text: req.user_text.clone(),
+            assistant_text: String::new(),
+            entities: Vec::new(),
+            created_at: self.args.services.clock.now(),
+            written_under: None,
+            pii_level: engram_storage::model::PiiLevel::None,
+        };
+        let mut texts = vec![stored_text.to_owned()];
+        let mut topics = Vec::new();
+        let mut formed: Vec<_> = from_turn(&provisional, true)
+            .into_iter()
+            .filter(|m| m.kind == MemoryKind::Profile)
+            .collect();
+        if !req.choices.is_empty() {
+            let choices = req.choices.clone();
+            let counts = self
+                .read(move |u| {
+                    choices
+                        .iter()
+                        .map(|(topic, value)| u.choice_count(topic, value))
+                        .collect::<engram_storage::Result<Vec<u64>>>()
+                })
+                .await?;
+            for ((topic, value), count) in req.choices.iter().zip(counts) {
+                if count + 1 == REPEATED_CHOICE_THRESHOLD {
+                    formed.push(profile(
+                        &choice_preference(topic, value),
+                        Trigger::RepeatedChoice,
+                    ));
+                }
+            }
+        }
+        for memory in formed {
+            texts.push(memory.summary_text.clone());
+            if let Some(topic) = memory.topic() {
+                topics.push(topic.to_owned());
+            }
+        }
+        Ok((texts, topics))
+    }
+
+    /// The query's embedding, or `None` when the node does not embed or its pool cannot take
+    /// the query now (a read degrades to words and priors rather than failing).
+    pub(super) async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+        let embedder = self.args.services.embedder.as_ref()?;
+        if query.trim().is_empty() || self.index.is_empty() {
+            // Nothing to rank: spare the pool.
+            return None;
+        }
+        match embedder.query(query).await {
+            Ok(vector) => Some(vector),
+            Err(err) => {
+                tracing::debug!(user = %self.args.key.log_id(), error = %err, "query not embedded");
+                self.args
+                    .services
+                    .metrics
+                    .contexts_without_vector
+                    .fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! A user's transactions: every write is fenced by the lease of the user's shard and records
+//! its request id in the same transaction (a retry replays the stored acknowledgement); the
+//! actor's index is updated after the commit.
+
+use std::sync::Arc;
+
+use engram_storage::data::UserData;
+use engram_storage::model::{IdempotencyEntry, MemoryKind, MemoryRecord, WrittenUnder};
+
+use super::ops::{Outcome, Prepared, WriteScope, session_rule};
+use super::{Replayable, UserState};
+use crate::cluster::Ownership;
+use crate::error::{Error, Result};
+use crate::placement::UserKey;
+use crate::services::Services;
+
+/// A held shard lease: the node's ownership view and the epoch.
+pub(super) type Lease = (Arc<Ownership>, u64);
+
+pub(super) fn written_under(lease: Option<&Lease>) -> Option<WrittenUnder> {
+    lease.map(|(ownership, epoch)| WrittenUnder {
+        node: ownership.node().to_owned(),
+        epoch: *epoch,
+    })
+}
+
+enum Written<T> {
+    Fresh(T, Vec<MemoryRecord>),
+    Replay(Vec<u8>),
+    Rejected(Error),
+}
+
+impl UserState {
+    pub(super) fn scope_parts(&self) -> (Services, UserKey) {
+        (self.args.services.clone(), self.args.key.clone())
+    }
+
+    /// Runs a write as one transaction that first checks and then records the request id.
+    /// `turn` is the (session, text) of the turn the write appends, for the episodic memory
+    /// it forms.
+    pub(super) async fn write<T, F>(
+        &mut self,
+        request_id: &str,
+        prepared: Prepared,
+        turn: Option<String>,
+        mut body: F,
+    ) -> Result<T>
+    where
+        T: Replayable,
+        F: FnMut(&mut UserData<'_>, &WriteScope<'_>) -> Outcome<T> + Send + 'static,
+    {
+        let (services, key) = self.scope_parts();
+        let now = services.clock.now();
+        let rule = session_rule(services.settings.retention_ms);
+        let request_id = request_id.to_owned();
+        let ks = services.keyspace.clone();
+        let prepared = Arc::new(prepared);
+        let in_txn = Arc::clone(&prepared);
+        let lease = self.lease()?;
+        let under = written_under(lease.as_ref());
+        let written = self
+            .run(lease, move |txn| {
+                let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
+                if let Some(entry) = u.idempotency(&request_id)? {
+                    return Ok(Written::Replay(entry.response));
+                }
+                let scope = WriteScope {
+                    tenant: &key.tenant,
+                    user: &key.user,
+                    now,
+                    rule,
+                    prepared: &in_txn,
+                    lease: under.clone(),
+                };
+                match body(&mut u, &scope)? {
+                    Ok((ack, changed)) => {
+                        let response = serde_json::to_vec(&ack).map_err(|e| {
+                            engram_storage::Error::Encode {
+                                what: "acknowledgement",
+                                reason: e.to_string(),
+                            }
+                        })?;
+                        u.put_idempotency(&request_id, &IdempotencyEntry { at: now, response })?;
+                        Ok(Written::Fresh(ack, changed))
+                    }
+                    Err(rejection) => Ok(Written::Rejected(rejection)),
+                }
+            })
+            .await?;
+        match written {
+            Written::Fresh(ack, changed) => {
+                self.cache(changed, turn.as_deref(), &prepared);
+                Ok(ack)
+            }
+            Written::Replay(bytes) => {
+                let mut ack: T = serde_json::from_slice(&bytes).map_err(|_| {
+                    Error::invalid("request_id", "already used for a different request")
+                })?;
+                ack.mark_replayed();
+                Ok(ack)
+            }
+            Written::Rejected(err) => Err(err),
+        }
+    }
+
+    /// The lease this node holds on the user's shard now (`None` without leases).
+    pub(super) fn lease(&self) -> Result<Option<Lease>> {
+        let services = &self.args.services;
+        let shard = self.args.key.shard(services.settings.shards);
+        Ok(match &services.ownership {
+            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
+            None => None,
+        })
+    }
+
+    /// Runs a write transaction of this user, fenced: it first checks that this node still
+    /// holds the user's shard at the epoch it was given, and aborts otherwise, so a node that
+    /// lost the shard (paused past its lease, partitioned) commits nothing.
+    pub(super) async fn run<T, F>(&self, lease: Option<Lease>, mut body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
+    {
+        let services = &self.args.services;
+        let shard = self.args.key.shard(services.settings.shards);
+        let ks = services.keyspace.clone();
+        let in_txn = lease.clone();
+        let result = services
+            .store
+            .run(move |txn| {
+                if let Some((ownership, epoch)) = &in_txn {
+                    engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
+                }
+                body(txn)
+            })
+            .await;
+        match result {
+            Ok(value) => Ok(value),
+            Err(engram_storage::Error::Fenced { .. }) => {
+                if let Some((ownership, epoch)) = lease {
+                    ownership.fenced(shard, epoch);
+                }
+                tracing::warn!(user = %self.args.key.log_id(), shard, "write fenced: the shard moved");
+                Err(Error::NotOwner(format!(
+                    "shard {shard} moved to another node; retry on its owner"
+                )))
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Runs a read-only transaction on the user's data.
+    pub(super) async fn read<T, F>(&self, mut body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut UserData<'_>) -> engram_storage::Result<T> + Send + 'static,
+    {
+        let (services, key) = self.scope_parts();
+        let ks = services.keyspace.clone();
+        Ok(services
+            .store
+            .read(move |txn| body(&mut UserData::new(txn, &ks, &key.tenant, &key.user)))
+            .await?)
+    }
+
+    /// Updates the index with committed records: an episodic memory formed from `turn_text`
+    /// is indexed by it; a record is given the vector `prepared` holds for the text it is
+    /// indexed by (others keep theirs).
+    pub(super) fn cache(
+        &mut self,
+        changed: Vec<MemoryRecord>,
+        turn_text: Option<&str>,
+        prepared: &Prepared,
+    ) {
+        let extractor = Arc::clone(&self.args.services.extractor);
+        for record in changed {
+            let text = turn_text
+                .filter(|_| {
+                    record.kind == MemoryKind::Episodic
+                        && self.index.get(&record.memory_id).is_none()
+                })
+                .map(str::to_owned);
+            let vector = prepared
+                .vectors
+                .get(text.as_deref().unwrap_or(&record.summary_text))
+                .cloned();
+            if let Err(err) = self
+                .index
+                .upsert(&extractor, record.clone(), text.clone(), vector)
+            {
+                tracing::warn!(user = %self.args.key.log_id(), error = %err, "embedding refused by the index");
+                let _ = self.index.upsert(&extractor, record, text, None);
+            }
+        }
+        if self.index.needs_maintenance() {
+            // A large user's graph has too many tombstones: rebuild it without stalling the
+            // runtime's other tasks (this actor waits; its writes are serialised anyway).
+            let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+            if matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
+                tokio::task::block_in_place(|| self.index.maintain());
+            } else {
+                self.index.maintain();
+            }
+        }
+    }
+}

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
-use engram_storage::vector::{VectorError, VectorStats};
+use engram_storage::vector::VectorError;
 
 use super::context::is_live;
 use super::entities::EntityExtractor;
@@ -146,11 +146,6 @@ impl MemoryIndex {
         self.sources
             .get(memory_id)
             .is_some_and(|s| s.vector.is_some())
-    }
-
-    /// Counters of the vector index (`None` before the first vector).
-    pub fn vector_stats(&self) -> Option<VectorStats> {
-        self.retriever.vector_stats()
     }
 
     /// Caches and indexes a record (replacing an earlier version). `text` is what to index it

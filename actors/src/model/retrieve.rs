@@ -232,11 +232,6 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
         }
     }
 
-    /// Counters of the vector index (`None` before the first vector).
-    pub fn vector_stats(&self) -> Option<engram_storage::vector::VectorStats> {
-        self.vectors.as_ref().map(VectorIndex::stats)
-    }
-
     /// The tuning.
     pub fn params(&self) -> &RetrieverParams {
         &self.params

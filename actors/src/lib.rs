@@ -14,6 +14,7 @@
 //!   starts, never inside one; a node without a pool ranks by words and priors alone.
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
 
+pub mod breaker;
 pub mod clock;
 pub mod cluster;
 pub mod directory;

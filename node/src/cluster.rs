@@ -32,15 +32,14 @@ use std::sync::Mutex;
 use std::time::Instant;
 use tower::ServiceExt;
 
-/// The header that marks a request as forwarded by a peer (it is served here or refused,
-/// never forwarded again).
-pub const FORWARDED_HEADER: &str = "x-engram-forwarded";
-/// The tenant header (as the gateway reads it).
-const TENANT_HEADER: &str = "x-engram-tenant";
+/// Marks a request replayed from a peer (it is served here or refused, never forwarded
+/// again). A request extension, so no client can set it.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardedMark;
 /// How long one dial of a peer may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The envelope format this build writes and reads.
-const ENVELOPE_VERSION: u8 = 1;
+const ENVELOPE_VERSION: u8 = 2;
 
 /// A request handed to the owner's region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,8 +48,9 @@ pub struct Forwarded {
     pub method: String,
     /// Path and query.
     pub uri: String,
-    /// The tenant header, if any.
-    pub tenant: Option<String>,
+    /// Who asked, as the node that authenticated the request found (peers are trusted: they
+    /// share the cluster secret).
+    pub caller: crate::auth::Caller,
     /// The content type, if any.
     pub content_type: Option<String>,
     /// The body.
@@ -211,10 +211,8 @@ async fn serve_forwarded(router: Router, request: Forwarded) -> ForwardedReply {
     let mut builder = Request::builder()
         .method(request.method.as_str())
         .uri(request.uri.as_str())
-        .header(FORWARDED_HEADER, "1");
-    if let Some(tenant) = &request.tenant {
-        builder = builder.header(TENANT_HEADER, tenant.as_str());
-    }
+        .extension(ForwardedMark)
+        .extension(request.caller);
     if let Some(content_type) = &request.content_type {
         builder = builder.header(header::CONTENT_TYPE, content_type.as_str());
     }
@@ -489,7 +487,13 @@ mod tests {
         let request = Forwarded {
             method: "POST".into(),
             uri: "/v1/users/alice/turns".into(),
-            tenant: Some("acme".into()),
+            caller: crate::auth::Caller {
+                principal: "0123abcd".into(),
+                scope: engram_storage::access::Scope::Gateway,
+                root: false,
+                tenant: "acme".into(),
+                client: Some("10.0.0.1:5000".into()),
+            },
             content_type: Some("application/json".into()),
             body: b"{}".to_vec(),
         };

@@ -17,6 +17,10 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] ConfigError),
 
+    /// A secret the node needs is missing or unusable (the operator's to fix): the admin key.
+    #[error("{0}")]
+    Secret(String),
+
     /// A log filter (from `log.level` or `RUST_LOG`) does not parse (the operator's to fix).
     #[error("{origin} = {value:?} is not a log filter: {reason}")]
     LogFilter {

@@ -2,15 +2,16 @@
 //! OpenAPI document, health, readiness and metrics. Handlers only translate between JSON and
 //! the user actors; every rule lives in `engram_actors`.
 //!
-//! The tenant comes from the `x-engram-tenant` header (`default` when absent) until API keys
-//! carry it. Bodies are limited (413), requests beyond the in-flight limit are shed (503 with
+//! Every request but health, readiness, metrics and the API document is authenticated by an
+//! API key ([`crate::auth`]), whose tenant it acts for, and audited ([`crate::audit`]). Bodies are limited (413), requests beyond the in-flight limit are shed (503 with
 //! Retry-After), and every response to bad input is a 400 naming what was wrong.
 
+mod admin;
 mod error;
 mod forward;
 #[cfg(test)]
 mod fuzz;
-mod openapi;
+pub(crate) mod openapi;
 mod routes;
 mod seed;
 #[cfg(test)]
@@ -20,9 +21,8 @@ pub mod wire;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Request, State};
+use axum::extract::{FromRequest, MatchedPath, Request, State};
 use axum::http::StatusCode;
-use axum::http::request::Parts;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -35,12 +35,10 @@ use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
 pub use self::error::ApiError;
+use crate::auth::{Authenticator, Caller};
+use crate::audit::AuditLog;
 use crate::metrics::NodeMetrics;
 
-/// Header naming the tenant of a request.
-pub const TENANT_HEADER: &str = "x-engram-tenant";
-/// Tenant of requests that name none.
-pub const DEFAULT_TENANT: &str = "default";
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -59,6 +57,12 @@ pub struct AppState {
     pub handoff_wait: Duration,
     /// Largest body, in bytes (forwarded requests are read whole).
     pub max_body_bytes: usize,
+    /// Checks API keys.
+    pub auth: Arc<Authenticator>,
+    /// The audit trail.
+    pub audit: Arc<AuditLog>,
+    /// The circuit breaker of sensitive reads.
+    pub breaker: engram_actors::breaker::Policy,
 }
 
 /// Settings of the router.
@@ -103,6 +107,18 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         )
         .route("/write", post(seed::write))
         .route("/recall", get(seed::recall))
+        .route(
+            "/v1/admin/users/{user}/approvals",
+            post(admin::approve_sensitive_reads),
+        )
+        .route("/v1/admin/keys", post(admin::create_key).get(admin::list_keys))
+        .route("/v1/admin/keys/{key_id}/rotate", post(admin::rotate_key))
+        .route("/v1/admin/keys/{key_id}", delete(admin::revoke_key))
+        .route("/v1/admin/audit", get(admin::audit))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             forward::to_owner,
@@ -123,6 +139,10 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         .route("/v1/cluster/status", get(routes::cluster_status))
         .route("/v1/cluster/drain", post(routes::drain))
         .route("/openapi.json", get(openapi::document))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ))
         .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
         .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), track))
@@ -165,31 +185,10 @@ where
     }
 }
 
-/// The tenant of a request, from its header.
-pub struct Tenant(pub String);
-
-impl<S: Send + Sync> FromRequestParts<S> for Tenant {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        let tenant = match parts.headers.get(TENANT_HEADER) {
-            None => DEFAULT_TENANT.to_owned(),
-            Some(value) => value
-                .to_str()
-                .map_err(|_| {
-                    ApiError::invalid(format!("invalid {TENANT_HEADER}: not visible ASCII"))
-                })?
-                .to_owned(),
-        };
-        check_id("tenant", &tenant)?;
-        Ok(Tenant(tenant))
-    }
-}
-
 /// The user addressed by a request, checked.
-pub fn user_key(tenant: Tenant, user: &str) -> Result<UserKey, ApiError> {
+pub fn user_key(caller: &Caller, user: &str) -> Result<UserKey, ApiError> {
     check_id("user_id", user)?;
-    Ok(UserKey::new(tenant.0, user))
+    Ok(UserKey::new(caller.tenant.as_str(), user))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests
@@ -202,8 +201,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
                 shutdown.await;
                 let _ = stopped_tx.send(());
             })
@@ -223,6 +225,26 @@ pub async fn serve(
             Ok(())
         }
     }
+}
+
+/// `user_id` of a query string (the seed API's way to name the user).
+pub(crate) fn query_user(query: Option<&str>) -> Option<String> {
+    let uri = format!("/?{}", query?).parse().ok()?;
+    let axum::extract::Query(pairs) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri).ok()?;
+    pairs
+        .into_iter()
+        .find(|(k, _)| k == "user_id")
+        .map(|(_, v)| v)
+}
+
+/// `user_id` of a JSON body.
+pub(crate) fn body_user(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("user_id")?
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// 200 with a JSON body.

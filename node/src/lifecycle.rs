@@ -42,6 +42,7 @@ pub async fn run(config: Config) -> Result<()> {
     // Before anything else, so that a signal sent during start-up is not fatal.
     let mut shutdown = Shutdown::install()?;
 
+    let admin_key = config.security.admin_key().map_err(Error::Secret)?;
     let store = crate::store::open(&config).await?;
     let keyspace = match &config.security.master_key_file {
         Some(path) => {
@@ -140,8 +141,27 @@ pub async fn run(config: Config) -> Result<()> {
     let lease_task = tokio::spawn(Arc::clone(&leases).run(lease_stopped));
     let metrics = Arc::new(NodeMetrics::new());
     let jobs = crate::jobs::spawn(&config.jobs, &directory, &metrics);
+    let clock: engram_actors::clock::SharedClock = Arc::new(SystemClock);
+    let audit = crate::audit::AuditLog::start(
+        store.clone(),
+        keyspace.clone(),
+        clock,
+        config.security.audit_retention,
+        Arc::clone(&metrics),
+    )
+    .await
+    .map_err(Error::storage("starting the audit trail"))?;
+    let auth = crate::auth::Authenticator::new(
+        store.clone(),
+        keyspace.clone(),
+        Some(&admin_key),
+        crate::auth::RateLimiter::new(config.security.rate_limit, config.security.rate_burst),
+    );
     let state = AppState {
         directory: directory.clone(),
+        auth: Arc::new(auth),
+        audit,
+        breaker: config.security.breaker(),
         metrics,
         token_budget: config.memory.token_budget,
         lease_timeout: config.cluster.lease_timeout,

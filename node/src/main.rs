@@ -10,6 +10,8 @@
 //!   liveness, shards per node, leases).
 //! - `engram-node drain --config <path> [--node <id>]`: ask a node (this configuration's by
 //!   default) to hand off every shard and exit; follows it until it has left.
+//! - `engram-node keys create|list|rotate|revoke --config <path> ...`: manage API keys in the
+//!   store (an operator with the store's access acts as the root; each change is audited).
 //!
 //! Architecture invariants:
 //! - `node` is the only crate that knows HTTP, JSON wire types and `cluster.toml`; nothing
@@ -25,10 +27,13 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
 
+mod audit;
+mod auth;
 mod cluster;
 mod config;
 mod error;
 mod http;
+mod keys;
 mod jobs;
 mod lifecycle;
 mod logging;
@@ -54,6 +59,51 @@ enum Command {
     Status(ConfigArg),
     /// Hand off every shard of a node to the others, then let it exit.
     Drain(DrainArgs),
+    /// Manage API keys: create, list, rotate, revoke.
+    Keys(KeysArgs),
+}
+
+#[derive(Debug, Args)]
+struct KeysArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(subcommand)]
+    command: KeysCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Create a key; prints its token (shown only this once).
+    Create {
+        /// The tenant it acts for.
+        #[arg(long)]
+        tenant: String,
+        /// gateway, operator or admin.
+        #[arg(long)]
+        scope: String,
+        /// A label.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// List keys (never their secrets).
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Replace a key by a new one; prints the new token.
+    Rotate {
+        /// The key id.
+        key_id: String,
+        /// How long the old key keeps working.
+        #[arg(long, default_value = "0s", value_parser = humantime_serde::re::humantime::parse_duration)]
+        grace: std::time::Duration,
+    },
+    /// Revoke a key at once.
+    Revoke {
+        /// The key id.
+        key_id: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +137,22 @@ fn main() -> ExitCode {
         Command::Drain(args) => operate(&args.config.config, |config| async move {
             let node = args.node.clone().unwrap_or_else(|| config.node.id.clone());
             operate::drain(&config, &node, args.wait).await
+        }),
+        Command::Keys(args) => operate(&args.config.config, |config| async move {
+            let out = match &args.command {
+                KeysCommand::Create { tenant, scope, name } => {
+                    operate::create_key(&config, tenant, scope, name).await?
+                }
+                KeysCommand::List { tenant } => {
+                    operate::list_keys(&config, tenant.as_deref()).await?
+                }
+                KeysCommand::Rotate { key_id, grace } => {
+                    operate::rotate_key(&config, key_id, *grace).await?
+                }
+                KeysCommand::Revoke { key_id } => operate::revoke_key(&config, key_id).await?,
+            };
+            print!("{out}");
+            Ok(())
         }),
     };
     match outcome {

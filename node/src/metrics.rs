@@ -33,6 +33,8 @@ pub struct NodeMetrics {
     latency: HistogramVec,
     jobs: IntCounterVec,
     job_items: IntCounterVec,
+    auth_refused: IntCounterVec,
+    audit: IntCounterVec,
 }
 
 impl std::fmt::Debug for NodeMetrics {
@@ -85,6 +87,23 @@ impl NodeMetrics {
             &["job"],
         )
         .expect("valid metric");
+        let auth_refused = IntCounterVec::new(
+            Opts::new(
+                "engram_auth_refused_total",
+                "Requests refused by authentication or authorisation, by reason \
+                 (missing, invalid, tenant, scope, rate, approval)",
+            ),
+            &["reason"],
+        )
+        .expect("valid metric");
+        let audit = IntCounterVec::new(
+            Opts::new(
+                "engram_audit_entries_total",
+                "Audit entries by outcome of their write (written, failed)",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric");
         // Metric vectors share their state between clones: the registry gets clones.
         registry
             .register(Box::new(requests.clone()))
@@ -101,6 +120,12 @@ impl NodeMetrics {
         registry
             .register(Box::new(job_items.clone()))
             .expect("unique metric");
+        registry
+            .register(Box::new(auth_refused.clone()))
+            .expect("unique metric");
+        registry
+            .register(Box::new(audit.clone()))
+            .expect("unique metric");
         NodeMetrics {
             registry,
             requests,
@@ -108,7 +133,20 @@ impl NodeMetrics {
             latency,
             jobs,
             job_items,
+            auth_refused,
+            audit,
         }
+    }
+
+    /// Counts a request refused by authentication or authorisation.
+    pub fn auth_refused(&self, reason: &str) {
+        self.auth_refused.with_label_values(&[reason]).inc();
+    }
+
+    /// Counts audit entries written (or not).
+    pub fn audited(&self, written: bool, entries: u64) {
+        let outcome = if written { "written" } else { "failed" };
+        self.audit.with_label_values(&[outcome]).inc_by(entries);
     }
 
     /// Counts a request in flight until the returned guard drops.

@@ -1,6 +1,8 @@
 //! Operator commands that work on the store directly, so they need no running node to talk
 //! to: `engram-node status` (members, liveness, shards per node, leases) and
-//! `engram-node drain` (ask a node to hand off its shards and exit, then follow it).
+//! `engram-node drain` (ask a node to hand off its shards and exit, then follow it), and
+//! `engram-node keys` (API key management; the command acts as the root, principal `cli`, and
+//! each change is written to the audit trail).
 
 use std::fmt::Write;
 use std::time::{Duration, Instant};
@@ -129,4 +131,107 @@ pub async fn drain(config: &Config, node: &str, wait: Duration) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The principal of key changes made with the command line.
+const CLI: &str = "cli";
+
+async fn open_keys(config: &Config) -> Result<(Store, Keyspace)> {
+    let store = crate::store::open(config).await?;
+    Ok((store, Keyspace::new(&config.storage.root_prefix)))
+}
+
+/// Records a key change made with the command line.
+async fn audit_key(store: &Store, keyspace: &Keyspace, tenant: &str, action: &str, id: &str) {
+    let entry = engram_storage::access::AuditEntry {
+        id: uuid::Uuid::new_v4().to_string(),
+        at: now(),
+        principal: CLI.to_owned(),
+        tenant: tenant.to_owned(),
+        user: None,
+        action: action.to_owned(),
+        ids: vec![format!("key_id={id}")],
+        client: None,
+        outcome: 200,
+    };
+    let ks = keyspace.clone();
+    if let Err(err) = store
+        .run(move |txn| engram_storage::access::append_audit(txn, &ks, std::slice::from_ref(&entry)))
+        .await
+    {
+        eprintln!("warning: the key change could not be audited: {err}");
+    }
+}
+
+fn key_line(key: &engram_storage::access::ApiKey) -> String {
+    let state = match key.expires_at {
+        Some(at) if at <= now() => "revoked",
+        Some(_) => "expiring",
+        None => "active",
+    };
+    format!(
+        "{:<18} {:<16} {:<9} {:<9} {}\n",
+        key.id,
+        key.tenant,
+        key.scope.as_str(),
+        state,
+        key.name
+    )
+}
+
+/// `engram-node keys create`.
+pub async fn create_key(config: &Config, tenant: &str, scope: &str, name: &str) -> Result<String> {
+    engram_actors::user::check_id("tenant", tenant).map_err(|e| Error::Cluster(e.to_string()))?;
+    let scope = engram_storage::access::Scope::parse(scope).ok_or_else(|| {
+        Error::Cluster(format!("unknown scope {scope:?}: use gateway, operator or admin"))
+    })?;
+    let (store, keyspace) = open_keys(config).await?;
+    let new = crate::keys::create(&store, &keyspace, (tenant, scope, name), CLI, now())
+        .await
+        .map_err(Error::storage("creating the key"))?;
+    audit_key(&store, &keyspace, tenant, "key.create", &new.key.id).await;
+    crate::store::close(store, config.storage.backend);
+    Ok(format!("{}\n", new.token))
+}
+
+/// `engram-node keys list`.
+pub async fn list_keys(config: &Config, tenant: Option<&str>) -> Result<String> {
+    let (store, keyspace) = open_keys(config).await?;
+    let keys = crate::keys::list(&store, &keyspace, tenant)
+        .await
+        .map_err(Error::storage("listing keys"))?;
+    crate::store::close(store, config.storage.backend);
+    let mut out = format!(
+        "{:<18} {:<16} {:<9} {:<9} {}\n",
+        "key", "tenant", "scope", "state", "name"
+    );
+    for key in &keys {
+        out.push_str(&key_line(key));
+    }
+    Ok(out)
+}
+
+/// `engram-node keys rotate`.
+pub async fn rotate_key(config: &Config, key_id: &str, grace: Duration) -> Result<String> {
+    let (store, keyspace) = open_keys(config).await?;
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    let new = crate::keys::rotate(&store, &keyspace, (None, key_id), grace_ms, CLI, now())
+        .await
+        .map_err(Error::storage("rotating the key"))?
+        .ok_or_else(|| Error::Cluster(format!("no live key {key_id}")))?;
+    audit_key(&store, &keyspace, &new.key.tenant, "key.rotate", key_id).await;
+    crate::store::close(store, config.storage.backend);
+    Ok(format!("{}\n", new.token))
+}
+
+/// `engram-node keys revoke`.
+pub async fn revoke_key(config: &Config, key_id: &str) -> Result<String> {
+    let (store, keyspace) = open_keys(config).await?;
+    let key = crate::keys::revoke(&store, &keyspace, (None, key_id), now())
+        .await
+        .map_err(Error::storage("revoking the key"))?
+        .ok_or_else(|| Error::Cluster(format!("no key {key_id}")))?;
+    audit_key(&store, &keyspace, &key.tenant, "key.revoke", key_id).await;
+    crate::store::close(store, config.storage.backend);
+    Ok(format!("revoked {key_id}\n"))
 }

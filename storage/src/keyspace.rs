@@ -13,9 +13,13 @@
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
+//! ("u", tenant, user, "breaker")                  recent reads of high-PII memories
 //! ("exp", at, tenant, user, "rec", kind, id)      expiry index: a memory record's TTL
 //! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
 //! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
+//! ("key", key_id)                                 API key: tenant, scope, hash of the secret
+//! ("audit", tenant, at, entry_id)                 audit trail (append-only)
+//! ("audit-pepper",)                               key of the audit trail's user pseudonyms
 //! ```
 //!
 //! Everything of a user sits under `("u", tenant, user)`; the expiry index is the only place
@@ -197,6 +201,51 @@ impl Keyspace {
         (tag == "exp").then_some((Timestamp(at), tenant, user, target))
     }
 
+    /// The row of an API key.
+    pub fn api_key(&self, key_id: &str) -> Vec<u8> {
+        self.root.pack(&("key", key_id))
+    }
+
+    /// Every API key row.
+    pub fn api_keys(&self) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("key",)))
+    }
+
+    /// An audit entry of `tenant`, ordered by time.
+    pub fn audit(&self, tenant: &str, at: Timestamp, entry_id: &str) -> Vec<u8> {
+        self.root.pack(&("audit", tenant, at.0, entry_id))
+    }
+
+    /// Audit entries of `tenant` with `from <= at < to`.
+    pub fn audit_between(&self, tenant: &str, from: Timestamp, to: Timestamp) -> KeyRange {
+        let space = self.root.subspace(&("audit", tenant));
+        KeyRange {
+            begin: space.pack(&(from.0,)),
+            end: space.pack(&(to.0,)),
+        }
+    }
+
+    /// Every audit entry of `tenant`.
+    pub fn audit_of(&self, tenant: &str) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("audit", tenant)))
+    }
+
+    /// Every audit entry, of every tenant.
+    pub fn audit_all(&self) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("audit",)))
+    }
+
+    /// Decodes an audit key into (tenant, at).
+    pub fn parse_audit(&self, key: &[u8]) -> Option<(String, Timestamp)> {
+        let (tag, tenant, at, _id): (String, String, i64, String) = self.root.unpack(key).ok()?;
+        (tag == "audit").then_some((tenant, Timestamp(at)))
+    }
+
+    /// The key that pseudonymises user ids in the audit trail.
+    pub fn audit_pepper(&self) -> Vec<u8> {
+        self.root.pack(&("audit-pepper",))
+    }
+
     /// Decodes a membership key into its node id.
     pub fn parse_node(&self, key: &[u8]) -> Option<String> {
         let (tag, id): (String, String) = self.root.unpack(key).ok()?;
@@ -225,6 +274,11 @@ impl UserKeys {
     /// The user header.
     pub fn header(&self) -> Vec<u8> {
         self.space.pack(&("hdr",))
+    }
+
+    /// The user's circuit breaker of sensitive reads.
+    pub fn sensitive_reads(&self) -> Vec<u8> {
+        self.space.pack(&("breaker",))
     }
 
     /// The user's wrapped data key.

@@ -18,6 +18,7 @@
 //!   transaction open across anything but storage calls (never across inference or network).
 //! - Time is always passed in ([`model::Timestamp`]); this crate never reads a clock for data.
 
+pub mod access;
 pub mod cluster;
 pub mod codec;
 pub mod crypto;

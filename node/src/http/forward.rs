@@ -17,8 +17,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use engram_actors::placement::UserKey;
 
-use super::{ApiError, AppState, DEFAULT_TENANT, TENANT_HEADER};
-use crate::cluster::{FORWARDED_HEADER, Forwarded, into_response};
+use super::{ApiError, AppState, body_user, query_user};
+use crate::auth::Caller;
+use crate::cluster::{Forwarded, ForwardedMark, into_response};
 
 /// The least time one forward attempt is given, even near the end of the wait.
 const MIN_FORWARD: Duration = Duration::from_millis(500);
@@ -36,22 +37,20 @@ pub async fn to_owner(
     let (Some(transport), Some(ownership)) = (&s.cluster, &services.ownership) else {
         return next.run(request).await;
     };
-    if request.headers().contains_key(FORWARDED_HEADER) {
+    if request.extensions().get::<ForwardedMark>().is_some() {
         // Forwarded once already: served here or refused, never forwarded on.
         return next.run(request).await;
     }
-    let tenant = request
-        .headers()
-        .get(TENANT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+    let Some(caller) = request.extensions().get::<Caller>().cloned() else {
+        // Unauthenticated requests never reach here; nothing to route by.
+        return next.run(request).await;
+    };
     let in_path = params
         .ok()
         .and_then(|Path(p)| p.get("user").cloned())
         .or_else(|| query_user(request.uri().query()));
     let shard_of = |user: &str| {
-        UserKey::new(tenant.as_deref().unwrap_or(DEFAULT_TENANT), user)
-            .shard(services.settings.shards)
+        UserKey::new(caller.tenant.as_str(), user).shard(services.settings.shards)
     };
     if let Some(user) = &in_path
         && ownership.lease(shard_of(user)).is_ok()
@@ -82,7 +81,7 @@ pub async fn to_owner(
             .path_and_query()
             .map(ToString::to_string)
             .unwrap_or_default(),
-        tenant,
+        caller: caller.clone(),
         content_type: parts
             .headers
             .get(axum::http::header::CONTENT_TYPE)
@@ -129,26 +128,6 @@ pub async fn to_owner(
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// `user_id` of a query string (the seed API's way to name the user).
-fn query_user(query: Option<&str>) -> Option<String> {
-    let uri = format!("/?{}", query?).parse().ok()?;
-    let axum::extract::Query(pairs) =
-        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri).ok()?;
-    pairs
-        .into_iter()
-        .find(|(k, _)| k == "user_id")
-        .map(|(_, v)| v)
-}
-
-/// `user_id` of a JSON body.
-fn body_user(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()?
-        .get("user_id")?
-        .as_str()
-        .map(str::to_owned)
 }
 
 fn is_not_owner(body: &[u8]) -> bool {

@@ -24,7 +24,7 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 
 static APP: LazyLock<(Router, tempfile::TempDir)> = LazyLock::new(|| {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let app = RUNTIME.block_on(async { super::tests::app(&dir) });
+    let app = RUNTIME.block_on(super::tests::app(&dir));
     (app, dir)
 });
 
@@ -100,6 +100,10 @@ fn send(method: &str, uri: &str, body: Vec<u8>) -> StatusCode {
         .method(Method::from_bytes(method.as_bytes()).expect("method"))
         .uri(uri)
         .header("content-type", "application/json")
+        .header(
+            "authorization",
+            format!("Bearer {}", super::tests::GATEWAY_KEY),
+        )
         .body(Body::from(body))
     else {
         return StatusCode::BAD_REQUEST;

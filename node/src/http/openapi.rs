@@ -5,7 +5,7 @@ use axum::Json;
 use axum::response::IntoResponse;
 use utoipa::OpenApi;
 
-use super::{routes, seed, wire};
+use super::{admin, routes, seed, wire};
 
 /// The document.
 #[derive(OpenApi)]
@@ -38,6 +38,12 @@ use super::{routes, seed, wire};
         seed::clear_session,
         seed::write,
         seed::recall,
+        admin::create_key,
+        admin::list_keys,
+        admin::rotate_key,
+        admin::revoke_key,
+        admin::audit,
+        admin::approve_sensitive_reads,
     ),
     components(schemas(
         wire::ErrorBody,
@@ -77,9 +83,40 @@ use super::{routes, seed, wire};
         seed::WriteResponse,
         seed::IntentView,
         seed::RecallResponse,
-    ))
+        wire::admin::KeyBody,
+        wire::admin::RotateBody,
+        wire::admin::KeyView,
+        wire::admin::NewKeyResponse,
+        wire::admin::KeysResponse,
+        wire::admin::AuditView,
+        wire::admin::AuditResponse,
+        wire::admin::ApprovalResponse,
+    )),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
 )]
 pub struct ApiDoc;
+
+/// Declares the bearer API key scheme.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key, `egk_<id>_<secret>`, of scope gateway, operator or admin",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 /// `GET /openapi.json`.
 pub async fn document() -> impl IntoResponse {

@@ -19,7 +19,11 @@ use super::wire::{
     SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody, TurnResponse,
     parse_kind, parse_mode, parse_route, parse_status, ts,
 };
-use super::{ApiError, ApiJson, AppState, Tenant, ok, user_key};
+use super::wire::{MemoryView, TurnView};
+use super::{ApiError, ApiJson, AppState, ok, user_key};
+use engram_actors::breaker::Verdict;
+use engram_storage::model::PiiLevel;
+use crate::auth::Caller;
 
 /// Longest accepted `limit` of a session's memory.
 pub const MAX_LIMIT: usize = 500;
@@ -33,11 +37,11 @@ pub const DEFAULT_LIMIT: usize = 50;
 /// Appends a conversation turn; a successful turn forms memories.
 pub async fn append_turn(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
     ApiJson(body): ApiJson<TurnBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let req = TurnRequest {
         request_id: body.request_id,
         session_id: body.session_id,
@@ -70,11 +74,11 @@ pub async fn append_turn(
 /// Records feedback on a turn: a dislike with a corrected SQL and a comment forms a correction.
 pub async fn feedback(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
     ApiJson(body): ApiJson<FeedbackBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let liked = match body.rating.as_str() {
         "like" => true,
         "dislike" => false,
@@ -107,11 +111,11 @@ pub async fn feedback(
 /// Assembles the memory context for the next LLM call (no LLM is called).
 pub async fn context(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
     ApiJson(body): ApiJson<ContextBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let query = ContextQuery {
         session_id: body.session_id,
         query: body.query,
@@ -133,11 +137,11 @@ pub async fn context(
 /// slots). Episodic memories carry the session and turn they came from.
 pub async fn search(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
     ApiJson(body): ApiJson<SearchBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let kinds = body
         .kinds
         .unwrap_or_default()
@@ -154,12 +158,15 @@ pub async fn search(
         .directory
         .call(&key, |reply| UserMsg::Search(query.clone(), reply))
         .await?;
+    let sensitive = result.hits.iter().any(|h| h.memory.pii_level == PiiLevel::High);
+    guard_sensitive(&s, &caller, &key, sensitive).await?;
+    let full = caller.sees_full_text();
     Ok(ok(SearchResponse {
         hits: result
             .hits
             .into_iter()
             .map(|h| SearchHitView {
-                memory: h.memory.into(),
+                memory: MemoryView::for_reader(h.memory, full),
                 score: h.score,
             })
             .collect(),
@@ -196,11 +203,11 @@ pub fn memory_write(body: MemoryBody, memory_id: Option<String>) -> Result<Memor
 /// Writes a memory (a candidate unless `status` says `active`), resolving conflicts.
 pub async fn create_memory(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
     ApiJson(body): ApiJson<MemoryBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let write = memory_write(body, None)?;
     let ack = s
         .directory
@@ -216,11 +223,11 @@ pub async fn create_memory(
 /// Creates or replaces the memory with this id.
 pub async fn upsert_memory(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path((user, memory_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<MemoryBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let write = memory_write(body, Some(memory_id))?;
     let ack = s
         .directory
@@ -236,11 +243,11 @@ pub async fn upsert_memory(
 /// Activates, suppresses or deletes a memory.
 pub async fn set_status(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path((user, memory_id)): Path<(String, String)>,
     ApiJson(body): ApiJson<StatusBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let change = StatusChange {
         request_id: body.request_id,
         memory_id,
@@ -267,19 +274,25 @@ pub struct KindQuery {
 /// Lists the user's memories, of one kind or all.
 pub async fn list_memories(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
     query: Result<Query<KindQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let Query(query) = query?;
     let kind = query.kind.as_deref().map(parse_kind).transpose()?;
     let records = s
         .directory
         .call(&key, |reply| UserMsg::ListMemories(kind, reply))
         .await?;
+    let sensitive = records.iter().any(|r| r.pii_level == PiiLevel::High);
+    guard_sensitive(&s, &caller, &key, sensitive).await?;
+    let full = caller.sees_full_text();
     Ok(ok(MemoriesResponse {
-        memories: records.into_iter().map(Into::into).collect(),
+        memories: records
+            .into_iter()
+            .map(|r| MemoryView::for_reader(r, full))
+            .collect(),
     }))
 }
 
@@ -289,10 +302,10 @@ pub async fn list_memories(
 /// Lists the user's sessions.
 pub async fn list_sessions(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let sessions = s.directory.call(&key, UserMsg::ListSessions).await?;
     Ok(ok(SessionsResponse {
         sessions: sessions.into_iter().map(Into::into).collect(),
@@ -324,18 +337,19 @@ pub fn check_limit(limit: Option<usize>) -> Result<usize, ApiError> {
 /// A session's newest turns.
 pub async fn session_memory(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path((user, session)): Path<(String, String)>,
     query: Result<Query<LimitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let Query(query) = query?;
-    session_memory_of(&s, &key, session, query.limit).await
+    session_memory_of(&s, &caller, &key, session, query.limit).await
 }
 
 /// A session's newest turns, for `/v1` and the seed endpoint.
 pub async fn session_memory_of(
     s: &AppState,
+    caller: &Caller,
     key: &UserKey,
     session: String,
     limit: Option<usize>,
@@ -349,10 +363,48 @@ pub async fn session_memory_of(
             reply,
         })
         .await?;
+    let sensitive = memory.turns.iter().any(|t| t.pii_level == PiiLevel::High);
+    guard_sensitive(s, caller, key, sensitive).await?;
+    let full = caller.sees_full_text();
     Ok(ok(SessionMemoryResponse {
         session: memory.session.into(),
-        turns: memory.turns.into_iter().map(Into::into).collect(),
+        turns: memory
+            .turns
+            .into_iter()
+            .map(|t| TurnView::for_reader(t, full))
+            .collect(),
     }))
+}
+
+/// The circuit breaker of sensitive reads: a read by a non-admin key that returns a user's
+/// high-PII memories is counted; beyond `security.sensitive-read-limit` within the window it
+/// is refused (403 `approval_required`) until an admin approves. Admins' full-text reads are
+/// not limited (they are audited, like every read).
+pub async fn guard_sensitive(
+    s: &AppState,
+    caller: &Caller,
+    key: &UserKey,
+    sensitive: bool,
+) -> Result<(), ApiError> {
+    if !sensitive || caller.sees_full_text() {
+        return Ok(());
+    }
+    let services = s.directory.services();
+    let now = services.clock.now();
+    match engram_actors::breaker::count_read(services, key, s.breaker, now).await? {
+        Verdict::Allowed => Ok(()),
+        Verdict::Refused { reads } => {
+            s.metrics.auth_refused("approval");
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "approval_required",
+                format!(
+                    "{reads} reads of this user's sensitive memories in the window already; \
+                     an admin must approve more (POST /v1/admin/users/{{user}}/approvals)"
+                ),
+            ))
+        }
+    }
 }
 
 /// The idempotency key of a request without a body: the `Idempotency-Key` header, or a
@@ -374,11 +426,11 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<String, ApiError> {
 /// Deletes a session's turns; returns how many were deleted.
 pub async fn clear_session(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     headers: HeaderMap,
     Path((user, session)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     clear_session_of(&s, &key, &headers, session).await
 }
 
@@ -408,10 +460,10 @@ pub async fn clear_session_of(
 /// Contradictions flagged for review.
 pub async fn conflicts(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let flags = s.directory.call(&key, UserMsg::Flags).await?;
     Ok(ok(ConflictsResponse {
         conflicts: flags.into_iter().map(Into::into).collect(),
@@ -424,10 +476,10 @@ pub async fn conflicts(
 /// Forgets the user: every key of theirs and their cached state are erased.
 pub async fn forget(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &user)?;
+    let key = user_key(&caller, &user)?;
     let ack = s.directory.call(&key, UserMsg::Forget).await?;
     Ok(ok(ForgetResponse::from(ack)))
 }

@@ -12,7 +12,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::routes::{clear_session_of, session_memory_of};
 use super::wire::{DeletedResponse, ErrorBody, SessionMemoryResponse, SessionsResponse};
-use super::{ApiError, ApiJson, AppState, Tenant, ok, user_key};
+use super::{ApiError, ApiJson, AppState, ok, user_key};
+use crate::auth::Caller;
 
 /// `?user_id=`.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -49,11 +50,11 @@ type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>
 /// The user's sessions.
 pub async fn sessions(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     query: QueryResult<UserQuery>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    let key = user_key(tenant, &q.user_id)?;
+    let key = user_key(&caller, &q.user_id)?;
     let sessions = s.directory.call(&key, UserMsg::ListSessions).await?;
     Ok(ok(SessionsResponse {
         sessions: sessions.into_iter().map(Into::into).collect(),
@@ -66,13 +67,13 @@ pub async fn sessions(
 /// A session's newest turns (default 50, at most 500).
 pub async fn session_memory(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     Path(session): Path<String>,
     query: QueryResult<UserLimitQuery>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    let key = user_key(tenant, &q.user_id)?;
-    session_memory_of(&s, &key, session, q.limit).await
+    let key = user_key(&caller, &q.user_id)?;
+    session_memory_of(&s, &caller, &key, session, q.limit).await
 }
 
 #[utoipa::path(delete, path = "/chat/sessions/{session_id}/memory", tag = "seed",
@@ -81,13 +82,13 @@ pub async fn session_memory(
 /// Deletes a session's turns; returns the deleted count.
 pub async fn clear_session(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     headers: HeaderMap,
     Path(session): Path<String>,
     query: QueryResult<UserQuery>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    let key = user_key(tenant, &q.user_id)?;
+    let key = user_key(&caller, &q.user_id)?;
     clear_session_of(&s, &key, &headers, session).await
 }
 
@@ -124,10 +125,10 @@ pub struct WriteResponse {
 /// Records a new version of a distilled intent; earlier active versions become inactive.
 pub async fn write(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     ApiJson(body): ApiJson<WriteBody>,
 ) -> Result<Response, ApiError> {
-    let key = user_key(tenant, &body.user_id)?;
+    let key = user_key(&caller, &body.user_id)?;
     let req = IntentWrite {
         request_id: body.request_id,
         intent_type: body.intent_type,
@@ -171,11 +172,11 @@ pub struct RecallResponse {
 /// The versions of a user's intent type, newest first.
 pub async fn recall(
     State(s): State<AppState>,
-    tenant: Tenant,
+    caller: Caller,
     query: QueryResult<RecallQuery>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
-    let key = user_key(tenant, &q.user_id)?;
+    let key = user_key(&caller, &q.user_id)?;
     let intent_type = q.intent_type;
     let intents = s
         .directory

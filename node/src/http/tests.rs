@@ -26,11 +26,52 @@ fn extractor() -> Arc<EntityExtractor> {
         .clone()
 }
 
-pub(super) fn app(dir: &tempfile::TempDir) -> Router {
+/// The configured admin key of the in-process router.
+pub(super) const ROOT_KEY: &str = "root-key-of-the-in-process-tests-0123456789";
+/// A gateway key of tenant `default`, written into the store by [`app`].
+pub(super) const GATEWAY_KEY: &str = "egk_0123456789abcdef_gateway-secret-of-the-in-process-tests";
+
+/// The router over real actors and an SQLite file in `dir`, with a root key and a gateway
+/// key ([`GATEWAY_KEY`]) of tenant `default`.
+pub(super) async fn app(dir: &tempfile::TempDir) -> Router {
     let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let keyspace = Keyspace::new("engram");
+    let (id, secret) = crate::auth::parse_token(GATEWAY_KEY).unwrap();
+    let key = engram_storage::access::ApiKey {
+        id: id.into(),
+        tenant: "default".into(),
+        scope: engram_storage::access::Scope::Gateway,
+        name: "tests".into(),
+        secret_hash: crate::auth::hash_secret(secret),
+        created_at: engram_storage::model::Timestamp(0),
+        created_by: "root".into(),
+        expires_at: None,
+        replaced_by: None,
+    };
+    let ks = keyspace.clone();
+    store
+        .run(move |txn| engram_storage::access::put_api_key(txn, &ks, &key))
+        .await
+        .unwrap();
+    let metrics = Arc::new(NodeMetrics::new());
+    let audit = crate::audit::AuditLog::start(
+        store.clone(),
+        keyspace.clone(),
+        Arc::new(SystemClock),
+        std::time::Duration::from_secs(3_600),
+        Arc::clone(&metrics),
+    )
+    .await
+    .unwrap();
+    let auth = crate::auth::Authenticator::new(
+        store.clone(),
+        keyspace.clone(),
+        Some(ROOT_KEY),
+        crate::auth::RateLimiter::new(0, 0),
+    );
     let services = Services {
         store,
-        keyspace: Keyspace::new("engram"),
+        keyspace,
         clock: Arc::new(SystemClock),
         extractor: extractor(),
         embedder: None,
@@ -40,7 +81,10 @@ pub(super) fn app(dir: &tempfile::TempDir) -> Router {
     };
     let state = AppState {
         directory: Directory::new(services),
-        metrics: Arc::new(NodeMetrics::new()),
+        auth: Arc::new(auth),
+        audit,
+        breaker: engram_actors::breaker::Policy::default(),
+        metrics,
         token_budget: 1200,
         lease_timeout: std::time::Duration::from_secs(3),
         cluster: None,
@@ -57,7 +101,21 @@ pub(super) fn app(dir: &tempfile::TempDir) -> Router {
 }
 
 async fn send(app: &Router, method: Method, uri: &str, body: Option<Body>) -> (StatusCode, Value) {
-    let mut request = Request::builder().method(method).uri(uri);
+    send_as(app, GATEWAY_KEY, method, uri, body).await
+}
+
+/// Sends a request with the bearer token `key`.
+pub(super) async fn send_as(
+    app: &Router,
+    key: &str,
+    method: Method,
+    uri: &str,
+    body: Option<Body>,
+) -> (StatusCode, Value) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {key}"));
     if body.is_some() {
         request = request.header("content-type", "application/json");
     }
@@ -83,7 +141,7 @@ async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_turn_conversation_carries_the_first_turns_conditions_into_the_context() {
     let dir = tempfile::tempdir().unwrap();
-    let app = app(&dir);
+    let app = app(&dir).await;
     let (status, first) = post(&app, "/v1/users/alice/turns", json!({
         "request_id": "t1", "session_id": "s1", "route": "nl2sql_query",
         "user_text": "Show the orders of East China in October from dw_orders with amount over 1000",
@@ -127,7 +185,7 @@ async fn a_two_turn_conversation_carries_the_first_turns_conditions_into_the_con
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memories_sessions_conflicts_and_forgetting_over_http() {
     let dir = tempfile::tempdir().unwrap();
-    let app = app(&dir);
+    let app = app(&dir).await;
     let (status, created) = post(&app, "/v1/users/bob/memories", json!({
         "request_id": "m1", "kind": "correction", "text": "GMV excludes refunds", "status": "active",
     })).await;
@@ -234,7 +292,13 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
         ),
         (2, Some("cancelled"), Some(true), Some(false))
     );
-    let (status, forgotten) = send(&app, Method::DELETE, "/v1/users/bob", None).await;
+    let (status, refused) = send(&app, Method::DELETE, "/v1/users/bob", None).await;
+    assert_eq!(
+        (status, refused["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden")),
+        "a gateway key cannot forget"
+    );
+    let (status, forgotten) = send_as(&app, ROOT_KEY, Method::DELETE, "/v1/users/bob", None).await;
     assert_eq!(
         (status, forgotten["records"].as_u64()),
         (StatusCode::OK, Some(2)),
@@ -247,7 +311,7 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_and_hostile_input_gets_a_clear_400_and_the_node_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
-    let app = app(&dir);
+    let app = app(&dir).await;
     let turns = "/v1/users/carol/turns";
     let cases: Vec<(&str, Body, StatusCode, &str, &str)> = vec![
         (
@@ -336,6 +400,7 @@ async fn bad_and_hostile_input_gets_a_clear_400_and_the_node_keeps_serving() {
         (StatusCode::BAD_REQUEST, Some("invalid_input"))
     );
     let bare = Request::post(turns)
+        .header("authorization", format!("Bearer {GATEWAY_KEY}"))
         .body(Body::from(
             json!({"request_id": "r", "user_text": "x"}).to_string(),
         ))
@@ -364,7 +429,7 @@ async fn bad_and_hostile_input_gets_a_clear_400_and_the_node_keeps_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_documented_operation_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let app = app(&dir);
+    let app = app(&dir).await;
     let (status, doc) = send(&app, Method::GET, "/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
     let paths = doc["paths"].as_object().unwrap();

@@ -12,6 +12,7 @@ use engram_storage::model::{MemoryKind, MemoryStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub mod admin;
 mod records;
 
 pub use records::{

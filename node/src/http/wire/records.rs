@@ -115,17 +115,26 @@ impl From<MemoryRecord> for MemoryView {
     /// The gateway's view: ID, bank card and passport numbers masked; a record whose
     /// redaction level is `reference_only` shows neither text nor payload.
     fn from(r: MemoryRecord) -> Self {
-        let withheld = r.redaction_level == RedactionLevel::ReferenceOnly;
+        MemoryView::for_reader(r, false)
+    }
+}
+
+impl MemoryView {
+    /// The view of a reader who sees personal data in full (`full`: admins), or the
+    /// gateway's view.
+    pub fn for_reader(r: MemoryRecord, full: bool) -> Self {
+        let withheld = !full && r.redaction_level == RedactionLevel::ReferenceOnly;
+        let text = |t: &str| if full { t.to_owned() } else { gateway_text(t) };
         MemoryView {
             text: if withheld {
                 "[withheld: personal data]".to_owned()
             } else {
-                gateway_text(&r.summary_text)
+                text(&r.summary_text)
             },
             payload: if withheld {
                 serde_json::Value::Null
             } else {
-                serde_json::from_str(&gateway_text(&r.payload)).unwrap_or(serde_json::Value::Null)
+                serde_json::from_str(&text(&r.payload)).unwrap_or(serde_json::Value::Null)
             },
             memory_id: r.memory_id,
             kind: r.kind.as_str().into(),
@@ -227,10 +236,19 @@ pub struct TurnView {
 
 impl From<Turn> for TurnView {
     fn from(t: Turn) -> Self {
+        TurnView::for_reader(t, false)
+    }
+}
+
+impl TurnView {
+    /// The view of a reader who sees personal data in full (`full`: admins), or the
+    /// gateway's view (ID, bank card and passport numbers masked).
+    pub fn for_reader(t: Turn, full: bool) -> Self {
+        let text = |t: &str| if full { t.to_owned() } else { gateway_text(t) };
         TurnView {
             seq: t.seq,
-            user_text: gateway_text(&t.user_text),
-            assistant_text: gateway_text(&t.assistant_text),
+            user_text: text(&t.user_text),
+            assistant_text: text(&t.assistant_text),
             route: t.route,
             entities: t.entities,
             created_at: t.created_at.0,

@@ -1,0 +1,241 @@
+//! The audit trail: every authenticated request that reads or writes memory content, forgets
+//! a user, manages keys or approves sensitive reads is recorded (principal, tenant, user
+//! pseudonym, action, ids, client address, time, outcome) in the append-only audit keyspace
+//! before its answer leaves the node. Refused requests (403) are recorded too.
+//!
+//! Entries are written by one task in batches (one transaction for everything queued), and the
+//! request waits for its batch to commit: an answer is never sent for an action whose entry
+//! was lost. If the trail cannot be written the request is answered 503. A request forwarded
+//! to a peer is recorded once, by the node that served it. Entries older than
+//! `security.audit-retention` are purged hourly.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use engram_actors::clock::SharedClock;
+use engram_storage::access::{self, AuditEntry};
+use engram_storage::{Keyspace, Store};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::auth::{Caller, rule};
+use crate::http::{ApiError, AppState};
+use crate::metrics::NodeMetrics;
+
+/// Entries waiting for the writer, at most.
+const QUEUE: usize = 4_096;
+/// Entries written in one transaction, at most.
+const BATCH: usize = 512;
+/// How often old entries are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(3_600);
+
+type Pending = (AuditEntry, oneshot::Sender<bool>);
+
+/// The node's writer of audit entries.
+pub struct AuditLog {
+    tx: mpsc::Sender<Pending>,
+    pepper: [u8; 32],
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for AuditLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditLog").finish_non_exhaustive()
+    }
+}
+
+impl AuditLog {
+    /// Reads (or makes) the pseudonym key and starts the writer and the hourly purge.
+    pub async fn start(
+        store: Store,
+        keyspace: Keyspace,
+        clock: SharedClock,
+        retention: Duration,
+        metrics: Arc<NodeMetrics>,
+    ) -> engram_storage::Result<Arc<AuditLog>> {
+        let fresh = rand::random::<[u8; 32]>();
+        let ks = keyspace.clone();
+        let pepper = store
+            .run(move |txn| access::audit_pepper(txn, &ks, fresh))
+            .await?;
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(write_loop(store.clone(), keyspace.clone(), rx, metrics));
+        let purge_clock = clock.clone();
+        tokio::spawn(async move {
+            let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+            let mut every = tokio::time::interval(PURGE_EVERY);
+            loop {
+                every.tick().await;
+                let cutoff = purge_clock.now().plus_millis(-retention_ms);
+                let ks = keyspace.clone();
+                match store
+                    .run(move |txn| access::purge_audit_before(txn, &ks, cutoff))
+                    .await
+                {
+                    Ok(tenants) => tracing::debug!(tenants, "old audit entries purged"),
+                    Err(err) => tracing::warn!(%err, "purging old audit entries failed"),
+                }
+            }
+        });
+        Ok(Arc::new(AuditLog { tx, pepper, clock }))
+    }
+
+    /// The pseudonym of a user in the trail.
+    pub fn pseudonym(&self, tenant: &str, user: &str) -> String {
+        access::user_pseudonym(&self.pepper, tenant, user)
+    }
+
+    /// Records an entry; `true` once it is durable.
+    pub async fn append(&self, entry: AuditEntry) -> bool {
+        let (done, written) = oneshot::channel();
+        if self.tx.send((entry, done)).await.is_err() {
+            return false;
+        }
+        written.await.unwrap_or(false)
+    }
+
+    /// An entry of `caller` at now, with a fresh id.
+    pub fn entry(
+        &self,
+        caller: &Caller,
+        user: Option<&str>,
+        action: &str,
+        ids: Vec<String>,
+        outcome: u16,
+    ) -> AuditEntry {
+        AuditEntry {
+            id: uuid::Uuid::new_v4().to_string(),
+            at: self.clock.now(),
+            principal: caller.principal.clone(),
+            tenant: caller.tenant.clone(),
+            user: user.map(|u| self.pseudonym(&caller.tenant, u)),
+            action: action.to_owned(),
+            ids,
+            client: caller.client.clone(),
+            outcome,
+        }
+    }
+}
+
+async fn write_loop(
+    store: Store,
+    keyspace: Keyspace,
+    mut rx: mpsc::Receiver<Pending>,
+    metrics: Arc<NodeMetrics>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let entries: Vec<AuditEntry> = batch.iter().map(|(e, _)| e.clone()).collect();
+        let ks = keyspace.clone();
+        let written = store
+            .run(move |txn| access::append_audit(txn, &ks, &entries))
+            .await;
+        if let Err(err) = &written {
+            tracing::error!(%err, entries = batch.len(), "writing audit entries failed");
+        }
+        metrics.audited(written.is_ok(), batch.len() as u64);
+        for (_, done) in batch {
+            let _ = done.send(written.is_ok());
+        }
+    }
+}
+
+/// The ids a request names in its path (memory, session, key), never content.
+fn path_ids(params: &HashMap<String, String>) -> Vec<String> {
+    ["memory_id", "session_id", "key_id"]
+        .iter()
+        .filter_map(|name| params.get(*name).map(|v| format!("{name}={v}")))
+        .collect()
+}
+
+/// `user_id` of a query string or a JSON body (the seed API's ways to name the user).
+fn seed_user(query: Option<&str>, body: &[u8]) -> Option<String> {
+    crate::http::query_user(query).or_else(|| crate::http::body_user(body))
+}
+
+/// The middleware: serves the request, then records it and waits for the entry to be durable
+/// before answering (503 if it cannot be).
+pub async fn record(
+    State(s): State<AppState>,
+    params: Result<Path<HashMap<String, String>>, PathRejection>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (Some(caller), Some(route)) = (
+        request.extensions().get::<Caller>().cloned(),
+        request.extensions().get::<MatchedPath>().cloned(),
+    ) else {
+        return next.run(request).await;
+    };
+    let Some((_, Some(action))) = rule(request.method(), route.as_str()) else {
+        return next.run(request).await;
+    };
+    let params = params.map(|Path(p)| p).unwrap_or_default();
+    let mut user = params.get("user").cloned();
+    let request = if user.is_none() && route.as_str() == "/write" {
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = axum::body::to_bytes(body, s.max_body_bytes).await else {
+            return ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("body over {} bytes", s.max_body_bytes),
+            )
+            .into_response();
+        };
+        user = seed_user(None, &bytes);
+        Request::from_parts(parts, Body::from(bytes))
+    } else {
+        user = user.or_else(|| seed_user(request.uri().query(), &[]));
+        request
+    };
+    let response = next.run(request).await;
+    let entry = s.audit.entry(
+        &caller,
+        user.as_deref(),
+        action,
+        path_ids(&params),
+        response.status().as_u16(),
+    );
+    if s.audit.append(entry).await {
+        response
+    } else {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "audit_unavailable",
+            "the audit trail cannot be written; the request's effects stand, retry it with \
+             the same request id to get its answer",
+        )
+        .into_response()
+    }
+}
+
+/// Records a request refused for its scope (the caller is known, the action was not done).
+pub async fn record_refusal(
+    s: &AppState,
+    caller: &Caller,
+    method: &axum::http::Method,
+    route: &str,
+    status: StatusCode,
+) {
+    let action = rule(method, route)
+        .and_then(|(_, action)| action)
+        .unwrap_or("unknown");
+    let entry = s
+        .audit
+        .entry(caller, None, action, Vec::new(), status.as_u16());
+    if !s.audit.append(entry).await {
+        tracing::warn!("a refused request could not be audited");
+    }
+}

@@ -1,0 +1,219 @@
+//! Admin endpoints: API keys (create, list, rotate, revoke), the audit trail, and approvals
+//! of sensitive reads. Every one needs an admin key; a tenant's admin sees and changes only
+//! its tenant's keys, the root key (the configured one) any tenant's.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use engram_storage::access::{self, Scope};
+use engram_storage::model::Timestamp;
+
+use super::wire::ErrorBody;
+use super::wire::admin::{
+    ApprovalResponse, AuditQuery, AuditResponse, KeyBody, KeysResponse, NewKeyResponse,
+    RotateBody,
+};
+use super::{ApiError, ApiJson, AppState, ok, user_key};
+use crate::auth::Caller;
+use crate::keys;
+
+/// Largest page of the audit trail.
+const MAX_AUDIT_PAGE: usize = 1_000;
+
+fn now(s: &AppState) -> Timestamp {
+    s.directory.services().clock.now()
+}
+
+/// The tenant whose keys a caller manages: its own; the root may name any.
+fn key_tenant(caller: &Caller, named: Option<String>) -> Result<String, ApiError> {
+    match named {
+        Some(tenant) if tenant != caller.tenant && !caller.root => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "wrong_tenant",
+            "only the root key may manage another tenant's keys",
+        )),
+        Some(tenant) => {
+            engram_actors::user::check_id("tenant", &tenant)?;
+            Ok(tenant)
+        }
+        None => Ok(caller.tenant.clone()),
+    }
+}
+
+fn new_key_response(new: keys::NewKey) -> Response {
+    (
+        StatusCode::CREATED,
+        axum::Json(NewKeyResponse {
+            key: new.key.into(),
+            token: new.token,
+        }),
+    )
+        .into_response()
+}
+
+#[utoipa::path(post, path = "/v1/admin/keys", tag = "admin",
+    request_body = KeyBody,
+    responses((status = 201, body = NewKeyResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+/// Creates an API key; the answer carries its token, which is shown only this once.
+pub async fn create_key(
+    State(s): State<AppState>,
+    caller: Caller,
+    ApiJson(body): ApiJson<KeyBody>,
+) -> Result<Response, ApiError> {
+    let tenant = key_tenant(&caller, body.tenant)?;
+    let scope = Scope::parse(&body.scope).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "invalid scope: {:?}; expected gateway, operator or admin",
+            body.scope
+        ))
+    })?;
+    let name = body.name.unwrap_or_default();
+    if name.chars().count() > 200 {
+        return Err(ApiError::invalid("invalid name: at most 200 characters"));
+    }
+    let services = s.directory.services();
+    let new = keys::create(
+        &services.store,
+        &services.keyspace,
+        (&tenant, scope, &name),
+        &caller.principal,
+        now(&s),
+    )
+    .await?;
+    Ok(new_key_response(new))
+}
+
+#[utoipa::path(get, path = "/v1/admin/keys", tag = "admin",
+    responses((status = 200, body = KeysResponse), (status = 403, body = ErrorBody)))]
+/// Lists the tenant's keys (never their secrets), revoked and rotated ones included.
+pub async fn list_keys(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    let services = s.directory.services();
+    let keys = keys::list(&services.store, &services.keyspace, Some(&caller.tenant)).await?;
+    Ok(ok(KeysResponse {
+        keys: keys.into_iter().map(Into::into).collect(),
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/admin/keys/{key_id}/rotate", tag = "admin",
+    params(("key_id" = String, Path, description = "Key id")),
+    request_body = RotateBody,
+    responses((status = 201, body = NewKeyResponse), (status = 404, body = ErrorBody)))]
+/// Replaces a key by a new one of the same tenant, scope and name; the old one keeps working
+/// for `grace_seconds`.
+pub async fn rotate_key(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(key_id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let body: RotateBody = if body.is_empty() {
+        RotateBody::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::invalid(format!("invalid rotate body: {e}")))?
+    };
+    let grace_ms = i64::try_from(body.grace_seconds.unwrap_or(0).saturating_mul(1_000))
+        .map_err(|_| ApiError::invalid("invalid grace_seconds: too large"))?;
+    let services = s.directory.services();
+    let tenant = (!caller.root).then_some(caller.tenant.as_str());
+    let rotated = keys::rotate(
+        &services.store,
+        &services.keyspace,
+        (tenant, &key_id),
+        grace_ms,
+        &caller.principal,
+        now(&s),
+    )
+    .await?;
+    s.auth.invalidate(&key_id);
+    match rotated {
+        Some(new) => Ok(new_key_response(new)),
+        None => Err(ApiError::not_found(format!("no live key {key_id}"))),
+    }
+}
+
+#[utoipa::path(delete, path = "/v1/admin/keys/{key_id}", tag = "admin",
+    params(("key_id" = String, Path, description = "Key id")),
+    responses((status = 200, body = crate::http::wire::admin::KeyView), (status = 404, body = ErrorBody)))]
+/// Revokes a key at once (idempotent).
+pub async fn revoke_key(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(key_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let services = s.directory.services();
+    let tenant = (!caller.root).then_some(caller.tenant.as_str());
+    let revoked = keys::revoke(
+        &services.store,
+        &services.keyspace,
+        (tenant, &key_id),
+        now(&s),
+    )
+    .await?;
+    s.auth.invalidate(&key_id);
+    match revoked {
+        Some(key) => Ok(ok(crate::http::wire::admin::KeyView::from(key))),
+        None => Err(ApiError::not_found(format!("no key {key_id}"))),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/admin/audit", tag = "admin",
+    params(AuditQuery),
+    responses((status = 200, body = AuditResponse), (status = 400, body = ErrorBody)))]
+/// The tenant's audit trail, oldest first, by user, principal and time range.
+pub async fn audit(
+    State(s): State<AppState>,
+    caller: Caller,
+    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let limit = match query.limit.unwrap_or(100) {
+        0 => return Err(ApiError::invalid("invalid limit: must be at least 1")),
+        n if n > MAX_AUDIT_PAGE => {
+            return Err(ApiError::invalid(format!(
+                "invalid limit: {n} is more than {MAX_AUDIT_PAGE}"
+            )));
+        }
+        n => n,
+    };
+    if let Some(user) = &query.user {
+        engram_actors::user::check_id("user", user)?;
+    }
+    let from = Timestamp(query.from.unwrap_or(0));
+    let to = Timestamp(query.to.unwrap_or(now(&s).0 + 1));
+    let user = query
+        .user
+        .as_deref()
+        .map(|u| s.audit.pseudonym(&caller.tenant, u));
+    let principal = query.principal;
+    let services = s.directory.services();
+    let (ks, tenant) = (services.keyspace.clone(), caller.tenant.clone());
+    let (entries, next) = services
+        .store
+        .read(move |txn| {
+            access::audit_page(txn, &ks, &tenant, (from, to), limit, |e| {
+                user.as_ref().is_none_or(|u| e.user.as_ref() == Some(u))
+                    && principal.as_ref().is_none_or(|p| &e.principal == p)
+            })
+        })
+        .await?;
+    Ok(ok(AuditResponse {
+        entries: entries.into_iter().map(Into::into).collect(),
+        next_from: next.map(|t| t.0),
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/admin/users/{user}/approvals", tag = "admin",
+    params(("user" = String, Path, description = "User id")),
+    responses((status = 200, body = ApprovalResponse), (status = 403, body = ErrorBody)))]
+/// Approves further reads of the user's sensitive memories: clears the circuit breaker's
+/// count (the approval itself is audited).
+pub async fn approve_sensitive_reads(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(user): Path<String>,
+) -> Result<Response, ApiError> {
+    let key = user_key(&caller, &user)?;
+    let cleared = engram_actors::breaker::approve(s.directory.services(), &key).await?;
+    Ok(ok(ApprovalResponse { cleared }))
+}

@@ -1,0 +1,150 @@
+//! Wire types of the admin endpoints: API keys, the audit trail, approvals of sensitive reads.
+
+use engram_storage::access::{ApiKey, AuditEntry};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// `POST /v1/admin/keys`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KeyBody {
+    /// `gateway`, `operator` or `admin`.
+    pub scope: String,
+    /// A label for people.
+    pub name: Option<String>,
+    /// The tenant (only the root key may name another tenant than its own).
+    pub tenant: Option<String>,
+}
+
+/// `POST /v1/admin/keys/{key_id}/rotate`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateBody {
+    /// How long the old key keeps working, in seconds (default 0: it stops at once).
+    pub grace_seconds: Option<u64>,
+}
+
+/// A key as listed: never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeyView {
+    /// Key id.
+    pub key_id: String,
+    /// Tenant.
+    pub tenant: String,
+    /// Scope.
+    pub scope: String,
+    /// Label.
+    pub name: String,
+    /// Made at (Unix ms).
+    pub created_at: i64,
+    /// Made by (a key id).
+    pub created_by: String,
+    /// Stops (or stopped) working at (Unix ms).
+    pub expires_at: Option<i64>,
+    /// The key that replaced it.
+    pub replaced_by: Option<String>,
+}
+
+impl From<ApiKey> for KeyView {
+    fn from(k: ApiKey) -> Self {
+        KeyView {
+            key_id: k.id,
+            tenant: k.tenant,
+            scope: k.scope.as_str().to_owned(),
+            name: k.name,
+            created_at: k.created_at.0,
+            created_by: k.created_by,
+            expires_at: k.expires_at.map(|t| t.0),
+            replaced_by: k.replaced_by,
+        }
+    }
+}
+
+/// A key just made, with its token: shown this once, never again.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NewKeyResponse {
+    /// The key.
+    #[serde(flatten)]
+    pub key: KeyView,
+    /// The bearer token (`egk_<id>_<secret>`).
+    pub token: String,
+}
+
+/// `GET /v1/admin/keys`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct KeysResponse {
+    /// The tenant's keys.
+    pub keys: Vec<KeyView>,
+}
+
+/// Query of the audit trail.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    /// Only entries about this user id.
+    pub user: Option<String>,
+    /// Only entries of this key id.
+    pub principal: Option<String>,
+    /// From (Unix ms, inclusive; default 0).
+    pub from: Option<i64>,
+    /// To (Unix ms, exclusive; default now + 1).
+    pub to: Option<i64>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<usize>,
+}
+
+/// An audit entry.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditView {
+    /// Entry id.
+    pub id: String,
+    /// When (Unix ms).
+    pub at: i64,
+    /// Key id that acted.
+    pub principal: String,
+    /// Tenant.
+    pub tenant: String,
+    /// The user's pseudonym (a keyed hash of the id; query by `user` to match it).
+    pub user: Option<String>,
+    /// What was done.
+    pub action: String,
+    /// Ids named.
+    pub ids: Vec<String>,
+    /// Client address.
+    pub client: Option<String>,
+    /// HTTP status of the answer.
+    pub outcome: u16,
+}
+
+impl From<AuditEntry> for AuditView {
+    fn from(e: AuditEntry) -> Self {
+        AuditView {
+            id: e.id,
+            at: e.at.0,
+            principal: e.principal,
+            tenant: e.tenant,
+            user: e.user,
+            action: e.action,
+            ids: e.ids,
+            client: e.client,
+            outcome: e.outcome,
+        }
+    }
+}
+
+/// `GET /v1/admin/audit`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AuditResponse {
+    /// Entries, oldest first.
+    pub entries: Vec<AuditView>,
+    /// When the page is full: the `from` of the next page (entries of that millisecond may
+    /// repeat).
+    pub next_from: Option<i64>,
+}
+
+/// `POST /v1/admin/users/{user}/approvals`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApprovalResponse {
+    /// Sensitive reads cleared from the count.
+    pub cleared: u32,
+}

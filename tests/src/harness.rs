@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use hyper::StatusCode;
 
 pub use self::binary::{NODE_BIN_ENV, node_binary, workspace_root};
-pub use self::client::{HttpClient, HttpError, REQUEST_TIMEOUT, Reply, turn};
+pub use self::client::{HttpClient, HttpError, KeyRing, REQUEST_TIMEOUT, Reply, turn};
 pub use self::spec::{NodeSpec, Sandbox};
 
 /// How long a node may take from spawn to answering `/ready` (a debug build on a busy
@@ -139,6 +139,7 @@ impl Node {
             .args(["run", "--config"])
             .arg(&config)
             .env_remove("RUST_LOG")
+            .env_remove("ENGRAM_ADMIN_KEY")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -201,9 +202,17 @@ impl Node {
         format!("http://{}", self.addr)
     }
 
-    /// A pooled client of the current run's address.
+    /// A pooled client of the current run's address, with the sandbox's keys (the root key
+    /// for admin and cluster endpoints, a gateway key otherwise).
     pub fn client(&self) -> HttpClient {
         HttpClient::new(&self.url())
+            .with_ring(self.spec.keys().clone(), self.spec.sqlite_path().to_owned())
+    }
+
+    /// Like [`Node::client`], opening a new connection for every request.
+    pub fn fresh_client(&self) -> HttpClient {
+        HttpClient::fresh_connections(&self.url())
+            .with_ring(self.spec.keys().clone(), self.spec.sqlite_path().to_owned())
     }
 
     /// The process id, while running.

@@ -291,7 +291,7 @@ async fn sigterm_with_writes_in_flight_finishes_them_or_refuses_them_and_half_wr
     let mut node = Sandbox::new().node("sigterm").start().await;
     // A fresh connection per request: an idle keep-alive connection closed by the shutting-
     // down server would blur "never reached the node" with "no answer".
-    let http = HttpClient::fresh_connections(&node.url());
+    let http = node.fresh_client();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Outcome>();
     let send = |wave: &str, n: usize| {
         for i in 0..n {

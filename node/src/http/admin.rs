@@ -1,6 +1,7 @@
 //! Admin endpoints: API keys (create, list, rotate, revoke), the audit trail, and approvals
-//! of sensitive reads. Every one needs an admin key; a tenant's admin sees and changes only
-//! its tenant's keys, the root key (the configured one) any tenant's.
+//! of sensitive reads. Every one needs an admin key and acts on the tenant the key acts for:
+//! a tenant's admin on its own, the root key (the configured one) on the tenant it names with
+//! `x-engram-tenant`.
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -24,19 +25,17 @@ fn now(s: &AppState) -> Timestamp {
     s.directory.services().clock.now()
 }
 
-/// The tenant whose keys a caller manages: its own; the root may name any.
+/// The tenant whose keys a caller manages: the one it acts for (the root names it with
+/// `x-engram-tenant`, so that the change is audited in that tenant's trail).
 fn key_tenant(caller: &Caller, named: Option<String>) -> Result<String, ApiError> {
     match named {
-        Some(tenant) if tenant != caller.tenant && !caller.root => Err(ApiError::new(
+        Some(tenant) if tenant != caller.tenant => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "wrong_tenant",
-            "only the root key may manage another tenant's keys",
+            "a key manages the keys of the tenant it acts for (the root key names it with \
+             x-engram-tenant)",
         )),
-        Some(tenant) => {
-            engram_actors::user::check_id("tenant", &tenant)?;
-            Ok(tenant)
-        }
-        None => Ok(caller.tenant.clone()),
+        Some(_) | None => Ok(caller.tenant.clone()),
     }
 }
 
@@ -115,7 +114,7 @@ pub async fn rotate_key(
     let grace_ms = i64::try_from(body.grace_seconds.unwrap_or(0).saturating_mul(1_000))
         .map_err(|_| ApiError::invalid("invalid grace_seconds: too large"))?;
     let services = s.directory.services();
-    let tenant = (!caller.root).then_some(caller.tenant.as_str());
+    let tenant = Some(caller.tenant.as_str());
     let rotated = keys::rotate(
         &services.store,
         &services.keyspace,
@@ -142,7 +141,7 @@ pub async fn revoke_key(
     Path(key_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let services = s.directory.services();
-    let tenant = (!caller.root).then_some(caller.tenant.as_str());
+    let tenant = Some(caller.tenant.as_str());
     let revoked = keys::revoke(
         &services.store,
         &services.keyspace,

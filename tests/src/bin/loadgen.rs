@@ -39,6 +39,9 @@ struct Args {
     /// Base URL of a running node.
     #[arg(long, required_unless_present = "spawn", conflicts_with = "spawn")]
     url: Option<String>,
+    /// The gateway API key to send to `--url` (a spawned node gets one made for it).
+    #[arg(long, env = "ENGRAM_API_KEY")]
+    api_key: Option<String>,
     /// Start a node on a temporary SQLite store instead (stopped at the end).
     #[arg(long)]
     spawn: bool,
@@ -97,7 +100,11 @@ async fn main() -> anyhow::Result<()> {
         (None, Some(url)) => url.clone(),
         (None, None) => unreachable!("clap requires --url or --spawn"),
     };
-    let http = HttpClient::new(&url);
+    let http = match (&node, &args.api_key) {
+        (Some(node), _) => node.client(),
+        (None, Some(key)) => HttpClient::new(&url).with_key(key),
+        (None, None) => bail!("--url needs --api-key (or ENGRAM_API_KEY): a gateway key"),
+    };
     let ready = http
         .get("/ready")
         .await
@@ -265,6 +272,7 @@ async fn spawn(synchronous: &str, inference: bool, sealed: bool) -> Node {
     }
     let spec = spec
         .set("storage.sqlite.synchronous", synchronous)
+        .set("security.rate-limit", 0)
         .set("inference.enabled", inference)
         .set("log.level", "warn,engram_node=info");
     eprintln!(

@@ -9,12 +9,15 @@
 //! The `must_*` helpers follow TiKV's `must_put`: they do one thing, panic with the status
 //! and body when it did not work, and return what the caller needs next.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -76,12 +79,48 @@ impl Reply {
     }
 }
 
+/// The keys a sandbox's clients use: the root admin key its nodes are configured with, and
+/// gateway keys made with it on first use, one per store and tenant.
+#[derive(Debug)]
+pub struct KeyRing {
+    root: String,
+    gateway: tokio::sync::Mutex<HashMap<(PathBuf, String), String>>,
+}
+
+impl KeyRing {
+    /// A ring around the root admin key.
+    pub fn new(root: String) -> Self {
+        KeyRing {
+            root,
+            gateway: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The root admin key.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+}
+
+/// Which API key a client sends.
+#[derive(Debug, Clone)]
+enum Auth {
+    /// None (to test refusals).
+    None,
+    /// This token, always.
+    Key(String),
+    /// As a well-behaved deployment would: the root key for admin and cluster endpoints, a
+    /// gateway key of the client's tenant for the rest.
+    Ring { ring: Arc<KeyRing>, store: PathBuf },
+}
+
 /// A client of one node's gateway; cheap to clone (clones share the connection pool).
 #[derive(Clone)]
 pub struct HttpClient {
     inner: Client<HttpConnector, Full<Bytes>>,
     base: String,
     headers: Vec<(HeaderName, HeaderValue)>,
+    auth: Auth,
 }
 
 impl fmt::Debug for HttpClient {
@@ -115,7 +154,75 @@ impl HttpClient {
             inner,
             base: base.trim_end_matches('/').to_owned(),
             headers: Vec::new(),
+            auth: Auth::None,
         }
+    }
+
+    /// This client, sending `token` as its API key on every request.
+    pub fn with_key(mut self, token: &str) -> Self {
+        self.auth = Auth::Key(token.to_owned());
+        self
+    }
+
+    /// This client, sending no API key.
+    pub fn without_key(mut self) -> Self {
+        self.auth = Auth::None;
+        self
+    }
+
+    /// This client, choosing keys from `ring` for the node whose store is `store`: the root
+    /// key for `/v1/admin/*`, `/v1/cluster/*` and forgetting a user, a gateway key of its
+    /// tenant (made on first use) for everything else.
+    pub fn with_ring(mut self, ring: Arc<KeyRing>, store: PathBuf) -> Self {
+        self.auth = Auth::Ring { ring, store };
+        self
+    }
+
+    /// The tenant this client names (`x-engram-tenant`), `default` when none.
+    fn tenant(&self) -> String {
+        self.headers
+            .iter()
+            .find(|(name, _)| name.as_str() == "x-engram-tenant")
+            .and_then(|(_, value)| value.to_str().ok())
+            .unwrap_or("default")
+            .to_owned()
+    }
+
+    /// The token to send for `method path`, making a gateway key on first use.
+    async fn token(&self, method: &Method, path: &str) -> Result<Option<String>, HttpError> {
+        let (ring, store) = match &self.auth {
+            Auth::None => return Ok(None),
+            Auth::Key(token) => return Ok(Some(token.clone())),
+            Auth::Ring { ring, store } => (ring, store),
+        };
+        let user_path = path.split('?').next().unwrap_or_default();
+        let forget = method == Method::DELETE
+            && user_path.starts_with("/v1/users/")
+            && user_path.matches('/').count() == 3;
+        if forget || path.starts_with("/v1/admin/") || path.starts_with("/v1/cluster/") {
+            return Ok(Some(ring.root.clone()));
+        }
+        let tenant = self.tenant();
+        let mut keys = ring.gateway.lock().await;
+        if let Some(token) = keys.get(&(store.clone(), tenant.clone())) {
+            return Ok(Some(token.clone()));
+        }
+        let body = json!({"scope": "gateway", "tenant": tenant, "name": "harness"});
+        let reply = self
+            .send(Method::POST, "/v1/admin/keys", Some(&body), Some(&ring.root))
+            .await?;
+        let token = reply.json()["token"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                HttpError::Transport(format!(
+                    "making a gateway key: {} {}",
+                    reply.status,
+                    reply.text()
+                ))
+            })?;
+        keys.insert((store.clone(), tenant), token.clone());
+        Ok(Some(token))
     }
 
     /// This client, sending `name: value` with every request (the tenant header, say).
@@ -134,18 +241,32 @@ impl HttpClient {
         &self.base
     }
 
-    /// Sends `method path` with an optional JSON body.
+    /// Sends `method path` with an optional JSON body, and this client's API key.
     pub async fn request(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<Reply, HttpError> {
+        let token = self.token(&method, path).await?;
+        self.send(method, path, body, token.as_deref()).await
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        token: Option<&str>,
+    ) -> Result<Reply, HttpError> {
         let mut builder = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
         for (name, value) in &self.headers {
             builder = builder.header(name, value);
+        }
+        if let Some(token) = token {
+            builder = builder.header(AUTHORIZATION, format!("Bearer {token}"));
         }
         let bytes = match body {
             Some(body) => {

@@ -12,12 +12,14 @@ use serde_json::Value;
 use tempfile::TempDir;
 
 use super::Node;
+use super::client::KeyRing;
 
 /// A temporary directory holding the nodes' configurations and data; removed when the
 /// sandbox and every spec and node made from it are gone.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
     dir: Arc<TempDir>,
+    keys: Arc<KeyRing>,
 }
 
 impl Sandbox {
@@ -30,7 +32,25 @@ impl Sandbox {
             .prefix("engram-harness-")
             .tempdir()
             .expect("temporary directory");
-        Sandbox { dir: Arc::new(dir) }
+        // Every node of the sandbox is configured with this root admin key.
+        let root: String = (0..4)
+            .map(|_| format!("{:016x}", rand::random::<u64>()))
+            .collect();
+        std::fs::write(dir.path().join("admin.key"), &root).expect("admin key written");
+        Sandbox {
+            dir: Arc::new(dir),
+            keys: Arc::new(KeyRing::new(root)),
+        }
+    }
+
+    /// The keys of the sandbox's clients (the root admin key among them).
+    pub fn keys(&self) -> &Arc<KeyRing> {
+        &self.keys
+    }
+
+    /// The file holding the root admin key.
+    pub fn admin_key_file(&self) -> PathBuf {
+        self.path().join("admin.key")
     }
 
     /// The sandbox's directory.
@@ -73,6 +93,7 @@ pub struct NodeSpec {
     settings: BTreeMap<String, BTreeMap<String, String>>,
     /// A command the node is started under (e.g. `ip netns exec NAME`), if any.
     wrapper: Vec<String>,
+    keys: Arc<KeyRing>,
     _sandbox: Arc<TempDir>,
 }
 
@@ -84,10 +105,13 @@ impl NodeSpec {
             sqlite,
             settings: BTreeMap::new(),
             wrapper: Vec::new(),
+            keys: sandbox.keys.clone(),
             _sandbox: sandbox.dir.clone(),
         };
         let (data_dir, sqlite) = (path_str(&spec.data_dir), path_str(&spec.sqlite));
+        let admin_key = path_str(&sandbox.admin_key_file());
         spec.set("node.id", id)
+            .set("security.admin-key-file", admin_key)
             .set("node.data-dir", data_dir)
             .set("storage.sqlite.path", sqlite)
             .set("http.listen", "127.0.0.1:0")
@@ -138,6 +162,11 @@ impl NodeSpec {
     /// The node's data directory.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The keys its clients use.
+    pub fn keys(&self) -> &Arc<KeyRing> {
+        &self.keys
     }
 
     /// The node's SQLite file.

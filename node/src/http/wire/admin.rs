@@ -12,7 +12,8 @@ pub struct KeyBody {
     pub scope: String,
     /// A label for people.
     pub name: Option<String>,
-    /// The tenant (only the root key may name another tenant than its own).
+    /// The tenant (must be the one the key acts for; the root key names it with
+    /// `x-engram-tenant`).
     pub tenant: Option<String>,
 }
 

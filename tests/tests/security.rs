@@ -1,0 +1,350 @@
+//! Tenants, API keys, scopes, the audit trail and the circuit breaker of sensitive reads,
+//! through a real node over TCP.
+//!
+//! - Tenant isolation: a key of tenant A drives every endpoint against tenant B's users,
+//!   sessions, memories, intents and keys, and gets 403 or 404 (or, for reads of A's own
+//!   namesake user, nothing of B's); B's data is unchanged afterwards.
+//! - Keys: unauthenticated, unknown, revoked and rotated keys get 401; scopes open only their
+//!   endpoints; keys are listed without secrets; the CLI manages keys in the store.
+//! - Audit: reads, writes, refusals, key operations, approvals and forgetting are recorded
+//!   with principal, user pseudonym, action, ids, client address and outcome.
+//! - Breaker: the sixth read of a user's high-PII memories in the window is refused until an
+//!   admin approves; admins read full text, gateways masked text.
+//! - Rate limit: a key over its rate gets 429 (`rate_limited`); other keys keep theirs.
+
+use engram_tests::harness::{HttpClient, Node, Sandbox, node_binary, turn};
+use hyper::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const ID: &str = "11010519491231002X";
+
+/// Makes a key of `tenant` with `scope` with the root key; returns its token and id.
+async fn key(node: &Node, tenant: &str, scope: &str) -> (String, String) {
+    let root = node
+        .client()
+        .with_key(node.spec().keys().root())
+        .with_header("x-engram-tenant", tenant);
+    let reply = root
+        .post(
+            "/v1/admin/keys",
+            &json!({"tenant": tenant, "scope": scope, "name": format!("{tenant}-{scope}")}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let made = reply.json();
+    (
+        made["token"].as_str().unwrap().to_owned(),
+        made["key_id"].as_str().unwrap().to_owned(),
+    )
+}
+
+async fn status(client: &HttpClient, method: Method, path: &str, body: Option<&Value>) -> (u16, String) {
+    let reply = client.request(method, path, body).await.unwrap();
+    (reply.status.as_u16(), reply.text())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
+    let node = Sandbox::new().node("isolation").start().await;
+    let (a_gateway, _) = key(&node, "tenant-a", "gateway").await;
+    let (a_admin, _) = key(&node, "tenant-a", "admin").await;
+    let (b_gateway, b_gateway_id) = key(&node, "tenant-b", "gateway").await;
+    let (_, b_admin_id) = key(&node, "tenant-b", "admin").await;
+    let b = node.client().with_key(&b_gateway);
+
+    // Tenant B's data: turns, a memory, feedback, an intent.
+    let secret = "the vault code of tenant B is QX93ZK";
+    b.must_append_turn("bob", &turn("b-1", "b-session", secret, "noted QX93ZK"))
+        .await;
+    let memory = b
+        .must_create_memory(
+            "bob",
+            &json!({"request_id": "b-m", "kind": "profile", "text": secret, "status": "active"}),
+        )
+        .await;
+    let memory_id = memory["memory"]["memory_id"].as_str().unwrap().to_owned();
+    b.must_post(
+        "/write",
+        &json!({"request_id": "b-w", "user_id": "bob", "intent_type": "vault",
+                "fields": {"code": "QX93ZK"}}),
+    )
+    .await;
+    let before = b.must_get("/v1/users/bob/memories").await;
+    // What only B's data holds (A may use the same user, session and memory ids for its
+    // own data: those are names, not B's data).
+    let b_markers = [secret, "QX93ZK", &b_gateway_id, &b_admin_id];
+
+    let turn_body = turn("a-1", "b-session", "hello", "hi");
+    let memory_body = json!({"request_id": "a-m", "kind": "profile", "text": "a", "status": "active"});
+    let mid = memory_id.as_str();
+    let endpoints: Vec<(Method, String, Option<Value>)> = vec![
+        (Method::POST, "/v1/users/bob/turns".into(), Some(turn_body)),
+        (Method::POST, "/v1/users/bob/feedback".into(),
+            Some(json!({"request_id": "a-f", "session_id": "b-session", "turn_seq": 0, "rating": "like"}))),
+        (Method::POST, "/v1/users/bob/context".into(), Some(json!({"session_id": "b-session", "query": "vault code"}))),
+        (Method::GET, "/v1/users/bob/memories".into(), None),
+        (Method::POST, "/v1/users/bob/memories/search".into(), Some(json!({"query": "vault code", "mode": "bm25"}))),
+        (Method::POST, format!("/v1/users/bob/memories/{mid}/status"), Some(json!({"request_id": "a-s", "status": "deleted"}))),
+        (Method::PUT, format!("/v1/users/bob/memories/{mid}"), Some(memory_body)),
+        (Method::GET, "/v1/users/bob/sessions".into(), None),
+        (Method::GET, "/v1/users/bob/sessions/b-session/memory".into(), None),
+        (Method::DELETE, "/v1/users/bob/sessions/b-session/memory".into(), None),
+        (Method::GET, "/v1/users/bob/conflicts".into(), None),
+        (Method::GET, "/chat/sessions?user_id=bob".into(), None),
+        (Method::GET, "/chat/sessions/b-session/memory?user_id=bob".into(), None),
+        (Method::DELETE, "/chat/sessions/b-session/memory?user_id=bob".into(), None),
+        (Method::GET, "/recall?user_id=bob&intent_type=vault".into(), None),
+        (Method::POST, "/write".into(),
+            Some(json!({"request_id": "a-w", "user_id": "bob", "intent_type": "vault", "fields": {"code": "0"}}))),
+        (Method::DELETE, "/v1/users/bob".into(), None),
+        (Method::GET, "/v1/admin/keys".into(), None),
+        (Method::POST, format!("/v1/admin/keys/{b_gateway_id}/rotate"), None),
+        (Method::DELETE, format!("/v1/admin/keys/{b_admin_id}"), None),
+        (Method::POST, "/v1/admin/keys".into(), Some(json!({"tenant": "tenant-b", "scope": "admin"}))),
+        (Method::GET, "/v1/admin/audit?user=bob".into(), None),
+        (Method::POST, "/v1/admin/users/bob/approvals".into(), None),
+        (Method::GET, "/v1/cluster/status".into(), None),
+        (Method::POST, "/v1/cluster/drain".into(), Some(json!({"node_id": "nobody"}))),
+    ];
+    for key in [&a_gateway, &a_admin] {
+        let a = node.client().with_key(key);
+        let a_naming_b = a.clone().with_header("x-engram-tenant", "tenant-b");
+        for (method, path, body) in &endpoints {
+            let (code, text) = status(&a_naming_b, method.clone(), path, body.as_ref()).await;
+            assert_eq!(code, 403, "{method} {path} naming tenant B: {text}");
+            let (code, text) = status(&a, method.clone(), path, body.as_ref()).await;
+            assert!(
+                matches!(code, 200 | 201 | 403 | 404),
+                "{method} {path}: {code} {text}"
+            );
+            if path.starts_with("/v1/admin/audit") && code == 200 {
+                // A's own attempts are in A's trail (naming B's key ids); nothing of B's is.
+                let trail: Value = serde_json::from_str(&text).unwrap();
+                assert!(
+                    trail["entries"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .all(|e| e["tenant"] == "tenant-a"),
+                    "{text}"
+                );
+                assert!(!text.contains("QX93ZK"));
+                continue;
+            }
+            let sent = format!("{path} {}", body.as_ref().map(Value::to_string).unwrap_or_default());
+            for marker in b_markers.iter().filter(|m| !sent.contains(**m)) {
+                assert!(
+                    !text.contains(marker),
+                    "{method} {path} ({code}) leaked {marker:?} of tenant B: {text}"
+                );
+            }
+        }
+    }
+    // Ids of B's that A addressed are unknown to A.
+    let a = node.client().with_key(&a_admin);
+    let (code, _) = status(&a, Method::DELETE, &format!("/v1/admin/keys/{b_gateway_id}"), None).await;
+    assert_eq!(code, 404, "another tenant's key id is not found");
+    // B is untouched: its memory, session, intent and keys all still there and working.
+    assert_eq!(b.must_get("/v1/users/bob/memories").await, before);
+    assert_eq!(b.must_session_turns("bob", "b-session").await.len(), 1);
+    let recall = b.must_get("/recall?user_id=bob&intent_type=vault").await;
+    assert_eq!(recall["intents"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_hashed_scoped_rotated_revoked_and_managed_from_the_cli() {
+    let node = Sandbox::new().node("keys").start().await;
+    let anonymous = node.client().without_key();
+    let (code, _) = status(&anonymous, Method::POST, "/v1/users/u/context", Some(&json!({}))).await;
+    assert_eq!(code, 401, "no key");
+    for probe in ["/health", "/ready", "/metrics", "/openapi.json"] {
+        assert_eq!(anonymous.get(probe).await.unwrap().status, StatusCode::OK, "{probe}");
+    }
+    let forged = node.client().with_key("egk_0000000000000000_nothing");
+    let (code, _) = status(&forged, Method::GET, "/v1/users/u/memories", None).await;
+    assert_eq!(code, 401, "an unknown key");
+
+    let (gateway, gateway_id) = key(&node, "acme", "gateway").await;
+    let (operator, _) = key(&node, "acme", "operator").await;
+    let (admin, _) = key(&node, "acme", "admin").await;
+    let g = node.client().with_key(&gateway);
+    let o = node.client().with_key(&operator);
+    let adm = node.client().with_key(&admin);
+    assert_eq!(status(&g, Method::GET, "/v1/users/u/memories", None).await.0, 200);
+    assert_eq!(status(&g, Method::GET, "/v1/cluster/status", None).await.0, 403);
+    assert_eq!(status(&g, Method::DELETE, "/v1/users/u", None).await.0, 403);
+    assert_eq!(status(&g, Method::GET, "/v1/admin/keys", None).await.0, 403);
+    assert_eq!(status(&o, Method::GET, "/v1/cluster/status", None).await.0, 200);
+    assert_eq!(status(&o, Method::GET, "/v1/users/u/memories", None).await.0, 403);
+    assert_eq!(status(&adm, Method::GET, "/v1/cluster/status", None).await.0, 403);
+    assert_eq!(status(&adm, Method::DELETE, "/v1/users/u", None).await.0, 200);
+
+    // Listed without secrets; the store holds no secret either.
+    let listed = adm.must_get("/v1/admin/keys").await;
+    let text = listed.to_string();
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 3);
+    for token in [&gateway, &operator, &admin] {
+        let secret = token.rsplit('_').next().unwrap();
+        assert!(!text.contains(secret), "a listing shows no secret");
+        let db = std::fs::read(node.spec().sqlite_path()).unwrap();
+        assert!(
+            !db.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the store holds no secret"
+        );
+    }
+
+    // Rotation: the new key works, the old one stops (no grace).
+    let rotated = adm
+        .request(Method::POST, &format!("/v1/admin/keys/{gateway_id}/rotate"), None)
+        .await
+        .unwrap();
+    assert_eq!(rotated.status, StatusCode::CREATED, "{}", rotated.text());
+    let new = rotated.json()["token"].as_str().unwrap().to_owned();
+    assert_eq!(status(&g, Method::GET, "/v1/users/u/memories", None).await.0, 401);
+    let g2 = node.client().with_key(&new);
+    assert_eq!(status(&g2, Method::GET, "/v1/users/u/memories", None).await.0, 200);
+    // Revocation.
+    let new_id = rotated.json()["key_id"].as_str().unwrap().to_owned();
+    adm.must(Method::DELETE, &format!("/v1/admin/keys/{new_id}"), None).await;
+    assert_eq!(status(&g2, Method::GET, "/v1/users/u/memories", None).await.0, 401);
+
+    // The CLI works on the store: create, list (no secret), revoke.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(node_binary().unwrap())
+            .arg("keys")
+            .arg("--config")
+            .arg(node.spec().config_path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let token = cli(&["create", "--tenant", "acme", "--scope", "gateway", "--name", "cli"]);
+    let token = token.trim();
+    let c = node.client().with_key(token);
+    assert_eq!(status(&c, Method::GET, "/v1/users/u/memories", None).await.0, 200);
+    let id = token.split('_').nth(1).unwrap();
+    let list = cli(&["list", "--tenant", "acme"]);
+    assert!(list.contains(id) && !list.contains(token.rsplit('_').next().unwrap()));
+    cli(&["revoke", id]);
+    // Another node's cache may hold the row for 2 s; this node reads it again after that.
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    assert_eq!(status(&c, Method::GET, "/v1/users/u/memories", None).await.0, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sensitive_reads_trip_the_breaker_admins_approve_and_everything_is_audited() {
+    let node = Sandbox::new().node("breaker").start().await;
+    let (gateway, gateway_id) = key(&node, "acme", "gateway").await;
+    let (admin, admin_id) = key(&node, "acme", "admin").await;
+    let g = node.client().with_key(&gateway);
+    let adm = node.client().with_key(&admin);
+    g.must_create_memory(
+        "carol",
+        &json!({"request_id": "m1", "kind": "profile", "text": format!("my ID is {ID}"),
+                "status": "active"}),
+    )
+    .await;
+    // Gateways read masked text; admins read it in full and are not limited.
+    let masked = g.must_get("/v1/users/carol/memories").await.to_string();
+    assert!(!masked.contains(ID) && masked.contains("110105********002X"), "{masked}");
+    let full = adm.must_get("/v1/users/carol/memories").await.to_string();
+    assert!(full.contains(ID), "an admin reads the full text");
+    for _ in 0..4 {
+        g.must_get("/v1/users/carol/memories").await;
+    }
+    let refused = g.get("/v1/users/carol/memories").await.unwrap();
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "the sixth sensitive read");
+    assert_eq!(refused.json()["code"], "approval_required");
+    // Reads that return no sensitive memory are not limited.
+    g.must_get("/v1/users/dave/memories").await;
+    let approval = adm.must_post("/v1/admin/users/carol/approvals", &json!({})).await;
+    assert_eq!(approval["cleared"], 5);
+    g.must_get("/v1/users/carol/memories").await;
+
+    // The audit trail: by user, by principal, with client addresses and outcomes.
+    let by_user = adm.must_get("/v1/admin/audit?user=carol").await;
+    let entries = by_user["entries"].as_array().unwrap();
+    let actions: Vec<(&str, &str, u64)> = entries
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap(),
+                e["principal"].as_str().unwrap(),
+                e["outcome"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let g_id = gateway_id.as_str();
+    let a_id = admin_id.as_str();
+    assert_eq!(actions[0], ("memory.write", g_id, 200));
+    assert_eq!(actions.iter().filter(|a| *a == &("memory.list", g_id, 200)).count(), 6);
+    assert!(actions.contains(&("memory.list", g_id, 403)), "the refused read");
+    assert!(actions.contains(&("memory.list", a_id, 200)));
+    assert!(actions.contains(&("breaker.approve", a_id, 200)));
+    assert!(entries.iter().all(|e| e["client"].as_str().is_some_and(|c| c.starts_with("127.0.0.1:"))));
+    assert!(
+        !by_user.to_string().contains("carol"),
+        "users are named by pseudonym, never by id"
+    );
+    let by_principal = adm
+        .must_get(&format!("/v1/admin/audit?principal={a_id}"))
+        .await;
+    assert!(
+        by_principal["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["principal"] == a_id)
+    );
+    // Forgetting is audited; key operations too.
+    adm.must(Method::DELETE, "/v1/users/carol", None).await;
+    let after = adm.must_get("/v1/admin/audit?user=carol").await;
+    assert_eq!(
+        after["entries"].as_array().unwrap().last().unwrap()["action"],
+        "user.forget"
+    );
+    let root = node.client().with_key(node.spec().keys().root());
+    let root_view = root
+        .with_header("x-engram-tenant", "acme")
+        .must_get("/v1/admin/audit?principal=root")
+        .await;
+    assert!(
+        root_view["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["action"] == "key.create")
+    );
+    // A window of time: nothing before the node started.
+    let none = adm.must_get("/v1/admin/audit?from=0&to=1000").await;
+    assert!(none["entries"].as_array().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_over_its_rate_is_refused_with_429_and_others_keep_their_budget() {
+    let node = Sandbox::new()
+        .node("rate")
+        .set("security.rate-limit", 2)
+        .set("security.rate-burst", 5)
+        .start()
+        .await;
+    let (gateway, _) = key(&node, "acme", "gateway").await;
+    let g = node.client().with_key(&gateway);
+    let mut codes = Vec::new();
+    for _ in 0..8 {
+        codes.push(g.get("/v1/users/u/sessions").await.unwrap());
+    }
+    let limited = codes
+        .iter()
+        .find(|r| r.status == StatusCode::TOO_MANY_REQUESTS)
+        .expect("a request over the rate is refused");
+    assert_eq!(limited.json()["code"], "rate_limited");
+    assert!(codes[..5].iter().all(|r| r.status == StatusCode::OK));
+    // Another key has its own budget.
+    let (other, _) = key(&node, "acme", "gateway").await;
+    let o = node.client().with_key(&other);
+    assert_eq!(o.get("/v1/users/u/sessions").await.unwrap().status, StatusCode::OK);
+}

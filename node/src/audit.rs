@@ -42,6 +42,7 @@ pub struct AuditLog {
     tx: mpsc::Sender<Pending>,
     pepper: [u8; 32],
     clock: SharedClock,
+    enabled: bool,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -51,12 +52,13 @@ impl std::fmt::Debug for AuditLog {
 }
 
 impl AuditLog {
-    /// Reads (or makes) the pseudonym key and starts the writer and the hourly purge.
+    /// Reads (or makes) the pseudonym key and starts the writer and the hourly purge. A log
+    /// not `enabled` records nothing (`security.audit = false`, for measuring its cost).
     pub async fn start(
         store: Store,
         keyspace: Keyspace,
         clock: SharedClock,
-        retention: Duration,
+        (retention, enabled): (Duration, bool),
         metrics: Arc<NodeMetrics>,
     ) -> engram_storage::Result<Arc<AuditLog>> {
         let fresh = rand::random::<[u8; 32]>();
@@ -83,7 +85,12 @@ impl AuditLog {
                 }
             }
         });
-        Ok(Arc::new(AuditLog { tx, pepper, clock }))
+        Ok(Arc::new(AuditLog {
+            tx,
+            pepper,
+            clock,
+            enabled,
+        }))
     }
 
     /// The pseudonym of a user in the trail.
@@ -93,6 +100,9 @@ impl AuditLog {
 
     /// Records an entry; `true` once it is durable.
     pub async fn append(&self, entry: AuditEntry) -> bool {
+        if !self.enabled {
+            return true;
+        }
         let (done, written) = oneshot::channel();
         if self.tx.send((entry, done)).await.is_err() {
             return false;

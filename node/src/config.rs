@@ -69,6 +69,9 @@ pub struct SecurityConfig {
     pub rate_limit: u32,
     /// Requests a key may make in a burst above the rate.
     pub rate_burst: u32,
+    /// Whether requests are recorded in the audit trail. Off only to measure its cost:
+    /// nothing is recorded then.
+    pub audit: bool,
     /// How long audit entries are kept.
     #[serde(with = "humantime_serde")]
     pub audit_retention: Duration,
@@ -87,6 +90,7 @@ impl Default for SecurityConfig {
             admin_key_file: None,
             rate_limit: 1_000,
             rate_burst: 2_000,
+            audit: true,
             audit_retention: Duration::from_secs(400 * 24 * 3_600),
             sensitive_read_limit: 5,
             sensitive_read_window: Duration::from_secs(24 * 3_600),

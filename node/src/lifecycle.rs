@@ -146,7 +146,7 @@ pub async fn run(config: Config) -> Result<()> {
         store.clone(),
         keyspace.clone(),
         clock,
-        config.security.audit_retention,
+        (config.security.audit_retention, config.security.audit),
         Arc::clone(&metrics),
     )
     .await

@@ -58,7 +58,7 @@ pub(super) async fn app(dir: &tempfile::TempDir) -> Router {
         store.clone(),
         keyspace.clone(),
         Arc::new(SystemClock),
-        std::time::Duration::from_secs(3_600),
+        (std::time::Duration::from_secs(3_600), true),
         Arc::clone(&metrics),
     )
     .await

@@ -54,6 +54,10 @@ struct Args {
     /// Seal the spawned node's user values at rest (a fresh master key file).
     #[arg(long, requires = "spawn")]
     sealed: bool,
+    /// `security.audit` of the spawned node: whether every request is recorded in the audit
+    /// trail (off only to measure its cost).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, requires = "spawn")]
+    audit: bool,
     /// Users in the population.
     #[arg(long, default_value_t = 10_000)]
     users: usize,
@@ -93,7 +97,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut node = match &args.url {
         Some(_) => None,
-        None => Some(spawn(&args.synchronous, args.inference, args.sealed).await),
+        None => Some(spawn(&args.synchronous, args.inference, (args.sealed, args.audit)).await),
     };
     let url = match (&node, &args.url) {
         (Some(node), _) => node.url(),
@@ -131,11 +135,12 @@ async fn main() -> anyhow::Result<()> {
         args.records_per_user,
         match &node {
             Some(_) => format!(
-                "spawned ({} build, synchronous {}, inference {}, sealed {})",
+                "spawned ({} build, synchronous {}, inference {}, sealed {}, audit {})",
                 profile(),
                 args.synchronous,
                 if args.inference { "on" } else { "off" },
-                if args.sealed { "yes" } else { "no" }
+                if args.sealed { "yes" } else { "no" },
+                if args.audit { "on" } else { "off" }
             ),
             None => "external".to_owned(),
         },
@@ -259,7 +264,7 @@ fn profile() -> &'static str {
 }
 
 /// Starts a node of this build's profile on a temporary store.
-async fn spawn(synchronous: &str, inference: bool, sealed: bool) -> Node {
+async fn spawn(synchronous: &str, inference: bool, (sealed, audit): (bool, bool)) -> Node {
     let sandbox = Sandbox::new();
     let mut spec = sandbox.node("loadgen");
     if sealed {
@@ -273,6 +278,7 @@ async fn spawn(synchronous: &str, inference: bool, sealed: bool) -> Node {
     let spec = spec
         .set("storage.sqlite.synchronous", synchronous)
         .set("security.rate-limit", 0)
+        .set("security.audit", audit)
         .set("inference.enabled", inference)
         .set("log.level", "warn,engram_node=info");
     eprintln!(

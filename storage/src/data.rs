@@ -476,13 +476,13 @@ impl<'t> UserData<'t> {
         key: &[u8],
         bytes: &[u8],
     ) -> Result<T> {
-        if bytes.first() != Some(&crate::crypto::FORMAT_SEALED) {
+        if !crate::crypto::is_sealed(bytes) {
             return decode(what, bytes);
         }
         let Some(data_key) = self.load_data_key(false)? else {
             return Err(crate::Error::Decode {
                 what,
-                reason: "sealed, and the user has no data key (forgotten, or no master keys)"
+                reason: "sealed, and the user has no data key (forgotten, or no key service)"
                     .into(),
             });
         };
@@ -493,15 +493,17 @@ impl<'t> UserData<'t> {
     /// write when `create`. `None` when the keyspace seals nothing, or (reading) when the user
     /// has none.
     fn load_data_key(&mut self, create: bool) -> Result<Option<&crate::crypto::DataKey>> {
-        let Some(master) = self.keyspace.master_keys() else {
+        let Some(encryption) = self.keyspace.encryption() else {
             return Ok(None);
         };
         if self.data_key.is_none() {
             let row = self.keys.data_key();
             match self.txn.get(&row)? {
-                Some(wrapped) => self.data_key = Some(master.open_data_key(self.tenant, &wrapped)?),
+                Some(wrapped) => {
+                    self.data_key = Some(encryption.open_data_key(self.tenant, &wrapped)?);
+                }
                 None if create => {
-                    let (data_key, wrapped) = master.new_data_key(self.tenant)?;
+                    let (data_key, wrapped) = encryption.new_data_key(self.tenant)?;
                     self.txn.set(&row, &wrapped)?;
                     self.data_key = Some(data_key);
                 }

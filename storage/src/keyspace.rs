@@ -22,8 +22,11 @@
 //! outside that prefix that names a user. This module only builds byte strings; it reads and
 //! writes nothing.
 
+use std::sync::Arc;
+
 use foundationdb_tuple::{Subspace, TuplePack};
 
+use crate::crypto::{Cipher, Encryption, KeyService, MasterKeys};
 use crate::model::{MemoryKind, Timestamp};
 
 /// What an expiry-index entry points at.
@@ -69,12 +72,12 @@ impl KeyRange {
     }
 }
 
-/// The root of Engram's keys, and the master keys that user values are sealed under (none:
-/// values are stored in clear). Cheap to clone.
+/// The root of Engram's keys, and the encryption user values are sealed with (none: values
+/// are stored in clear). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Keyspace {
     root: Subspace,
-    master_keys: Option<std::sync::Arc<crate::crypto::MasterKeys>>,
+    encryption: Option<Encryption>,
 }
 
 impl PartialEq for Keyspace {
@@ -91,20 +94,33 @@ impl Keyspace {
     pub fn new(root: &str) -> Self {
         Keyspace {
             root: Subspace::all().subspace(&(root,)),
-            master_keys: None,
+            encryption: None,
         }
     }
 
-    /// The same keyspace with user values sealed under per-user data keys wrapped by
-    /// `master_keys` ([`crate::crypto`]).
-    pub fn with_master_keys(mut self, master_keys: crate::crypto::MasterKeys) -> Self {
-        self.master_keys = Some(std::sync::Arc::new(master_keys));
+    /// The same keyspace with user values sealed under per-user data keys
+    /// ([`crate::crypto`]).
+    pub fn with_encryption(mut self, encryption: Encryption) -> Self {
+        self.encryption = Some(encryption);
         self
     }
 
-    /// The master keys, when user values are sealed.
-    pub fn master_keys(&self) -> Option<&crate::crypto::MasterKeys> {
-        self.master_keys.as_deref()
+    /// The same keyspace with user values sealed with `cipher` under per-user data keys that
+    /// `keys` wraps.
+    pub fn with_key_service(self, keys: Arc<dyn KeyService>, cipher: Cipher) -> Self {
+        self.with_encryption(Encryption::new(keys, cipher))
+    }
+
+    /// The same keyspace with user values sealed under per-user data keys wrapped by
+    /// `master_keys`, with the cipher they wrap with ([`MasterKeys::with_cipher`]).
+    pub fn with_master_keys(self, master_keys: MasterKeys) -> Self {
+        let cipher = master_keys.cipher();
+        self.with_key_service(Arc::new(master_keys), cipher)
+    }
+
+    /// The encryption at rest, when user values are sealed.
+    pub fn encryption(&self) -> Option<&Encryption> {
+        self.encryption.as_ref()
     }
 
     /// Every key of this keyspace.

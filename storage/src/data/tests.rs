@@ -580,3 +580,5 @@ fn sealed_values_are_ciphertext_and_forgetting_shreds_them_from_the_file() {
         }
     }
 }
+
+mod ciphers;

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use engram_inference::{DeviceChoice, EncoderConfig, ModelKind, PoolConfig};
 use engram_storage::RetryPolicy;
+use engram_storage::crypto::Cipher;
 use engram_storage::sqlite::{GroupCommit, SqliteOptions, Synchronous};
 use engram_storage::vector::VectorConfig;
 use figment::Figment;
@@ -57,10 +58,14 @@ pub struct Config {
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct SecurityConfig {
     /// File of master keys (`<id> <64 hex digits>` a line; the highest id is current). When
-    /// set, every user's values are sealed with AES-256-GCM under a per-user data key wrapped
+    /// set, every user's values are sealed with `cipher` under a per-user data key wrapped
     /// by the tenant's key derived from the current master key; forgetting a user destroys
     /// their data key. Unset: values are stored in clear.
     pub master_key_file: Option<PathBuf>,
+    /// The cipher new values and data keys are sealed with: `"aes-256-gcm"` or `"sm4-gcm"`
+    /// (the Chinese national standard). Every stored value names its cipher, so changing
+    /// this leaves what was written readable.
+    pub cipher: Cipher,
 }
 
 /// `[node]`.

@@ -401,3 +401,22 @@ fn storage_options_follow_the_settings() {
         "backoff stays the crate's"
     );
 }
+
+#[test]
+fn sm4_cipher_loads_by_name_and_needs_the_master_key_file() {
+    let config = load_in_jail(
+        "[security]\nmaster-key-file = \"/etc/engram/master.keys\"\ncipher = \"sm4-gcm\"\n",
+        &[],
+    )
+    .expect("loads");
+    assert_eq!(config.security.cipher, Cipher::Sm4Gcm);
+    config.validate().expect("validates");
+
+    let mut keyless = config;
+    keyless.security.master_key_file = None;
+    let err = keyless.validate().expect_err("sm4 without keys");
+    assert_eq!(keys(&err), ["security.cipher"]);
+
+    let err = load_in_jail("[security]\ncipher = \"des\"\n", &[]).expect_err("unknown cipher");
+    assert!(err.to_string().contains("des"), "{err}");
+}

@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use engram_storage::crypto::Cipher;
 use humantime_serde::re::humantime::format_duration;
 
 use super::{Backend, Config, ConfigError, Problem};
@@ -188,6 +189,16 @@ impl Config {
             if let Err(err) = crate::jobs::parse_schedule(schedule) {
                 problem(key, format!("{schedule:?} is not a cron schedule: {err}"));
             }
+        }
+
+        if self.security.master_key_file.is_none() && self.security.cipher != Cipher::default() {
+            problem(
+                "security.cipher",
+                format!(
+                    "{} seals nothing without security.master-key-file; set the key file too",
+                    self.security.cipher.name()
+                ),
+            );
         }
 
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {

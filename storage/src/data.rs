@@ -4,6 +4,10 @@
 //! key-value operations in that transaction, so callers compose several into one atomic
 //! write. Invariants kept here: a record's expiry-index entry is written and removed in the
 //! same transaction as the record; forgetting a user leaves no key of theirs anywhere.
+//!
+//! Identity anchors ([`anchor`]) are in their own module.
+
+pub mod anchor;
 
 use crate::codec::{decode, encode};
 use crate::error::Result;

@@ -13,6 +13,7 @@
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
+//! ("u", tenant, user, "anchor", hmac)             identity anchors, by keyed hash
 //! ("exp", at, tenant, user, "rec", kind, id)      expiry index: a memory record's TTL
 //! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
 //! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
@@ -326,6 +327,16 @@ impl UserKeys {
     /// The counter of a repeated choice.
     pub fn choice(&self, topic: &str, value: &str) -> Vec<u8> {
         self.space.pack(&("choice", topic, value))
+    }
+
+    /// The identity anchor of a keyed hash.
+    pub fn anchor(&self, mac: &[u8; 32]) -> Vec<u8> {
+        self.space.pack(&("anchor", &mac[..]))
+    }
+
+    /// All identity anchors of this user.
+    pub fn anchors(&self) -> KeyRange {
+        self.range(&("anchor",))
     }
 
     /// Decodes an embedding key into its memory id.

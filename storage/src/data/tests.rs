@@ -62,7 +62,7 @@ fn turn(session: &str, text: &str, at: i64) -> Turn {
     }
 }
 
-fn with_user<T>(
+pub(crate) fn with_user<T>(
     store: &Store,
     ks: &Keyspace,
     user: &str,

@@ -40,11 +40,11 @@ proptest! {
     }
 
     #[test]
-    fn expiry_keys_round_trip(at: i64, tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", session: bool) {
-        let target = if session {
-            ExpiryTarget::Session { session_id: id }
-        } else {
-            ExpiryTarget::Record { kind: MemoryKind::Episodic, memory_id: id }
+    fn expiry_keys_round_trip(at: i64, tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", which in 0..3u8) {
+        let target = match which {
+            0 => ExpiryTarget::Session { session_id: id },
+            1 => ExpiryTarget::SessionIdle { session_id: id },
+            _ => ExpiryTarget::Record { kind: MemoryKind::Episodic, memory_id: id },
         };
         let key = ks().expiry(Timestamp(at), &tenant, &user, &target);
         prop_assert_eq!(ks().parse_expiry(&key), Some((Timestamp(at), tenant, user, target)));
@@ -52,13 +52,14 @@ proptest! {
 
     #[test]
     fn every_user_key_is_inside_the_user_range_and_the_keyspace(
-        tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", seq: u64,
+        tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", seq: u64, mac: [u8; 32],
     ) {
         let keys = ks().user(&tenant, &user);
         let all = keys.all();
         for key in [
             keys.header(), keys.session(&id), keys.turn(&id, seq), keys.record(MemoryKind::Profile, &id),
             keys.intent(&id, Timestamp(seq as i64)), keys.embedding(&id), keys.idempotency(&id),
+            keys.data_key(), keys.anchor(&mac),
         ] {
             prop_assert!(all.contains(&key));
             prop_assert!(ks().all().contains(&key));

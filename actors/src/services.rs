@@ -64,6 +64,9 @@ pub struct Metrics {
     pub contexts_without_vector: AtomicU64,
     /// Memory records loaded without a usable embedding (none stored, or another model's).
     pub records_without_vector: AtomicU64,
+    /// Resident ID and passport numbers not anchored because the node has no key service
+    /// (identity anchors need keyed hashes; see `engram_storage::data::anchor`).
+    pub anchors_unkeyed: AtomicU64,
 }
 
 /// What every user actor of a node shares.

@@ -2,7 +2,9 @@
 //! actor-level forms; the gateway maps its JSON wire types onto them. Acknowledgements are
 //! serialisable because they are stored as the replayable outcome of a request id.
 
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, SessionRow, Timestamp, Turn};
+use engram_storage::model::{
+    AnchorKind, MemoryKind, MemoryRecord, MemoryStatus, SessionRow, Timestamp, Turn,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::model::policy::Route;
@@ -276,4 +278,20 @@ pub struct IntentAck {
     /// True when this is the stored outcome of an earlier identical request.
     #[serde(default)]
     pub replayed: bool,
+}
+
+/// Whether a user gave an identifier ([`crate::user::UserMsg::MatchAnchor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnchorMatch {
+    /// The user gave it.
+    Matched {
+        /// What it is.
+        kind: AnchorKind,
+        /// When the user first gave it.
+        first_seen: Timestamp,
+    },
+    /// The user never gave it (or was forgotten since).
+    NoMatch,
+    /// The node has no key service, so it keeps no identity anchors and cannot tell.
+    Unkeyed,
 }

@@ -9,8 +9,8 @@
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{
-    Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag,
-    SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
+    AnchorKind, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel,
+    ReviewFlag, SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
 };
 use serde_json::json;
 
@@ -74,12 +74,17 @@ pub fn session_rule(retention_ms: i64) -> SessionRule {
     }
 }
 
-/// Appends a turn (if it succeeded) and forms memories from it and its choices.
+/// Identifiers to anchor: (kind, normalised value) ([`pii::anchors_in`]).
+pub type Anchors = [(AnchorKind, String)];
+
+/// Appends a turn (if it succeeded), anchors the identifiers its user text gave, and forms
+/// memories from it and its choices.
 pub fn append_turn(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
     req: &TurnRequest,
     entities: &[String],
+    anchors: &Anchors,
 ) -> Outcome<TurnAck> {
     let session_id = req
         .session_id
@@ -110,6 +115,7 @@ pub fn append_turn(
         pii_level: pii::level_of([req.user_text.as_str(), req.assistant_text.as_str()]),
     };
     u.append_turn(&mut turn, scope.rule)?;
+    record_anchors(u, scope, anchors)?;
     let origin = Origin::of_turn(&turn);
     let mut changes = Vec::new();
     let mut changed = Vec::new();
@@ -220,25 +226,30 @@ pub fn feedback(
 }
 
 /// Writes a memory directly: creates it (resolving conflicts like formed memories) or, with
-/// an id, updates the existing one.
+/// an id, updates the existing one; anchors the identifiers its text and payload gave.
 pub fn write_memory(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
     req: &MemoryWrite,
+    anchors: &Anchors,
 ) -> Outcome<MemoryAck> {
     if let Some(id) = &req.memory_id
         && let Some(existing) = find_record(u, id)?
+        && existing.kind != req.kind
     {
-        if existing.kind != req.kind {
-            return Ok(Err(Error::invalid(
-                "kind",
-                format!(
-                    "memory {id} is a {} memory, not {}",
-                    existing.kind.as_str(),
-                    req.kind.as_str()
-                ),
-            )));
-        }
+        return Ok(Err(Error::invalid(
+            "kind",
+            format!(
+                "memory {id} is a {} memory, not {}",
+                existing.kind.as_str(),
+                req.kind.as_str()
+            ),
+        )));
+    }
+    record_anchors(u, scope, anchors)?;
+    if let Some(id) = &req.memory_id
+        && let Some(existing) = find_record(u, id)?
+    {
         let mut record = existing;
         record.summary_text = req.text.clone();
         record.payload = req.payload.to_string();
@@ -439,6 +450,19 @@ pub fn sweep(
         }
     }
     Ok((report, changed, purged))
+}
+
+/// Records the identity anchors of a write (nothing without a key service: the actor counts
+/// those before the write).
+fn record_anchors(
+    u: &mut UserData<'_>,
+    scope: &WriteScope<'_>,
+    anchors: &Anchors,
+) -> StorageResult<()> {
+    for (kind, value) in anchors {
+        u.record_anchor(*kind, value, scope.now)?;
+    }
+    Ok(())
 }
 
 /// Where a formed memory came from.

@@ -13,6 +13,7 @@ mod load;
 pub mod ops;
 pub mod prepare;
 mod protected;
+pub mod sweep;
 mod txn;
 mod validate;
 
@@ -28,13 +29,12 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use self::api::{
-    AnchorMatch, ClearAck, ContextQuery, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck,
-    IntentWrite, MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory,
-    StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    AnchorMatch, ArchivePage, ArchiveQuery, ClearAck, ContextQuery, FeedbackAck, FeedbackRequest,
+    ForgetAck, IntentAck, IntentWrite, MemoryAck, MemoryWrite, SearchHit, SearchQuery,
+    SearchResult, SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
-use self::ops::{DEFAULT_SESSION, Prepared, WriteScope, session_rule, turn_text};
-use self::txn::written_under;
+use self::ops::{DEFAULT_SESSION, Prepared, turn_text};
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
@@ -95,7 +95,8 @@ pub enum UserMsg {
     Intents(String, RpcReplyPort<Result<Vec<Intent>>>),
     /// List contradictions flagged for review.
     Flags(RpcReplyPort<Result<Vec<ReviewFlag>>>),
-    /// Expire, purge and apply retention now.
+    /// Expire, purge and apply retention (moving raw turns to the archive, purging the
+    /// archive) now.
     Sweep(SweepScope, RpcReplyPort<Result<SweepReport>>),
     /// Whether the user gave an identifier (a resident ID or passport number), answered from
     /// the identity anchors (keyed hashes): the identifier is neither stored nor returned nor
@@ -106,6 +107,10 @@ pub enum UserMsg {
         /// Reply.
         reply: RpcReplyPort<Result<AnchorMatch>>,
     },
+    /// A page of the user's archive: raw turns moved out of their sessions by retention.
+    /// Admin only: archived turns are the raw conversation, personal data unmasked; the
+    /// gateway must check the caller's admin scope before sending this.
+    ReadArchive(ArchiveQuery, RpcReplyPort<Result<ArchivePage>>),
     /// Fault injection for tests and chaos drills: the actor fails, and its supervisor
     /// restarts it from storage.
     Fail,
@@ -304,6 +309,10 @@ impl Actor for UserActor {
             }
             UserMsg::MatchAnchor { value, reply } => {
                 let result = state.match_anchor(&value).await;
+                let _ = reply.send(result);
+            }
+            UserMsg::ReadArchive(query, reply) => {
+                let result = state.read_archive(query).await;
                 let _ = reply.send(result);
             }
             UserMsg::Fail => return Err("fault injected".into()),
@@ -515,36 +524,5 @@ impl UserState {
             records: report.records,
             expiry_entries: report.expiry_entries,
         })
-    }
-
-    async fn sweep(&mut self, what: SweepScope) -> Result<SweepReport> {
-        let (services, key) = self.scope_parts();
-        let now = services.clock.now();
-        let rule = session_rule(services.settings.retention_ms);
-        let records = self.cached_records();
-        let ks = services.keyspace.clone();
-        let prepared = Prepared::default();
-        let lease = self.lease()?;
-        let under = written_under(lease.as_ref());
-        let (report, changed, purged) = self
-            .run(lease, move |txn| {
-                let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
-                let scope = WriteScope {
-                    tenant: &key.tenant,
-                    user: &key.user,
-                    now,
-                    rule,
-                    prepared: &prepared,
-                    lease: under.clone(),
-                };
-                ops::sweep(&mut u, &scope, what, &records)
-            })
-            .await?;
-        let extractor = Arc::clone(&services.extractor);
-        for id in purged {
-            self.index.remove(&extractor, &id);
-        }
-        self.cache(changed, None, &Prepared::default());
-        Ok(report)
     }
 }

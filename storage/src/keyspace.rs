@@ -14,9 +14,12 @@
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
 //! ("u", tenant, user, "anchor", hmac)             identity anchors, by keyed hash
+//! ("u", tenant, user, "archive", session)         archive row of a session
+//! ("u", tenant, user, "arch", session, seq)       archived raw turns
 //! ("exp", at, tenant, user, "rec", kind, id)      expiry index: a memory record's TTL
 //! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
 //! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
+//! ("exp", at, tenant, user, "arch", session)      expiry index: a session's archive purge
 //! ```
 //!
 //! Everything of a user sits under `("u", tenant, user)`; the expiry index is the only place
@@ -47,6 +50,11 @@ pub enum ExpiryTarget {
     },
     /// A session whose working-memory window closes for being idle.
     SessionIdle {
+        /// Its id.
+        session_id: String,
+    },
+    /// A session whose oldest archived turns passed the archive retention period.
+    Archive {
         /// Its id.
         session_id: String,
     },
@@ -175,6 +183,9 @@ impl Keyspace {
             ExpiryTarget::SessionIdle { session_id } => self
                 .root
                 .pack(&("exp", at.0, tenant, user, "idle", session_id)),
+            ExpiryTarget::Archive { session_id } => self
+                .root
+                .pack(&("exp", at.0, tenant, user, "arch", session_id)),
         }
     }
 
@@ -209,6 +220,7 @@ impl Keyspace {
         let target = match sess.as_str() {
             "sess" => ExpiryTarget::Session { session_id: id },
             "idle" => ExpiryTarget::SessionIdle { session_id: id },
+            "arch" => ExpiryTarget::Archive { session_id: id },
             _ => return None,
         };
         (tag == "exp").then_some((Timestamp(at), tenant, user, target))
@@ -337,6 +349,37 @@ impl UserKeys {
     /// All identity anchors of this user.
     pub fn anchors(&self) -> KeyRange {
         self.range(&("anchor",))
+    }
+
+    /// The archive row of a session.
+    pub fn archive(&self, session: &str) -> Vec<u8> {
+        self.space.pack(&("archive", session))
+    }
+
+    /// All archive rows, ordered by session id.
+    pub fn archives(&self) -> KeyRange {
+        self.range(&("archive",))
+    }
+
+    /// An archived turn.
+    pub fn archived_turn(&self, session: &str, seq: u64) -> Vec<u8> {
+        self.space.pack(&("arch", session, seq))
+    }
+
+    /// The archived turns of one session, ordered by sequence number.
+    pub fn archived_turns(&self, session: &str) -> KeyRange {
+        self.range(&("arch", session))
+    }
+
+    /// Every archived turn, by session then sequence number.
+    pub fn all_archived_turns(&self) -> KeyRange {
+        self.range(&("arch",))
+    }
+
+    /// Decodes an archived-turn key into (session, sequence number).
+    pub fn parse_archived_turn(&self, key: &[u8]) -> Option<(String, u64)> {
+        let (tag, session, seq): (String, String, u64) = self.space.unpack(key).ok()?;
+        (tag == "arch").then_some((session, seq))
     }
 
     /// Decodes an embedding key into its memory id.

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::api::{
     ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
-    MemoryWrite, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    MemoryWrite, StatusChange, TurnAck, TurnRequest,
 };
 pub use super::prepare::{Prepared, topic_phrase};
 use crate::error::Error;
@@ -50,6 +50,8 @@ pub struct WriteScope<'a> {
     pub now: Timestamp,
     /// Session rules (window and retention).
     pub rule: SessionRule,
+    /// How long turns are kept in all, archive included, in milliseconds.
+    pub archive_ms: i64,
     /// What was computed before the transaction.
     pub prepared: &'a Prepared,
     /// The lease the write is made under (and fenced by), if the node runs with leases.
@@ -405,51 +407,6 @@ pub fn clear_session(u: &mut UserData<'_>, session: &str) -> Outcome<ClearAck> {
             what: format!("session {session}"),
         })),
     }
-}
-
-/// Expires records past their TTL, purges expired and deleted records past their grace
-/// period, closes session windows idle past their time, and applies raw-turn retention to
-/// sessions whose oldest turns are due.
-pub fn sweep(
-    u: &mut UserData<'_>,
-    scope: &WriteScope<'_>,
-    what: SweepScope,
-    records: &[MemoryRecord],
-) -> StorageResult<(SweepReport, Vec<MemoryRecord>, Vec<String>)> {
-    let mut report = SweepReport::default();
-    let mut changed = Vec::new();
-    let mut purged = Vec::new();
-    for record in records
-        .iter()
-        .filter(|r| what.records && r.expires_at.is_some_and(|at| at <= scope.now))
-    {
-        match record.status {
-            MemoryStatus::Expired | MemoryStatus::Deleted => {
-                u.remove_record(record.kind, &record.memory_id)?;
-                purged.push(record.memory_id.clone());
-                report.purged += 1;
-            }
-            MemoryStatus::Active | MemoryStatus::Candidate | MemoryStatus::Suppressed => {
-                let mut record = record.clone();
-                record.status = MemoryStatus::Expired;
-                record.expires_at = Some(scope.now.plus_millis(PURGE_GRACE_MS));
-                u.put_record(&record)?;
-                changed.push(record);
-                report.expired += 1;
-            }
-        }
-    }
-    let cutoff = scope.now.plus_millis(-scope.rule.retention_ms);
-    for session in u.sessions()? {
-        if what.sessions && u.close_idle_window(&session.session_id, scope.now)? {
-            report.sessions_closed += 1;
-        }
-        if what.turns && session.retain_until <= scope.now {
-            report.turns_removed +=
-                u.apply_retention(&session.session_id, cutoff, scope.rule.retention_ms)?;
-        }
-    }
-    Ok((report, changed, purged))
 }
 
 /// Records the identity anchors of a write (nothing without a key service: the actor counts

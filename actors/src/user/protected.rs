@@ -1,4 +1,5 @@
-//! The user's identity anchors: has the user given this resident ID or passport number?
+//! The user's protected data: identity anchors (has the user given this resident ID or
+//! passport number?) and the archive of raw turns past retention (admin reads).
 //!
 //! Identifiers are anchored only where the keyspace has a key service: an anchor is a keyed
 //! hash, and without a key it would be an unkeyed hash of a small, enumerable space. A node
@@ -10,7 +11,8 @@ use std::sync::atomic::Ordering;
 use engram_storage::model::AnchorKind;
 
 use super::UserState;
-use super::api::AnchorMatch;
+use super::api::{AnchorMatch, ArchiveCursor, ArchivePage, ArchiveQuery, MAX_ARCHIVE_PAGE};
+use super::validate::check_id;
 use crate::error::{Error, Result};
 use crate::model::pii;
 
@@ -53,5 +55,36 @@ impl UserState {
             },
             None => AnchorMatch::NoMatch,
         })
+    }
+
+    /// A page of the archive.
+    pub(super) async fn read_archive(&self, query: ArchiveQuery) -> Result<ArchivePage> {
+        if let Some(session) = &query.session {
+            check_id("session", session)?;
+        }
+        if let Some(after) = &query.after {
+            check_id("after.session", &after.session)?;
+        }
+        if !(1..=MAX_ARCHIVE_PAGE).contains(&query.limit) {
+            return Err(Error::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_ARCHIVE_PAGE}"),
+            ));
+        }
+        let limit = query.limit;
+        let turns = self
+            .read(move |u| {
+                let after = query.after.as_ref().map(|a| (a.session.as_str(), a.seq));
+                u.archived_turns(query.session.as_deref(), after, limit)
+            })
+            .await?;
+        let next = (turns.len() == limit)
+            .then(|| turns.last())
+            .flatten()
+            .map(|last| ArchiveCursor {
+                session: last.turn.session_id.clone(),
+                seq: last.turn.seq,
+            });
+        Ok(ArchivePage { turns, next })
     }
 }

@@ -120,9 +120,14 @@ pub struct MemoryConfig {
     /// A user actor idle this long is stopped (its state is reloaded from storage on next use).
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// How long raw conversation turns are kept.
+    /// How long raw conversation turns are kept in their sessions; older ones move to the
+    /// user's archive.
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
+    /// How long a turn is kept in all, archive included, from its creation; then it is
+    /// purged. At least `retention`.
+    #[serde(with = "humantime_serde")]
+    pub archive_retention: Duration,
     /// Token budget of a context when the request names none.
     pub token_budget: usize,
     /// Extra business words for entity extraction (product names, internal metrics).
@@ -134,6 +139,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             idle_timeout: Duration::from_secs(300),
             retention: Duration::from_secs(30 * 24 * 3600),
+            archive_retention: Duration::from_secs(1826 * 24 * 3600),
             token_budget: 1200,
             lexicon: Vec::new(),
         }
@@ -212,7 +218,8 @@ impl InferenceConfig {
 pub struct JobsConfig {
     /// Expiry sweep: memory records past their TTL are expired, then purged.
     pub expiry_sweep: String,
-    /// Retention: raw turns older than `memory.retention` are removed.
+    /// Retention: raw turns older than `memory.retention` move to the archive; archived turns
+    /// older than `memory.archive-retention` are purged.
     pub retention: String,
     /// Session cleanup: working-memory windows idle for 24 hours are closed.
     pub session_cleanup: String,

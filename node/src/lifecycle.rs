@@ -122,6 +122,8 @@ pub async fn run(config: Config) -> Result<()> {
         settings: Settings {
             idle_timeout: config.memory.idle_timeout,
             retention_ms: i64::try_from(config.memory.retention.as_millis()).unwrap_or(i64::MAX),
+            archive_retention_ms: i64::try_from(config.memory.archive_retention.as_millis())
+                .unwrap_or(i64::MAX),
             shards: config.cluster.shards,
             index,
             ..Settings::default()

@@ -144,6 +144,15 @@ impl Config {
         if self.memory.retention < Duration::from_secs(24 * 3600) {
             problem("memory.retention", "must be at least 1 day".to_owned());
         }
+        if self.memory.archive_retention < self.memory.retention {
+            problem(
+                "memory.archive-retention",
+                format!(
+                    "must be at least memory.retention ({}); set it equal to keep no archive",
+                    format_duration(self.memory.retention)
+                ),
+            );
+        }
         if !(100..=32_000).contains(&self.memory.token_budget) {
             problem(
                 "memory.token-budget",

@@ -1,7 +1,9 @@
 //! Maintenance jobs over every user with something due: the expiry sweep (memory records past
-//! their TTL), raw-turn retention, and the session cleanup (windows idle for 24 hours). Both find their users through the expiry index, page by
-//! page, and hand each user to its own actor (so the user's writes stay serialised and its
-//! cache stays right). Scheduling (when to run) is the node's business.
+//! their TTL), raw-turn retention (turns past the retention period move to the user's
+//! archive; archived turns past the archive retention period are purged), and the session
+//! cleanup (windows idle for 24 hours). Each finds its users through the expiry index, page
+//! by page, and hands each user to its own actor (so the user's writes stay serialised and
+//! its cache stays right). Scheduling (when to run) is the node's business.
 
 use std::collections::HashSet;
 
@@ -21,7 +23,8 @@ const PAGE: usize = 1_000;
 pub enum Job {
     /// Expire memory records past their TTL; purge expired and deleted ones past grace.
     ExpirySweep,
-    /// Remove raw turns older than the retention period.
+    /// Move raw turns older than the retention period to the archive; purge archived turns
+    /// older than the archive retention period.
     Retention,
     /// Close session windows idle for 24 hours (the next turn opens a new one).
     SessionCleanup,
@@ -60,7 +63,7 @@ impl Job {
     fn wants(self, target: &ExpiryTarget) -> bool {
         match target {
             ExpiryTarget::Record { .. } => self == Job::ExpirySweep,
-            ExpiryTarget::Session { .. } => self == Job::Retention,
+            ExpiryTarget::Session { .. } | ExpiryTarget::Archive { .. } => self == Job::Retention,
             ExpiryTarget::SessionIdle { .. } => self == Job::SessionCleanup,
         }
     }
@@ -75,8 +78,10 @@ pub struct JobReport {
     pub expired: usize,
     /// Records purged.
     pub purged: usize,
-    /// Raw turns removed.
+    /// Raw turns moved out of their sessions into the archive.
     pub turns_removed: usize,
+    /// Archived turns purged.
+    pub archive_purged: usize,
     /// Idle session windows closed.
     pub sessions_closed: usize,
     /// Users whose sweep failed (retried at the next run).
@@ -110,6 +115,7 @@ pub async fn run(directory: &Directory, job: Job) -> crate::Result<JobReport> {
                     report.expired += swept.expired;
                     report.purged += swept.purged;
                     report.turns_removed += swept.turns_removed;
+                    report.archive_purged += swept.archive_purged;
                     report.sessions_closed += swept.sessions_closed;
                 }
                 Err(err) => {

@@ -20,8 +20,12 @@ use crate::model::policy::DAY_MS;
 pub struct Settings {
     /// A user actor idle this long is stopped; its state is reloaded from storage on next use.
     pub idle_timeout: Duration,
-    /// How long raw turns are kept, in milliseconds.
+    /// How long raw turns are kept in their sessions, in milliseconds; older ones move to
+    /// the user's archive.
     pub retention_ms: i64,
+    /// How long a turn is kept in all (from its creation) before it is purged from the
+    /// archive, in milliseconds; at least `retention_ms`.
+    pub archive_retention_ms: i64,
     /// Number of shards (users are grouped under one supervisor per shard).
     pub shards: u32,
     /// Restarts of one user's actor allowed within `restart_window` before the supervisor
@@ -38,6 +42,7 @@ impl Default for Settings {
         Settings {
             idle_timeout: Duration::from_secs(300),
             retention_ms: 30 * DAY_MS,
+            archive_retention_ms: 1826 * DAY_MS,
             shards: 1024,
             max_restarts: 3,
             restart_window: Duration::from_secs(10),
@@ -64,6 +69,9 @@ pub struct Metrics {
     pub contexts_without_vector: AtomicU64,
     /// Memory records loaded without a usable embedding (none stored, or another model's).
     pub records_without_vector: AtomicU64,
+    /// Resident ID and passport numbers not anchored because the node has no key service
+    /// (identity anchors need keyed hashes; see `engram_storage::data::anchor`).
+    pub anchors_unkeyed: AtomicU64,
 }
 
 /// What every user actor of a node shares.

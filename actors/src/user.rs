@@ -12,6 +12,8 @@ pub mod api;
 mod load;
 pub mod ops;
 pub mod prepare;
+mod protected;
+pub mod sweep;
 mod txn;
 mod validate;
 
@@ -27,13 +29,12 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use self::api::{
-    ClearAck, ContextQuery, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
-    MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory, StatusChange,
-    SweepReport, SweepScope, TurnAck, TurnRequest,
+    AnchorMatch, ArchivePage, ArchiveQuery, ClearAck, ContextQuery, FeedbackAck, FeedbackRequest,
+    ForgetAck, IntentAck, IntentWrite, MemoryAck, MemoryWrite, SearchHit, SearchQuery,
+    SearchResult, SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
-use self::ops::{DEFAULT_SESSION, Prepared, WriteScope, session_rule, turn_text};
-use self::txn::written_under;
+use self::ops::{DEFAULT_SESSION, Prepared, turn_text};
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
@@ -42,6 +43,7 @@ use crate::error::{Error, Result};
 use crate::model::context::{ContextRequest, MemoryContext, assemble};
 use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::{MemoryIndex, MemoryQuery};
+use crate::model::pii;
 use crate::model::policy::{ASSISTANT_TEXT_CAP, SESSION_IDLE_MS};
 use crate::model::retrieve::SearchMode;
 use crate::model::text::truncate_chars;
@@ -93,8 +95,22 @@ pub enum UserMsg {
     Intents(String, RpcReplyPort<Result<Vec<Intent>>>),
     /// List contradictions flagged for review.
     Flags(RpcReplyPort<Result<Vec<ReviewFlag>>>),
-    /// Expire, purge and apply retention now.
+    /// Expire, purge and apply retention (moving raw turns to the archive, purging the
+    /// archive) now.
     Sweep(SweepScope, RpcReplyPort<Result<SweepReport>>),
+    /// Whether the user gave an identifier (a resident ID or passport number), answered from
+    /// the identity anchors (keyed hashes): the identifier is neither stored nor returned nor
+    /// logged. `InvalidInput` when `value` is not one such identifier.
+    MatchAnchor {
+        /// The identifier, as given (white space and letter case do not matter).
+        value: String,
+        /// Reply.
+        reply: RpcReplyPort<Result<AnchorMatch>>,
+    },
+    /// A page of the user's archive: raw turns moved out of their sessions by retention.
+    /// Admin only: archived turns are the raw conversation, personal data unmasked; the
+    /// gateway must check the caller's admin scope before sending this.
+    ReadArchive(ArchiveQuery, RpcReplyPort<Result<ArchivePage>>),
     /// Fault injection for tests and chaos drills: the actor fails, and its supervisor
     /// restarts it from storage.
     Fail,
@@ -291,6 +307,14 @@ impl Actor for UserActor {
                 let result = state.sweep(what).await;
                 let _ = reply.send(result);
             }
+            UserMsg::MatchAnchor { value, reply } => {
+                let result = state.match_anchor(&value).await;
+                let _ = reply.send(result);
+            }
+            UserMsg::ReadArchive(query, reply) => {
+                let result = state.read_archive(query).await;
+                let _ = reply.send(result);
+            }
             UserMsg::Fail => return Err("fault injected".into()),
             UserMsg::Tick => {
                 if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
@@ -318,9 +342,13 @@ impl UserState {
         validate::turn(&req)?;
         let extractor = self.args.services.extractor.clone();
         let text = format!("{}\n{}", req.user_text, req.assistant_text);
-        let entities = tokio::task::spawn_blocking(move || extractor.extract(&text))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?;
+        let user_text = req.user_text.clone();
+        let (entities, anchors) = tokio::task::spawn_blocking(move || {
+            (extractor.extract(&text), pii::anchors_in(&user_text))
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
+        let anchors = self.keyed(anchors);
         let stored_text = turn_text(
             &req.user_text,
             &truncate_chars(&req.assistant_text, ASSISTANT_TEXT_CAP),
@@ -333,7 +361,7 @@ impl UserState {
         };
         let request_id = req.request_id.clone();
         self.write(&request_id, prepared, Some(stored_text), move |u, scope| {
-            ops::append_turn(u, scope, &req, &entities)
+            ops::append_turn(u, scope, &req, &entities, &anchors)
         })
         .await
     }
@@ -369,9 +397,16 @@ impl UserState {
             Some(_) | None => Vec::new(),
         };
         let prepared = self.prepare(vec![req.text.clone()], topics).await?;
+        let mut anchors = pii::anchors_in(&req.text);
+        for anchor in pii::anchors_in(&req.payload.to_string()) {
+            if !anchors.contains(&anchor) {
+                anchors.push(anchor);
+            }
+        }
+        let anchors = self.keyed(anchors);
         let request_id = req.request_id.clone();
         self.write(&request_id, prepared, None, move |u, scope| {
-            ops::write_memory(u, scope, &req)
+            ops::write_memory(u, scope, &req, &anchors)
         })
         .await
     }
@@ -489,36 +524,5 @@ impl UserState {
             records: report.records,
             expiry_entries: report.expiry_entries,
         })
-    }
-
-    async fn sweep(&mut self, what: SweepScope) -> Result<SweepReport> {
-        let (services, key) = self.scope_parts();
-        let now = services.clock.now();
-        let rule = session_rule(services.settings.retention_ms);
-        let records = self.cached_records();
-        let ks = services.keyspace.clone();
-        let prepared = Prepared::default();
-        let lease = self.lease()?;
-        let under = written_under(lease.as_ref());
-        let (report, changed, purged) = self
-            .run(lease, move |txn| {
-                let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
-                let scope = WriteScope {
-                    tenant: &key.tenant,
-                    user: &key.user,
-                    now,
-                    rule,
-                    prepared: &prepared,
-                    lease: under.clone(),
-                };
-                ops::sweep(&mut u, &scope, what, &records)
-            })
-            .await?;
-        let extractor = Arc::clone(&services.extractor);
-        for id in purged {
-            self.index.remove(&extractor, &id);
-        }
-        self.cache(changed, None, &Prepared::default());
-        Ok(report)
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use engram_inference::{DeviceChoice, EncoderConfig, ModelKind, PoolConfig};
 use engram_storage::RetryPolicy;
+use engram_storage::crypto::Cipher;
 use engram_storage::sqlite::{GroupCommit, SqliteOptions, Synchronous};
 use engram_storage::vector::VectorConfig;
 use figment::Figment;
@@ -57,10 +58,14 @@ pub struct Config {
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct SecurityConfig {
     /// File of master keys (`<id> <64 hex digits>` a line; the highest id is current). When
-    /// set, every user's values are sealed with AES-256-GCM under a per-user data key wrapped
+    /// set, every user's values are sealed with `cipher` under a per-user data key wrapped
     /// by the tenant's key derived from the current master key; forgetting a user destroys
     /// their data key. Unset: values are stored in clear.
     pub master_key_file: Option<PathBuf>,
+    /// The cipher new values and data keys are sealed with: `"aes-256-gcm"` or `"sm4-gcm"`
+    /// (the Chinese national standard). Every stored value names its cipher, so changing
+    /// this leaves what was written readable.
+    pub cipher: Cipher,
     /// File holding the root admin key (at least 32 characters), the first key of a
     /// deployment: admin of every tenant and operator of the cluster. `ENGRAM_ADMIN_KEY`
     /// overrides it. A node with neither does not start: there is no default key.
@@ -87,6 +92,7 @@ impl Default for SecurityConfig {
     fn default() -> Self {
         SecurityConfig {
             master_key_file: None,
+            cipher: Cipher::default(),
             admin_key_file: None,
             rate_limit: 1_000,
             rate_burst: 2_000,
@@ -188,9 +194,14 @@ pub struct MemoryConfig {
     /// A user actor idle this long is stopped (its state is reloaded from storage on next use).
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// How long raw conversation turns are kept.
+    /// How long raw conversation turns are kept in their sessions; older ones move to the
+    /// user's archive.
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
+    /// How long a turn is kept in all, archive included, from its creation; then it is
+    /// purged. At least `retention`.
+    #[serde(with = "humantime_serde")]
+    pub archive_retention: Duration,
     /// Token budget of a context when the request names none.
     pub token_budget: usize,
     /// Extra business words for entity extraction (product names, internal metrics).
@@ -202,6 +213,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             idle_timeout: Duration::from_secs(300),
             retention: Duration::from_secs(30 * 24 * 3600),
+            archive_retention: Duration::from_secs(1826 * 24 * 3600),
             token_budget: 1200,
             lexicon: Vec::new(),
         }
@@ -280,7 +292,8 @@ impl InferenceConfig {
 pub struct JobsConfig {
     /// Expiry sweep: memory records past their TTL are expired, then purged.
     pub expiry_sweep: String,
-    /// Retention: raw turns older than `memory.retention` are removed.
+    /// Retention: raw turns older than `memory.retention` move to the archive; archived turns
+    /// older than `memory.archive-retention` are purged.
     pub retention: String,
     /// Session cleanup: working-memory windows idle for 24 hours are closed.
     pub session_cleanup: String,

@@ -65,8 +65,11 @@ pub async fn run_once(job: Job, directory: &Directory, metrics: &NodeMetrics) {
     let started = std::time::Instant::now();
     match jobs::run(directory, job).await {
         Ok(report) => {
-            let items =
-                report.expired + report.purged + report.turns_removed + report.sessions_closed;
+            let items = report.expired
+                + report.purged
+                + report.turns_removed
+                + report.archive_purged
+                + report.sessions_closed;
             metrics.job_ran(job.name(), items);
             tracing::info!(
                 job = job.name(),
@@ -74,6 +77,7 @@ pub async fn run_once(job: Job, directory: &Directory, metrics: &NodeMetrics) {
                 expired = report.expired,
                 purged = report.purged,
                 turns_removed = report.turns_removed,
+                archive_purged = report.archive_purged,
                 sessions_closed = report.sessions_closed,
                 failed = report.failed,
                 elapsed_ms = started.elapsed().as_millis() as u64,

@@ -47,9 +47,11 @@ pub async fn run(config: Config) -> Result<()> {
     let keyspace = match &config.security.master_key_file {
         Some(path) => {
             let keys = engram_storage::crypto::MasterKeys::from_file(path)
-                .map_err(Error::storage("loading security.master-key-file"))?;
+                .map_err(Error::storage("loading security.master-key-file"))?
+                .with_cipher(config.security.cipher);
             info!(
-                current_key = keys.current(),
+                current_key = engram_storage::crypto::KeyService::current(&keys),
+                cipher = config.security.cipher.name(),
                 "user values are sealed at rest"
             );
             Keyspace::new(&config.storage.root_prefix).with_master_keys(keys)
@@ -121,6 +123,8 @@ pub async fn run(config: Config) -> Result<()> {
         settings: Settings {
             idle_timeout: config.memory.idle_timeout,
             retention_ms: i64::try_from(config.memory.retention.as_millis()).unwrap_or(i64::MAX),
+            archive_retention_ms: i64::try_from(config.memory.archive_retention.as_millis())
+                .unwrap_or(i64::MAX),
             shards: config.cluster.shards,
             index,
             ..Settings::default()

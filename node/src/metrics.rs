@@ -225,6 +225,11 @@ impl NodeMetrics {
                 actors.records_without_vector.load(Ordering::Relaxed),
             ),
             (
+                "engram_anchors_unkeyed_total",
+                "Resident ID and passport numbers not anchored: the node has no master keys",
+                actors.anchors_unkeyed.load(Ordering::Relaxed),
+            ),
+            (
                 "engram_storage_commits_total",
                 "Committed write transactions",
                 store.commits.load(Ordering::Relaxed),

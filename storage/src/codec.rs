@@ -3,9 +3,11 @@
 //! | format | body |
 //! |---|---|
 //! | `0x01` | postcard of the current type |
+//! | `0x02` | a `0x01` value sealed with AES-256-GCM ([`crate::crypto`]) |
+//! | `0x03` | a `0x01` value sealed with SM4-GCM ([`crate::crypto`]) |
 //!
 //! The format byte lets values be migrated (a new body layout gets a new byte and a decoder)
-//! and later wrapped (an encrypted envelope gets its own byte). Decoding an unknown format or
+//! and wrapped (each encrypted envelope has its own byte; [`crate::data`] opens them). Decoding an unknown format or
 //! a malformed body is an [`Error::Decode`], never a panic.
 
 use serde::Serialize;

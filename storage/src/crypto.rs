@@ -1,256 +1,315 @@
-//! Envelope encryption of user data at rest.
+//! Envelope encryption of user data at rest, and the keyed hashes of identity anchors.
 //!
-//! - Every user has a data key (AES-256, random), stored only wrapped: sealed with the
-//!   tenant's key-encryption key under `("u", tenant, user, "dek")`. Forgetting a user clears
-//!   that row in the same transaction as the rest of the user's keys, so every copy of their
-//!   values anywhere (a backup, a node that was down, a freed page) is unreadable from then on
-//!   (crypto-shredding).
-//! - A tenant's key-encryption key is derived from a master key (HMAC-SHA256 of the tenant
-//!   name under the master key), so one master key file serves every tenant and no tenant's
-//!   key opens another's data.
-//! - Master keys carry an id; a wrapped data key names the master key that wrapped it. Adding
-//!   a new master key (it becomes current) rotates without rewriting any data: new data keys
-//!   are wrapped with it, old ones still open with theirs.
-//! - Values are sealed with AES-256-GCM (a random 96-bit nonce each time), the value's key as
-//!   associated data, so a sealed value moved under another key does not open.
+//! - Every user has a data key (32 random bytes), stored only wrapped by a [`KeyService`]
+//!   under `("u", tenant, user, "dek")`. Forgetting a user clears that row in the same
+//!   transaction as the rest of the user's keys, so every copy of their values anywhere (a
+//!   backup, a node that was down, a freed page) is unreadable from then on (crypto-shredding).
+//! - The key service wraps and unwraps data keys per tenant under a key id: [`MasterKeys`] (a
+//!   key file, tenant keys derived locally) is one implementation; an external KMS is another.
+//!   A wrapped data key names the key id that wrapped it, so adding a new master key (it
+//!   becomes current) rotates without rewriting any data: new data keys are wrapped with it,
+//!   old ones still open with theirs.
+//! - Values are sealed with an AEAD [`Cipher`] chosen per deployment: AES-256-GCM (default)
+//!   or SM4-GCM (GB/T 32907 with the GCM mode of GB/T 36624, for deployments bound to the
+//!   Chinese national standards). A random 96-bit nonce each time, the value's key as
+//!   associated data, so a sealed value moved under another key does not open. The format
+//!   byte of a sealed value names its cipher, so values written under one cipher stay
+//!   readable after the deployment switches to the other.
+//! - SM4 takes 16-byte keys: an SM4 key is HKDF-SHA256 (RFC 5869, no salt) of the 32-byte
+//!   material it stands for, with a label naming its use as the info, first 16 bytes. AES-256
+//!   uses the material as is.
 //!
-//! Sealed value layout: [`FORMAT_SEALED`], the 12-byte nonce, then ciphertext and tag.
-//! Wrapped data key layout: the master key id (4 bytes, big-endian), the nonce, ciphertext.
+//! Sealed value layout: the format byte ([`FORMAT_SEALED`] for AES-256-GCM,
+//! [`FORMAT_SEALED_SM4`] for SM4-GCM), the 12-byte nonce, then ciphertext and tag.
+//! Wrapped data key record: the key id (4 bytes, big-endian), then the key service's blob.
 //!
 //! Nothing here logs keys, plaintext or ciphertext.
 
-use std::collections::BTreeMap;
-use std::path::Path;
+mod master;
 
+use std::sync::Arc;
+
+use aes_gcm::aead::consts::U12;
 use aes_gcm::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
-use aes_gcm::{Aes256Gcm, Key, Nonce};
-use hmac::{Hmac, Mac};
+use aes_gcm::{Aes256Gcm, AesGcm, Nonce};
+use hkdf::Hkdf;
+use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+use sm4::Sm4;
+pub use zeroize::Zeroizing;
 
+pub use self::master::MasterKeys;
 use crate::error::{Error, Result};
 
-/// Format byte of a sealed value (see [`crate::codec`]).
+/// Format byte of a value sealed with AES-256-GCM (see [`crate::codec`]).
 pub const FORMAT_SEALED: u8 = 0x02;
+/// Format byte of a value sealed with SM4-GCM.
+pub const FORMAT_SEALED_SM4: u8 = 0x03;
 const NONCE: usize = 12;
 
-fn crypto_error(what: &'static str, reason: impl Into<String>) -> Error {
+/// SM4 in GCM mode with a 96-bit nonce and a 128-bit tag (SM4's block is 128 bits, as GCM
+/// needs).
+pub type Sm4Gcm = AesGcm<Sm4, U12>;
+
+/// HKDF info of the SM4 key of a user's data key.
+const SM4_DATA_KEY: &[u8] = b"engram sm4-gcm data key";
+
+pub(crate) fn crypto_error(what: &'static str, reason: impl Into<String>) -> Error {
     Error::Decode {
         what,
         reason: reason.into(),
     }
 }
 
-/// A user's data key.
-pub struct DataKey(Aes256Gcm);
+/// The authenticated cipher values (and, with [`MasterKeys`], data keys) are sealed with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Cipher {
+    /// AES-256-GCM.
+    #[default]
+    #[serde(rename = "aes-256-gcm")]
+    Aes256Gcm,
+    /// SM4-GCM (Chinese national standards GB/T 32907 and GB/T 36624).
+    #[serde(rename = "sm4-gcm")]
+    Sm4Gcm,
+}
+
+impl Cipher {
+    /// The name in configuration and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Cipher::Aes256Gcm => "aes-256-gcm",
+            Cipher::Sm4Gcm => "sm4-gcm",
+        }
+    }
+
+    /// The byte that names the cipher in stored records.
+    pub(crate) fn id(self) -> u8 {
+        match self {
+            Cipher::Aes256Gcm => 1,
+            Cipher::Sm4Gcm => 2,
+        }
+    }
+
+    /// The cipher a stored byte names.
+    pub(crate) fn from_id(id: u8) -> Option<Self> {
+        [Cipher::Aes256Gcm, Cipher::Sm4Gcm]
+            .into_iter()
+            .find(|c| c.id() == id)
+    }
+
+    fn sealed_format(self) -> u8 {
+        match self {
+            Cipher::Aes256Gcm => FORMAT_SEALED,
+            Cipher::Sm4Gcm => FORMAT_SEALED_SM4,
+        }
+    }
+}
+
+/// The SM4 key standing for 32 bytes of key material: HKDF-SHA256 with no salt and `label` as
+/// the info, first 16 bytes.
+pub(crate) fn sm4_key(material: &[u8; 32], label: &[u8]) -> Zeroizing<[u8; 16]> {
+    let mut key = Zeroizing::new([0u8; 16]);
+    Hkdf::<Sha256>::new(None, material)
+        .expand(label, key.as_mut())
+        .unwrap_or_else(|_| unreachable!("16 bytes is a valid HKDF-SHA256 length"));
+    key
+}
+
+/// An AEAD instance of either cipher.
+pub(crate) enum Sealer {
+    Aes(Box<Aes256Gcm>),
+    Sm4(Box<Sm4Gcm>),
+}
+
+impl Sealer {
+    /// The cipher keyed by `material` (SM4: through [`sm4_key`] with `label`).
+    pub(crate) fn new(cipher: Cipher, material: &[u8; 32], label: &[u8]) -> Self {
+        match cipher {
+            Cipher::Aes256Gcm => Sealer::Aes(Box::new(Aes256Gcm::new(material.into()))),
+            Cipher::Sm4Gcm => {
+                let key = sm4_key(material, label);
+                Sealer::Sm4(Box::new(Sm4Gcm::new(key.as_ref().into())))
+            }
+        }
+    }
+
+    /// A fresh nonce, then the ciphertext and tag of `msg` bound to `aad`.
+    pub(crate) fn seal(&self, aad: &[u8], msg: &[u8]) -> Option<Vec<u8>> {
+        let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
+        let payload = Payload { msg, aad };
+        let sealed = match self {
+            Sealer::Aes(c) => c.encrypt(&nonce, payload),
+            Sealer::Sm4(c) => c.encrypt(&nonce, payload),
+        }
+        .ok()?;
+        let mut out = Vec::with_capacity(NONCE + sealed.len());
+        out.extend_from_slice(&nonce);
+        out.extend(sealed);
+        Some(out)
+    }
+
+    /// Opens what [`Sealer::seal`] returned.
+    pub(crate) fn open(&self, aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() < NONCE {
+            return None;
+        }
+        let (nonce, msg) = sealed.split_at(NONCE);
+        let nonce = Nonce::<U12>::from_slice(nonce);
+        let payload = Payload { msg, aad };
+        match self {
+            Sealer::Aes(c) => c.decrypt(nonce, payload),
+            Sealer::Sm4(c) => c.decrypt(nonce, payload),
+        }
+        .ok()
+    }
+}
+
+/// A user's data key: seals with the deployment's cipher, opens values of either cipher.
+pub struct DataKey {
+    seal_with: Cipher,
+    aes: Sealer,
+    sm4: Sealer,
+}
 
 impl std::fmt::Debug for DataKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DataKey(..)")
+        f.debug_struct("DataKey")
+            .field("seal_with", &self.seal_with)
+            .finish_non_exhaustive()
     }
 }
 
 impl DataKey {
-    fn from_bytes(bytes: &[u8; 32]) -> Self {
-        DataKey(Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(bytes)))
+    /// The data key of 32 bytes of `material`, sealing new values with `seal_with`.
+    pub fn new(material: &[u8; 32], seal_with: Cipher) -> Self {
+        DataKey {
+            seal_with,
+            aes: Sealer::new(Cipher::Aes256Gcm, material, SM4_DATA_KEY),
+            sm4: Sealer::new(Cipher::Sm4Gcm, material, SM4_DATA_KEY),
+        }
     }
 
     /// Seals `plain`, bound to `aad` (the value's key).
     pub fn seal(&self, aad: &[u8], plain: &[u8]) -> Result<Vec<u8>> {
-        let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
-        let sealed = self
-            .0
-            .encrypt(&nonce, Payload { msg: plain, aad })
-            .map_err(|_| Error::Encode {
-                what: "sealed value",
-                reason: "encryption failed".into(),
-            })?;
-        let mut out = Vec::with_capacity(1 + NONCE + sealed.len());
-        out.push(FORMAT_SEALED);
-        out.extend_from_slice(&nonce);
-        out.extend(sealed);
+        let sealer = match self.seal_with {
+            Cipher::Aes256Gcm => &self.aes,
+            Cipher::Sm4Gcm => &self.sm4,
+        };
+        let body = sealer.seal(aad, plain).ok_or_else(|| Error::Encode {
+            what: "sealed value",
+            reason: "encryption failed".into(),
+        })?;
+        let mut out = Vec::with_capacity(1 + body.len());
+        out.push(self.seal_with.sealed_format());
+        out.extend(body);
         Ok(out)
     }
 
-    /// Opens a value sealed by [`DataKey::seal`] under the same `aad`.
+    /// Opens a value sealed by [`DataKey::seal`] under the same `aad`, whichever cipher its
+    /// format byte names.
     pub fn open(&self, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>> {
-        let body = match sealed.split_first() {
-            Some((&FORMAT_SEALED, body)) if body.len() >= NONCE => body,
+        let (sealer, body) = match sealed.split_first() {
+            Some((&FORMAT_SEALED, body)) => (&self.aes, body),
+            Some((&FORMAT_SEALED_SM4, body)) => (&self.sm4, body),
             Some(_) | None => return Err(crypto_error("sealed value", "not a sealed value")),
         };
-        let (nonce, ciphertext) = body.split_at(NONCE);
-        self.0
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: ciphertext,
-                    aad,
-                },
-            )
-            .map_err(|_| crypto_error("sealed value", "does not open with the user's data key"))
+        sealer
+            .open(aad, body)
+            .ok_or_else(|| crypto_error("sealed value", "does not open with the user's data key"))
     }
 }
 
-/// Master keys by id; the highest id is current.
-pub struct MasterKeys {
-    keys: BTreeMap<u32, [u8; 32]>,
+/// Whether a stored value is sealed (by either cipher).
+pub fn is_sealed(value: &[u8]) -> bool {
+    matches!(
+        value.first(),
+        Some(&FORMAT_SEALED) | Some(&FORMAT_SEALED_SM4)
+    )
 }
 
-impl std::fmt::Debug for MasterKeys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MasterKeys")
-            .field("ids", &self.keys.keys().collect::<Vec<_>>())
-            .finish()
-    }
+/// Where data keys are wrapped and identity anchors keyed: a key file ([`MasterKeys`]) or an
+/// external key management service.
+///
+/// Implementations are called inside storage transactions (on a blocking thread, within
+/// FoundationDB's 5-second limit): a remote service must answer quickly, and report its
+/// failures as [`Error::KeyService`]. They never log keys or what they wrap.
+pub trait KeyService: Send + Sync + std::fmt::Debug {
+    /// The key id new data keys are wrapped under.
+    fn current(&self) -> u32;
+
+    /// Every key id that still unwraps, current first (anchors written under an older key
+    /// are looked up under each).
+    fn key_ids(&self) -> Vec<u32>;
+
+    /// Wraps 32 bytes of a data key of a user of `tenant` under key `key_id`; the blob is
+    /// stored as is and must unwrap only for the same tenant.
+    fn wrap(&self, tenant: &str, key_id: u32, material: &[u8; 32]) -> Result<Vec<u8>>;
+
+    /// Unwraps a blob [`KeyService::wrap`] returned for `tenant` under `key_id`.
+    fn unwrap(&self, tenant: &str, key_id: u32, wrapped: &[u8]) -> Result<Zeroizing<[u8; 32]>>;
+
+    /// HMAC-SHA256 of `message` under the identity-anchor key of `tenant` for key `key_id`:
+    /// a key of its own, never one that wraps data keys.
+    fn anchor_mac(&self, tenant: &str, key_id: u32, message: &[u8]) -> Result<[u8; 32]>;
 }
 
-impl MasterKeys {
-    /// Master keys from `(id, key)` pairs.
-    pub fn new(keys: impl IntoIterator<Item = (u32, [u8; 32])>) -> Result<Self> {
-        let keys: BTreeMap<u32, [u8; 32]> = keys.into_iter().collect();
-        if keys.is_empty() {
-            return Err(Error::Open("no master key".into()));
-        }
-        Ok(MasterKeys { keys })
+/// A keyspace's encryption at rest: the key service and the cipher new values are sealed
+/// with. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Encryption {
+    keys: Arc<dyn KeyService>,
+    cipher: Cipher,
+}
+
+impl Encryption {
+    /// Values sealed with `cipher` under data keys that `keys` wraps.
+    pub fn new(keys: Arc<dyn KeyService>, cipher: Cipher) -> Self {
+        Encryption { keys, cipher }
     }
 
-    /// Reads a key file: one master key a line, `<id> <64 hex digits>`; blank lines and lines
-    /// starting with `#` are ignored. The highest id is current.
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Open(format!("master key file {}: {e}", path.display())))?;
-        let mut keys = Vec::new();
-        for (n, line) in text.lines().enumerate() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let bad = || {
-                Error::Open(format!(
-                    "master key file {} line {}: expected `<id> <64 hex digits>`",
-                    path.display(),
-                    n + 1
-                ))
-            };
-            let (id, hex) = line.split_once(char::is_whitespace).ok_or_else(bad)?;
-            let id: u32 = id.parse().map_err(|_| bad())?;
-            let hex = hex.trim();
-            if hex.len() != 64 {
-                return Err(bad());
-            }
-            let mut key = [0u8; 32];
-            for (i, byte) in key.iter_mut().enumerate() {
-                *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-            }
-            keys.push((id, key));
-        }
-        MasterKeys::new(keys)
+    /// The cipher new values are sealed with.
+    pub fn cipher(&self) -> Cipher {
+        self.cipher
     }
 
-    /// The id new data keys are wrapped with.
-    pub fn current(&self) -> u32 {
-        self.keys.keys().next_back().copied().unwrap_or_default()
+    /// The key service.
+    pub fn key_service(&self) -> &dyn KeyService {
+        self.keys.as_ref()
     }
 
-    /// The tenant's key-encryption key under master key `id`.
-    fn kek(&self, id: u32, tenant: &str) -> Result<Aes256Gcm> {
-        let master = self
-            .keys
-            .get(&id)
-            .ok_or_else(|| crypto_error("data key", format!("master key {id} is not loaded")))?;
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(master)
-            .map_err(|_| crypto_error("data key", "bad master key"))?;
-        mac.update(b"engram tenant kek\0");
-        mac.update(tenant.as_bytes());
-        let derived = mac.finalize().into_bytes();
-        Ok(Aes256Gcm::new(Key::<Aes256Gcm>::from_slice(&derived)))
-    }
-
-    /// A fresh data key for a user of `tenant`, and its wrapped form to store.
+    /// A fresh data key for a user of `tenant`, and the record to store at the user's
+    /// `"dek"` row: the current key id, then the key service's blob.
     pub fn new_data_key(&self, tenant: &str) -> Result<(DataKey, Vec<u8>)> {
-        let key = Aes256Gcm::generate_key(&mut OsRng);
-        let raw: [u8; 32] = key.into();
-        let id = self.current();
-        let nonce = Aes256Gcm::generate_nonce(&mut OsRng);
-        let wrapped = self
-            .kek(id, tenant)?
-            .encrypt(
-                &nonce,
-                Payload {
-                    msg: &raw,
-                    aad: tenant.as_bytes(),
-                },
-            )
-            .map_err(|_| Error::Encode {
-                what: "data key",
-                reason: "wrapping failed".into(),
-            })?;
-        let mut out = Vec::with_capacity(4 + NONCE + wrapped.len());
-        out.extend_from_slice(&id.to_be_bytes());
-        out.extend_from_slice(&nonce);
-        out.extend(wrapped);
-        Ok((DataKey::from_bytes(&raw), out))
+        let mut material = Zeroizing::new([0u8; 32]);
+        material.copy_from_slice(&Aes256Gcm::generate_key(&mut OsRng));
+        let id = self.keys.current();
+        let blob = self.keys.wrap(tenant, id, &material)?;
+        let mut record = Vec::with_capacity(4 + blob.len());
+        record.extend_from_slice(&id.to_be_bytes());
+        record.extend(blob);
+        Ok((DataKey::new(&material, self.cipher), record))
     }
 
-    /// Unwraps a stored data key of a user of `tenant`.
-    pub fn open_data_key(&self, tenant: &str, wrapped: &[u8]) -> Result<DataKey> {
-        if wrapped.len() < 4 + NONCE {
+    /// Opens a stored data-key record of a user of `tenant`.
+    pub fn open_data_key(&self, tenant: &str, record: &[u8]) -> Result<DataKey> {
+        let Some((id, blob)) = record.split_first_chunk::<4>() else {
             return Err(crypto_error("data key", "too short"));
-        }
-        let (id, rest) = wrapped.split_at(4);
-        let id = u32::from_be_bytes([id[0], id[1], id[2], id[3]]);
-        let (nonce, ciphertext) = rest.split_at(NONCE);
-        let raw = self
-            .kek(id, tenant)?
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: ciphertext,
-                    aad: tenant.as_bytes(),
-                },
-            )
-            .map_err(|_| crypto_error("data key", "does not unwrap"))?;
-        let raw: [u8; 32] = raw
-            .try_into()
-            .map_err(|_| crypto_error("data key", "wrong length"))?;
-        Ok(DataKey::from_bytes(&raw))
+        };
+        let material = self.keys.unwrap(tenant, u32::from_be_bytes(*id), blob)?;
+        Ok(DataKey::new(&material, self.cipher))
+    }
+
+    /// The keyed hashes of an identity anchor's `message` under every key id, current first.
+    pub fn anchor_macs(&self, tenant: &str, message: &[u8]) -> Result<Vec<(u32, [u8; 32])>> {
+        let current = self.keys.current();
+        let mut ids = self.keys.key_ids();
+        ids.retain(|id| *id != current);
+        ids.insert(0, current);
+        ids.into_iter()
+            .map(|id| Ok((id, self.keys.anchor_mac(tenant, id, message)?)))
+            .collect()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sealed_values_open_only_with_their_key_and_place() {
-        let keys = MasterKeys::new([(1, [7u8; 32])]).unwrap();
-        let (key, wrapped) = keys.new_data_key("acme").unwrap();
-        let sealed = key.seal(b"k1", b"hello").unwrap();
-        assert_eq!(sealed[0], FORMAT_SEALED);
-        assert!(!sealed.windows(5).any(|w| w == b"hello"));
-        assert_eq!(key.open(b"k1", &sealed).unwrap(), b"hello");
-        assert!(key.open(b"k2", &sealed).is_err(), "bound to its key");
-        let reopened = keys.open_data_key("acme", &wrapped).unwrap();
-        assert_eq!(reopened.open(b"k1", &sealed).unwrap(), b"hello");
-        assert!(
-            keys.open_data_key("other", &wrapped).is_err(),
-            "bound to its tenant"
-        );
-        let (other, _) = keys.new_data_key("acme").unwrap();
-        assert!(other.open(b"k1", &sealed).is_err());
-    }
-
-    #[test]
-    fn rotation_keeps_old_data_keys_open() {
-        let old = MasterKeys::new([(1, [1u8; 32])]).unwrap();
-        let (_, wrapped_old) = old.new_data_key("acme").unwrap();
-        let rotated = MasterKeys::new([(1, [1u8; 32]), (2, [2u8; 32])]).unwrap();
-        assert_eq!(rotated.current(), 2);
-        assert!(rotated.open_data_key("acme", &wrapped_old).is_ok());
-        let (_, wrapped_new) = rotated.new_data_key("acme").unwrap();
-        assert_eq!(&wrapped_new[..4], &2u32.to_be_bytes());
-        assert!(
-            old.open_data_key("acme", &wrapped_new).is_err(),
-            "key 2 is not loaded there"
-        );
-    }
-}
+mod tests;

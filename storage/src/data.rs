@@ -4,6 +4,11 @@
 //! key-value operations in that transaction, so callers compose several into one atomic
 //! write. Invariants kept here: a record's expiry-index entry is written and removed in the
 //! same transaction as the record; forgetting a user leaves no key of theirs anywhere.
+//!
+//! The archive tier ([`archive`]) and identity anchors ([`anchor`]) are in their own modules.
+
+pub mod anchor;
+pub mod archive;
 
 use crate::codec::{decode, encode};
 use crate::error::Result;
@@ -214,41 +219,6 @@ impl<'t> UserData<'t> {
         Ok(Some(n))
     }
 
-    /// Applies raw-turn retention to a session: removes its turns created before `cutoff`,
-    /// re-indexes the session at its oldest remaining turn plus `retention_ms`, and removes the
-    /// session when no turn is left. Returns the number of turns removed.
-    pub fn apply_retention(
-        &mut self,
-        session: &str,
-        cutoff: Timestamp,
-        retention_ms: i64,
-    ) -> Result<usize> {
-        let Some(mut row) = self.session(session)? else {
-            return Ok(0);
-        };
-        let turns = self.turns_from(session, 0)?;
-        let keep_from = turns
-            .iter()
-            .position(|t| t.created_at >= cutoff)
-            .unwrap_or(turns.len());
-        if keep_from == turns.len() {
-            return Ok(self.delete_session(session)?.unwrap_or(0));
-        }
-        let target = ExpiryTarget::Session {
-            session_id: session.to_owned(),
-        };
-        self.txn
-            .clear(&self.expiry_key(row.retain_until, &target))?;
-        if keep_from > 0 {
-            self.clear_turns_before(session, turns[keep_from].seq)?;
-        }
-        row.retain_until = turns[keep_from].created_at.plus_millis(retention_ms);
-        self.txn
-            .set(&self.expiry_key(row.retain_until, &target), b"")?;
-        self.put("session", &self.keys.session(session), &row)?;
-        Ok(keep_from)
-    }
-
     /// Closes a session's working-memory window if it has been idle until `now`: the next
     /// turn opens a new window, and contexts meanwhile hold no turns of it. Returns whether
     /// it closed one.
@@ -424,6 +394,7 @@ impl<'t> UserData<'t> {
                 .clear(&self.expiry_key(session.retain_until, &target))?;
             report.expiry_entries += 1;
         }
+        report.expiry_entries += self.clear_archive_index()?;
         let all = self.keys.all();
         self.txn.clear_range(&all.begin, &all.end)?;
         Ok(report)
@@ -450,12 +421,23 @@ impl<'t> UserData<'t> {
         key: &[u8],
         value: &T,
     ) -> Result<()> {
+        self.put_len(what, key, value).map(drop)
+    }
+
+    /// [`UserData::put`], returning the size of the stored value.
+    fn put_len<T: serde::Serialize>(
+        &mut self,
+        what: &'static str,
+        key: &[u8],
+        value: &T,
+    ) -> Result<usize> {
         let plain = encode(what, value)?;
         let stored = match self.load_data_key(true)? {
             Some(data_key) => data_key.seal(key, &plain)?,
             None => plain,
         };
-        self.txn.set(key, &stored)
+        self.txn.set(key, &stored)?;
+        Ok(stored.len())
     }
 
     fn decode_range<T: serde::de::DeserializeOwned>(
@@ -476,13 +458,13 @@ impl<'t> UserData<'t> {
         key: &[u8],
         bytes: &[u8],
     ) -> Result<T> {
-        if bytes.first() != Some(&crate::crypto::FORMAT_SEALED) {
+        if !crate::crypto::is_sealed(bytes) {
             return decode(what, bytes);
         }
         let Some(data_key) = self.load_data_key(false)? else {
             return Err(crate::Error::Decode {
                 what,
-                reason: "sealed, and the user has no data key (forgotten, or no master keys)"
+                reason: "sealed, and the user has no data key (forgotten, or no key service)"
                     .into(),
             });
         };
@@ -493,15 +475,17 @@ impl<'t> UserData<'t> {
     /// write when `create`. `None` when the keyspace seals nothing, or (reading) when the user
     /// has none.
     fn load_data_key(&mut self, create: bool) -> Result<Option<&crate::crypto::DataKey>> {
-        let Some(master) = self.keyspace.master_keys() else {
+        let Some(encryption) = self.keyspace.encryption() else {
             return Ok(None);
         };
         if self.data_key.is_none() {
             let row = self.keys.data_key();
             match self.txn.get(&row)? {
-                Some(wrapped) => self.data_key = Some(master.open_data_key(self.tenant, &wrapped)?),
+                Some(wrapped) => {
+                    self.data_key = Some(encryption.open_data_key(self.tenant, &wrapped)?);
+                }
                 None if create => {
-                    let (data_key, wrapped) = master.new_data_key(self.tenant)?;
+                    let (data_key, wrapped) = encryption.new_data_key(self.tenant)?;
                     self.txn.set(&row, &wrapped)?;
                     self.data_key = Some(data_key);
                 }

@@ -100,6 +100,12 @@ pub enum Error {
         reason: String,
     },
 
+    /// The key service could not wrap, unwrap or key an anchor, e.g. an external KMS that is
+    /// unreachable or refuses (ours, 503: a later retry may succeed; [`crate::Store::run`]
+    /// does not retry it).
+    #[error("key service: {0}")]
+    KeyService(String),
+
     /// The store could not be opened or configured (ours or the operator's, 500).
     #[error("cannot open store: {0}")]
     Open(String),
@@ -131,6 +137,7 @@ impl Error {
             | Error::Fenced { .. }
             | Error::Decode { .. }
             | Error::Encode { .. }
+            | Error::KeyService(_)
             | Error::Open(_)
             | Error::Sqlite(_)
             | Error::Task(_) => false,

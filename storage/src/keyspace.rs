@@ -14,9 +14,13 @@
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
 //! ("u", tenant, user, "breaker")                  recent reads of high-PII memories
+//! ("u", tenant, user, "anchor", hmac)             identity anchors, by keyed hash
+//! ("u", tenant, user, "archive", session)         archive row of a session
+//! ("u", tenant, user, "arch", session, seq)       archived raw turns
 //! ("exp", at, tenant, user, "rec", kind, id)      expiry index: a memory record's TTL
 //! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
 //! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
+//! ("exp", at, tenant, user, "arch", session)      expiry index: a session's archive purge
 //! ("key", key_id)                                 API key: tenant, scope, hash of the secret
 //! ("audit", tenant, at, entry_id)                 audit trail (append-only)
 //! ("audit-pepper",)                               key of the audit trail's user pseudonyms
@@ -26,8 +30,11 @@
 //! outside that prefix that names a user. This module only builds byte strings; it reads and
 //! writes nothing.
 
+use std::sync::Arc;
+
 use foundationdb_tuple::{Subspace, TuplePack};
 
+use crate::crypto::{Cipher, Encryption, KeyService, MasterKeys};
 use crate::model::{MemoryKind, Timestamp};
 
 /// What an expiry-index entry points at.
@@ -47,6 +54,11 @@ pub enum ExpiryTarget {
     },
     /// A session whose working-memory window closes for being idle.
     SessionIdle {
+        /// Its id.
+        session_id: String,
+    },
+    /// A session whose oldest archived turns passed the archive retention period.
+    Archive {
         /// Its id.
         session_id: String,
     },
@@ -73,12 +85,12 @@ impl KeyRange {
     }
 }
 
-/// The root of Engram's keys, and the master keys that user values are sealed under (none:
-/// values are stored in clear). Cheap to clone.
+/// The root of Engram's keys, and the encryption user values are sealed with (none: values
+/// are stored in clear). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Keyspace {
     root: Subspace,
-    master_keys: Option<std::sync::Arc<crate::crypto::MasterKeys>>,
+    encryption: Option<Encryption>,
 }
 
 impl PartialEq for Keyspace {
@@ -95,20 +107,33 @@ impl Keyspace {
     pub fn new(root: &str) -> Self {
         Keyspace {
             root: Subspace::all().subspace(&(root,)),
-            master_keys: None,
+            encryption: None,
         }
     }
 
-    /// The same keyspace with user values sealed under per-user data keys wrapped by
-    /// `master_keys` ([`crate::crypto`]).
-    pub fn with_master_keys(mut self, master_keys: crate::crypto::MasterKeys) -> Self {
-        self.master_keys = Some(std::sync::Arc::new(master_keys));
+    /// The same keyspace with user values sealed under per-user data keys
+    /// ([`crate::crypto`]).
+    pub fn with_encryption(mut self, encryption: Encryption) -> Self {
+        self.encryption = Some(encryption);
         self
     }
 
-    /// The master keys, when user values are sealed.
-    pub fn master_keys(&self) -> Option<&crate::crypto::MasterKeys> {
-        self.master_keys.as_deref()
+    /// The same keyspace with user values sealed with `cipher` under per-user data keys that
+    /// `keys` wraps.
+    pub fn with_key_service(self, keys: Arc<dyn KeyService>, cipher: Cipher) -> Self {
+        self.with_encryption(Encryption::new(keys, cipher))
+    }
+
+    /// The same keyspace with user values sealed under per-user data keys wrapped by
+    /// `master_keys`, with the cipher they wrap with ([`MasterKeys::with_cipher`]).
+    pub fn with_master_keys(self, master_keys: MasterKeys) -> Self {
+        let cipher = master_keys.cipher();
+        self.with_key_service(Arc::new(master_keys), cipher)
+    }
+
+    /// The encryption at rest, when user values are sealed.
+    pub fn encryption(&self) -> Option<&Encryption> {
+        self.encryption.as_ref()
     }
 
     /// Every key of this keyspace.
@@ -162,6 +187,9 @@ impl Keyspace {
             ExpiryTarget::SessionIdle { session_id } => self
                 .root
                 .pack(&("exp", at.0, tenant, user, "idle", session_id)),
+            ExpiryTarget::Archive { session_id } => self
+                .root
+                .pack(&("exp", at.0, tenant, user, "arch", session_id)),
         }
     }
 
@@ -196,6 +224,7 @@ impl Keyspace {
         let target = match sess.as_str() {
             "sess" => ExpiryTarget::Session { session_id: id },
             "idle" => ExpiryTarget::SessionIdle { session_id: id },
+            "arch" => ExpiryTarget::Archive { session_id: id },
             _ => return None,
         };
         (tag == "exp").then_some((Timestamp(at), tenant, user, target))
@@ -364,6 +393,47 @@ impl UserKeys {
     /// The counter of a repeated choice.
     pub fn choice(&self, topic: &str, value: &str) -> Vec<u8> {
         self.space.pack(&("choice", topic, value))
+    }
+
+    /// The identity anchor of a keyed hash.
+    pub fn anchor(&self, mac: &[u8; 32]) -> Vec<u8> {
+        self.space.pack(&("anchor", &mac[..]))
+    }
+
+    /// All identity anchors of this user.
+    pub fn anchors(&self) -> KeyRange {
+        self.range(&("anchor",))
+    }
+
+    /// The archive row of a session.
+    pub fn archive(&self, session: &str) -> Vec<u8> {
+        self.space.pack(&("archive", session))
+    }
+
+    /// All archive rows, ordered by session id.
+    pub fn archives(&self) -> KeyRange {
+        self.range(&("archive",))
+    }
+
+    /// An archived turn.
+    pub fn archived_turn(&self, session: &str, seq: u64) -> Vec<u8> {
+        self.space.pack(&("arch", session, seq))
+    }
+
+    /// The archived turns of one session, ordered by sequence number.
+    pub fn archived_turns(&self, session: &str) -> KeyRange {
+        self.range(&("arch", session))
+    }
+
+    /// Every archived turn, by session then sequence number.
+    pub fn all_archived_turns(&self) -> KeyRange {
+        self.range(&("arch",))
+    }
+
+    /// Decodes an archived-turn key into (session, sequence number).
+    pub fn parse_archived_turn(&self, key: &[u8]) -> Option<(String, u64)> {
+        let (tag, session, seq): (String, String, u64) = self.space.unpack(key).ok()?;
+        (tag == "arch").then_some((session, seq))
     }
 
     /// Decodes an embedding key into its memory id.

@@ -197,6 +197,58 @@ pub struct Turn {
     pub pii_level: PiiLevel,
 }
 
+/// A turn moved out of its session by raw-turn retention, kept in the user's archive until
+/// the archive retention period passes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArchivedTurn {
+    /// The turn as it was stored.
+    pub turn: Turn,
+    /// When retention moved it here.
+    pub archived_at: Timestamp,
+}
+
+/// Per-session bookkeeping of the archive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchiveRow {
+    /// Session id.
+    pub session_id: String,
+    /// Archived turns of the session.
+    pub turns: u64,
+    /// When the oldest archived turn passes the archive retention period (indexed for sweeps).
+    pub purge_at: Timestamp,
+}
+
+/// What kind of identifier an identity anchor stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AnchorKind {
+    /// A Chinese resident ID number.
+    ResidentId,
+    /// A passport number.
+    Passport,
+}
+
+impl AnchorKind {
+    /// The stable name hashed with the identifier.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnchorKind::ResidentId => "resident-id",
+            AnchorKind::Passport => "passport",
+        }
+    }
+}
+
+/// An identity anchor: that the user gave an identifier, stored under the identifier's keyed
+/// hash; the identifier itself is stored nowhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Anchor {
+    /// What the identifier is.
+    pub kind: AnchorKind,
+    /// When the user first gave it.
+    pub first_seen: Timestamp,
+    /// The key id whose anchor key made the hash.
+    pub key_id: u32,
+}
+
 /// The lease a write was made under.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WrittenUnder {

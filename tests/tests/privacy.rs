@@ -146,12 +146,22 @@ async fn personal_data_never_reaches_logs_and_is_masked_for_the_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forgotten_user_leaves_nothing_in_any_file_the_node_wrote() {
+    forgetting_leaves_nothing_in_any_file("aes-256-gcm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_user_leaves_nothing_in_any_file_under_sm4_gcm_either() {
+    forgetting_leaves_nothing_in_any_file("sm4-gcm").await;
+}
+
+async fn forgetting_leaves_nothing_in_any_file(cipher: &str) {
     let sandbox = Sandbox::new();
     let keys = sandbox.path().join("master.keys");
     std::fs::write(&keys, format!("1 {}\n", "ab".repeat(32))).unwrap();
     let spec = sandbox
         .node("shred")
-        .set("security.master-key-file", keys.to_str().unwrap());
+        .set("security.master-key-file", keys.to_str().unwrap())
+        .set("security.cipher", cipher);
     let mut node = spec.start().await;
     let http = node.client();
     let (user, other) = ("shred-me-7", "keep-me-8");

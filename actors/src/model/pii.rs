@@ -11,11 +11,15 @@
 //! addresses `low`. Masks keep enough to recognise the item and nothing to use it:
 //! `110101********251X`, `6222********1234`, `138****5678`, `a***@example.com`, `E1*****78`.
 //!
+//! Identity anchors: resident ID and passport numbers are also normalised (upper case, the
+//! check character `X` included) so that the same identifier always hashes the same
+//! ([`anchors_in`], [`anchor_of`]).
+//!
 //! Pure functions: no I/O, and nothing here logs.
 
 use std::sync::LazyLock;
 
-use engram_storage::model::PiiLevel;
+use engram_storage::model::{AnchorKind, PiiLevel};
 use regex::Regex;
 
 /// What a finding is.
@@ -140,6 +144,41 @@ pub fn detect(text: &str) -> Vec<Finding> {
     }
     found.sort_by_key(|f| f.start);
     found
+}
+
+/// The identity-anchor kind of a finding, if it anchors one.
+fn anchor_kind(kind: PiiKind) -> Option<AnchorKind> {
+    match kind {
+        PiiKind::ResidentId => Some(AnchorKind::ResidentId),
+        PiiKind::Passport => Some(AnchorKind::Passport),
+        PiiKind::BankCard | PiiKind::Mobile | PiiKind::Email => None,
+    }
+}
+
+/// The resident ID and passport numbers in `text`, normalised, each once, in order.
+pub fn anchors_in(text: &str) -> Vec<(AnchorKind, String)> {
+    let mut found: Vec<(AnchorKind, String)> = Vec::new();
+    for f in detect(text) {
+        if let Some(kind) = anchor_kind(f.kind) {
+            let anchor = (kind, text[f.start..f.end].to_ascii_uppercase());
+            if !found.contains(&anchor) {
+                found.push(anchor);
+            }
+        }
+    }
+    found
+}
+
+/// `value` as one resident ID or passport number (surrounding white space ignored),
+/// normalised; `None` if it is anything else.
+pub fn anchor_of(value: &str) -> Option<(AnchorKind, String)> {
+    let value = value.trim();
+    match detect(value).as_slice() {
+        [f] if f.start == 0 && f.end == value.len() => {
+            anchor_kind(f.kind).map(|kind| (kind, value.to_ascii_uppercase()))
+        }
+        _ => None,
+    }
 }
 
 /// The order of levels.

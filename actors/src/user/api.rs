@@ -2,7 +2,9 @@
 //! actor-level forms; the gateway maps its JSON wire types onto them. Acknowledgements are
 //! serialisable because they are stored as the replayable outcome of a request id.
 
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, SessionRow, Timestamp, Turn};
+use engram_storage::model::{
+    AnchorKind, ArchivedTurn, MemoryKind, MemoryRecord, MemoryStatus, SessionRow, Timestamp, Turn,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::model::policy::Route;
@@ -216,7 +218,8 @@ pub struct ForgetAck {
 pub struct SweepScope {
     /// Expire memory records past their TTL and purge expired or deleted ones past grace.
     pub records: bool,
-    /// Remove raw turns past the retention period.
+    /// Move raw turns past the retention period to the archive, and purge archived turns
+    /// past the archive retention period.
     pub turns: bool,
     /// Close session windows idle past 24 hours.
     pub sessions: bool,
@@ -238,8 +241,11 @@ pub struct SweepReport {
     pub expired: usize,
     /// Records purged (expired or deleted ones past their grace period).
     pub purged: usize,
-    /// Raw turns removed by retention.
+    /// Raw turns moved out of their sessions into the archive by retention.
     pub turns_removed: usize,
+    /// Archived turns purged past the archive retention period.
+    #[serde(default)]
+    pub archive_purged: usize,
     /// Idle session windows closed.
     pub sessions_closed: usize,
 }
@@ -276,4 +282,52 @@ pub struct IntentAck {
     /// True when this is the stored outcome of an earlier identical request.
     #[serde(default)]
     pub replayed: bool,
+}
+
+/// Whether a user gave an identifier ([`crate::user::UserMsg::MatchAnchor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnchorMatch {
+    /// The user gave it.
+    Matched {
+        /// What it is.
+        kind: AnchorKind,
+        /// When the user first gave it.
+        first_seen: Timestamp,
+    },
+    /// The user never gave it (or was forgotten since).
+    NoMatch,
+    /// The node has no key service, so it keeps no identity anchors and cannot tell.
+    Unkeyed,
+}
+
+/// Where a page of the archive ends: the last turn returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveCursor {
+    /// Its session.
+    pub session: String,
+    /// Its sequence number.
+    pub seq: u64,
+}
+
+/// A read of a user's archive ([`crate::user::UserMsg::ReadArchive`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveQuery {
+    /// One session, or every session.
+    pub session: Option<String>,
+    /// Continue after this turn (the `next` of the previous page).
+    pub after: Option<ArchiveCursor>,
+    /// At most this many turns (1 to [`MAX_ARCHIVE_PAGE`]).
+    pub limit: usize,
+}
+
+/// The most archived turns one read returns.
+pub const MAX_ARCHIVE_PAGE: usize = 500;
+
+/// A page of a user's archived turns, by session then sequence number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchivePage {
+    /// The turns.
+    pub turns: Vec<ArchivedTurn>,
+    /// The cursor of the next page; `None` when this was the last.
+    pub next: Option<ArchiveCursor>,
 }

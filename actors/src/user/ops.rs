@@ -9,14 +9,14 @@
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{
-    Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag,
-    SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
+    AnchorKind, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel,
+    ReviewFlag, SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
 };
 use serde_json::json;
 
 use super::api::{
     ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
-    MemoryWrite, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    MemoryWrite, StatusChange, TurnAck, TurnRequest,
 };
 pub use super::prepare::{Prepared, topic_phrase};
 use crate::error::Error;
@@ -50,6 +50,8 @@ pub struct WriteScope<'a> {
     pub now: Timestamp,
     /// Session rules (window and retention).
     pub rule: SessionRule,
+    /// How long turns are kept in all, archive included, in milliseconds.
+    pub archive_ms: i64,
     /// What was computed before the transaction.
     pub prepared: &'a Prepared,
     /// The lease the write is made under (and fenced by), if the node runs with leases.
@@ -74,12 +76,17 @@ pub fn session_rule(retention_ms: i64) -> SessionRule {
     }
 }
 
-/// Appends a turn (if it succeeded) and forms memories from it and its choices.
+/// Identifiers to anchor: (kind, normalised value) ([`pii::anchors_in`]).
+pub type Anchors = [(AnchorKind, String)];
+
+/// Appends a turn (if it succeeded), anchors the identifiers its user text gave, and forms
+/// memories from it and its choices.
 pub fn append_turn(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
     req: &TurnRequest,
     entities: &[String],
+    anchors: &Anchors,
 ) -> Outcome<TurnAck> {
     let session_id = req
         .session_id
@@ -110,6 +117,7 @@ pub fn append_turn(
         pii_level: pii::level_of([req.user_text.as_str(), req.assistant_text.as_str()]),
     };
     u.append_turn(&mut turn, scope.rule)?;
+    record_anchors(u, scope, anchors)?;
     let origin = Origin::of_turn(&turn);
     let mut changes = Vec::new();
     let mut changed = Vec::new();
@@ -220,25 +228,30 @@ pub fn feedback(
 }
 
 /// Writes a memory directly: creates it (resolving conflicts like formed memories) or, with
-/// an id, updates the existing one.
+/// an id, updates the existing one; anchors the identifiers its text and payload gave.
 pub fn write_memory(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
     req: &MemoryWrite,
+    anchors: &Anchors,
 ) -> Outcome<MemoryAck> {
     if let Some(id) = &req.memory_id
         && let Some(existing) = find_record(u, id)?
+        && existing.kind != req.kind
     {
-        if existing.kind != req.kind {
-            return Ok(Err(Error::invalid(
-                "kind",
-                format!(
-                    "memory {id} is a {} memory, not {}",
-                    existing.kind.as_str(),
-                    req.kind.as_str()
-                ),
-            )));
-        }
+        return Ok(Err(Error::invalid(
+            "kind",
+            format!(
+                "memory {id} is a {} memory, not {}",
+                existing.kind.as_str(),
+                req.kind.as_str()
+            ),
+        )));
+    }
+    record_anchors(u, scope, anchors)?;
+    if let Some(id) = &req.memory_id
+        && let Some(existing) = find_record(u, id)?
+    {
         let mut record = existing;
         record.summary_text = req.text.clone();
         record.payload = req.payload.to_string();
@@ -396,49 +409,17 @@ pub fn clear_session(u: &mut UserData<'_>, session: &str) -> Outcome<ClearAck> {
     }
 }
 
-/// Expires records past their TTL, purges expired and deleted records past their grace
-/// period, closes session windows idle past their time, and applies raw-turn retention to
-/// sessions whose oldest turns are due.
-pub fn sweep(
+/// Records the identity anchors of a write (nothing without a key service: the actor counts
+/// those before the write).
+fn record_anchors(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
-    what: SweepScope,
-    records: &[MemoryRecord],
-) -> StorageResult<(SweepReport, Vec<MemoryRecord>, Vec<String>)> {
-    let mut report = SweepReport::default();
-    let mut changed = Vec::new();
-    let mut purged = Vec::new();
-    for record in records
-        .iter()
-        .filter(|r| what.records && r.expires_at.is_some_and(|at| at <= scope.now))
-    {
-        match record.status {
-            MemoryStatus::Expired | MemoryStatus::Deleted => {
-                u.remove_record(record.kind, &record.memory_id)?;
-                purged.push(record.memory_id.clone());
-                report.purged += 1;
-            }
-            MemoryStatus::Active | MemoryStatus::Candidate | MemoryStatus::Suppressed => {
-                let mut record = record.clone();
-                record.status = MemoryStatus::Expired;
-                record.expires_at = Some(scope.now.plus_millis(PURGE_GRACE_MS));
-                u.put_record(&record)?;
-                changed.push(record);
-                report.expired += 1;
-            }
-        }
+    anchors: &Anchors,
+) -> StorageResult<()> {
+    for (kind, value) in anchors {
+        u.record_anchor(*kind, value, scope.now)?;
     }
-    let cutoff = scope.now.plus_millis(-scope.rule.retention_ms);
-    for session in u.sessions()? {
-        if what.sessions && u.close_idle_window(&session.session_id, scope.now)? {
-            report.sessions_closed += 1;
-        }
-        if what.turns && session.retain_until <= scope.now {
-            report.turns_removed +=
-                u.apply_retention(&session.session_id, cutoff, scope.rule.retention_ms)?;
-        }
-    }
-    Ok((report, changed, purged))
+    Ok(())
 }
 
 /// Where a formed memory came from.

@@ -401,3 +401,45 @@ fn storage_options_follow_the_settings() {
         "backoff stays the crate's"
     );
 }
+
+#[test]
+fn sm4_cipher_loads_by_name_and_needs_the_master_key_file() {
+    let config = load_in_jail(
+        "[security]\nmaster-key-file = \"/etc/engram/master.keys\"\ncipher = \"sm4-gcm\"\n",
+        &[],
+    )
+    .expect("loads");
+    assert_eq!(config.security.cipher, Cipher::Sm4Gcm);
+    config.validate().expect("validates");
+
+    let mut keyless = config;
+    keyless.security.master_key_file = None;
+    let err = keyless.validate().expect_err("sm4 without keys");
+    assert_eq!(keys(&err), ["security.cipher"]);
+
+    let err = load_in_jail("[security]\ncipher = \"des\"\n", &[]).expect_err("unknown cipher");
+    assert!(err.to_string().contains("des"), "{err}");
+}
+
+#[test]
+fn archive_retention_defaults_to_five_years_and_may_not_undercut_retention() {
+    let config = Config::default();
+    assert_eq!(
+        config.memory.archive_retention,
+        Duration::from_secs(1826 * 24 * 3600)
+    );
+    let config = load_in_jail("[memory]\narchive-retention = \"90days\"\n", &[]).expect("loads");
+    assert_eq!(
+        config.memory.archive_retention,
+        Duration::from_secs(90 * 24 * 3600)
+    );
+    config
+        .validate()
+        .expect("90 days is past the 30 of retention");
+    let mut short = config;
+    short.memory.archive_retention = Duration::from_secs(7 * 24 * 3600);
+    assert_eq!(
+        keys(&short.validate().expect_err("shorter than retention")),
+        ["memory.archive-retention"]
+    );
+}

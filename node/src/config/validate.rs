@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use engram_storage::crypto::Cipher;
 use humantime_serde::re::humantime::format_duration;
 
 use super::{Backend, Config, ConfigError, Problem};
@@ -143,6 +144,15 @@ impl Config {
         if self.memory.retention < Duration::from_secs(24 * 3600) {
             problem("memory.retention", "must be at least 1 day".to_owned());
         }
+        if self.memory.archive_retention < self.memory.retention {
+            problem(
+                "memory.archive-retention",
+                format!(
+                    "must be at least memory.retention ({}); set it equal to keep no archive",
+                    format_duration(self.memory.retention)
+                ),
+            );
+        }
         if !(100..=32_000).contains(&self.memory.token_budget) {
             problem(
                 "memory.token-budget",
@@ -188,6 +198,16 @@ impl Config {
             if let Err(err) = crate::jobs::parse_schedule(schedule) {
                 problem(key, format!("{schedule:?} is not a cron schedule: {err}"));
             }
+        }
+
+        if self.security.master_key_file.is_none() && self.security.cipher != Cipher::default() {
+            problem(
+                "security.cipher",
+                format!(
+                    "{} seals nothing without security.master-key-file; set the key file too",
+                    self.security.cipher.name()
+                ),
+            );
         }
 
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {

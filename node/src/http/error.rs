@@ -106,6 +106,14 @@ impl From<engram_storage::Error> for ApiError {
                 "unavailable",
                 "storage is busy; retry with the same request id",
             ),
+            E::KeyService(_) => {
+                tracing::warn!(error = %err, "key service failed");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "the key service is unavailable; retry with the same request id",
+                )
+            }
             E::ReadOnly
             | E::Decode { .. }
             | E::Encode { .. }

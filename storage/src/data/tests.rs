@@ -2,13 +2,14 @@
 
 use proptest::prelude::*;
 
+use super::archive::RetentionRule;
 use super::{UserData, expired};
 use crate::model::{
     Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel,
     RedactionLevel, ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
 };
 
-const RULE: SessionRule = SessionRule {
+pub(crate) const RULE: SessionRule = SessionRule {
     max_turns: 20,
     idle_ms: 1_000,
     retention_ms: 1_000_000,
@@ -46,7 +47,7 @@ pub(crate) fn record(id: &str, kind: MemoryKind, expires_at: Option<i64>) -> Mem
     }
 }
 
-fn turn(session: &str, text: &str, at: i64) -> Turn {
+pub(crate) fn turn(session: &str, text: &str, at: i64) -> Turn {
     Turn {
         session_id: session.into(),
         seq: 0,
@@ -62,7 +63,7 @@ fn turn(session: &str, text: &str, at: i64) -> Turn {
     }
 }
 
-fn with_user<T>(
+pub(crate) fn with_user<T>(
     store: &Store,
     ks: &Keyspace,
     user: &str,
@@ -212,7 +213,7 @@ fn idle_windows_are_indexed_and_closed_by_the_cleanup() {
 }
 
 #[test]
-fn retention_removes_old_turns_and_reindexes_the_session() {
+fn retention_moves_old_turns_out_of_the_session_and_reindexes_it() {
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
     let rule = SessionRule {
         max_turns: 20,
@@ -237,9 +238,14 @@ fn retention_removes_old_turns_and_reindexes_the_session() {
             session_id: "s".into()
         }
     );
+    let at = |now| RetentionRule {
+        now: Timestamp(now),
+        retention_ms: 100,
+        archive_ms: 1_000_000,
+    };
     // A sweep at 160 keeps turns created at or after 60.
     let removed = with_user(&store, &ks, "alice", |u| {
-        u.apply_retention("s", Timestamp(60), 100)
+        u.apply_retention("s", at(160), &mut { usize::MAX })
     });
     assert_eq!(removed, 3);
     let left = with_user(&store, &ks, "alice", |u| u.turns_from("s", 0));
@@ -247,22 +253,28 @@ fn retention_removes_old_turns_and_reindexes_the_session() {
         left.iter().map(|t| t.created_at.0).collect::<Vec<_>>(),
         [200]
     );
-    assert!(
-        due(300).is_empty(),
+    let live = |due: Vec<super::ExpiredRef>| {
+        due.into_iter()
+            .filter(|e| !matches!(e.target, ExpiryTarget::Archive { .. }))
+            .count()
+    };
+    assert_eq!(
+        due(300).len(),
+        0,
         "re-indexed at the oldest remaining turn plus retention"
     );
-    assert_eq!(due(301).len(), 1);
+    assert_eq!(live(due(301)), 1);
     // When every turn is past retention the session goes.
     assert_eq!(
         with_user(&store, &ks, "alice", |u| u.apply_retention(
             "s",
-            Timestamp(1_000),
-            100
+            at(1_100),
+            &mut { usize::MAX }
         )),
         1
     );
     assert!(with_user(&store, &ks, "alice", |u| u.sessions()).is_empty());
-    assert!(due(i64::MAX).is_empty());
+    assert_eq!(live(due(i64::MAX)), 0, "only the archive is indexed");
 }
 
 #[test]
@@ -580,3 +592,5 @@ fn sealed_values_are_ciphertext_and_forgetting_shreds_them_from_the_file() {
         }
     }
 }
+
+mod ciphers;

@@ -40,11 +40,12 @@ proptest! {
     }
 
     #[test]
-    fn expiry_keys_round_trip(at: i64, tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", session: bool) {
-        let target = if session {
-            ExpiryTarget::Session { session_id: id }
-        } else {
-            ExpiryTarget::Record { kind: MemoryKind::Episodic, memory_id: id }
+    fn expiry_keys_round_trip(at: i64, tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", which in 0..4u8) {
+        let target = match which {
+            0 => ExpiryTarget::Session { session_id: id },
+            1 => ExpiryTarget::SessionIdle { session_id: id },
+            2 => ExpiryTarget::Archive { session_id: id },
+            _ => ExpiryTarget::Record { kind: MemoryKind::Episodic, memory_id: id },
         };
         let key = ks().expiry(Timestamp(at), &tenant, &user, &target);
         prop_assert_eq!(ks().parse_expiry(&key), Some((Timestamp(at), tenant, user, target)));
@@ -52,20 +53,36 @@ proptest! {
 
     #[test]
     fn every_user_key_is_inside_the_user_range_and_the_keyspace(
-        tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", seq: u64,
+        tenant in "\\PC{0,10}", user in "\\PC{0,10}", id in "\\PC{0,10}", seq: u64, mac: [u8; 32],
     ) {
         let keys = ks().user(&tenant, &user);
         let all = keys.all();
         for key in [
             keys.header(), keys.session(&id), keys.turn(&id, seq), keys.record(MemoryKind::Profile, &id),
             keys.intent(&id, Timestamp(seq as i64)), keys.embedding(&id), keys.idempotency(&id),
+            keys.data_key(), keys.anchor(&mac), keys.archive(&id), keys.archived_turn(&id, seq),
         ] {
             prop_assert!(all.contains(&key));
             prop_assert!(ks().all().contains(&key));
             prop_assert!(!Keyspace::new("other").all().contains(&key));
         }
         prop_assert_eq!(keys.parse_turn(&keys.turn(&id, seq)), Some((id.clone(), seq)));
+        prop_assert_eq!(keys.parse_archived_turn(&keys.archived_turn(&id, seq)), Some((id.clone(), seq)));
         prop_assert_eq!(keys.parse_embedding(&keys.embedding(&id)), Some(id));
+    }
+
+    #[test]
+    fn archive_rows_archived_turns_and_live_turns_never_overlap(id in "[a-z0-9-]{0,12}", seq: u64, mac: [u8; 32]) {
+        let user = ks().user("t", "u");
+        let archived = user.archived_turn(&id, seq);
+        prop_assert!(user.archived_turns(&id).contains(&archived));
+        prop_assert!(user.all_archived_turns().contains(&archived));
+        prop_assert!(!user.archives().contains(&archived));
+        prop_assert!(!user.all_archived_turns().contains(&user.archive(&id)));
+        prop_assert!(!user.turns(&id).contains(&archived));
+        prop_assert!(!user.all_archived_turns().contains(&user.turn(&id, seq)));
+        prop_assert!(user.anchors().contains(&user.anchor(&mac)));
+        prop_assert_eq!(user.parse_turn(&archived), None);
     }
 }
 

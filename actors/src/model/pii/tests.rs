@@ -50,6 +50,37 @@ fn each_kind_is_found_with_its_checks() {
 }
 
 #[test]
+fn anchors_are_resident_id_and_passport_numbers_normalised_once_each() {
+    let lower = ID.to_ascii_lowercase();
+    let text = format!("身份证{lower}，护照e12345678；again {ID}, card {CARD}, 13812345678");
+    assert_eq!(
+        anchors_in(&text),
+        [
+            (AnchorKind::ResidentId, ID.to_owned()),
+            (AnchorKind::Passport, "E12345678".to_owned())
+        ]
+    );
+    assert_eq!(
+        anchor_of(&format!("  {lower} ")),
+        Some((AnchorKind::ResidentId, ID.to_owned()))
+    );
+    assert_eq!(
+        anchor_of("eA1234567"),
+        Some((AnchorKind::Passport, "EA1234567".to_owned()))
+    );
+    for not_one in [
+        CARD,
+        "13812345678",
+        "110105194912310021",
+        "my id 11010519491231002X",
+        "E12345678 E12345679",
+        "",
+    ] {
+        assert_eq!(anchor_of(not_one), None, "{not_one}");
+    }
+}
+
+#[test]
 fn levels_and_masks() {
     assert_eq!(level_of([format!("id {ID}").as_str()]), PiiLevel::High);
     assert_eq!(level_of(["13812345678", "a@b.cn"]), PiiLevel::Medium);

@@ -7,7 +7,8 @@
 //! falls back to a default.
 //!
 //! This module only describes and checks settings; it opens no store, binds no socket and
-//! reads no secret (the cluster cookie is named by path here and read by whoever uses it).
+//! reads no secret (the cluster cookie is named by path here and read by `crate::secret`).
+//! A relative `cluster.cookie-file` is relative to `node.data-dir` ([`Config::file`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -232,9 +233,10 @@ pub struct ClusterConfig {
     pub listen: String,
     /// Transport addresses (`host:port`) of nodes to dial at start.
     pub seeds: Vec<String>,
-    /// File holding the cluster's shared secret; `None` until the transport needs one.
-    /// The secret itself never appears in the configuration.
-    pub cookie_file: Option<PathBuf>,
+    /// File holding the cluster's shared secret (at least 16 characters, mode 0600 or
+    /// stricter). Every node needs it: peers are found through the membership table, so no
+    /// node can know it will stay alone. The secret itself never appears in the configuration.
+    pub cookie_file: PathBuf,
     /// Number of shards, fixed for the life of the cluster.
     pub shards: u32,
     /// How often the node writes its heartbeat.
@@ -255,7 +257,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             listen: "127.0.0.1:7000".to_owned(),
             seeds: Vec::new(),
-            cookie_file: None,
+            cookie_file: PathBuf::from("cookie"),
             shards: 1024,
             heartbeat_interval: Duration::from_millis(500),
             lease_timeout: Duration::from_secs(3),
@@ -466,6 +468,12 @@ impl Config {
     /// The SQLite file: `storage.sqlite.path`, relative paths resolved against `node.data-dir`.
     pub fn sqlite_path(&self) -> PathBuf {
         self.node.data_dir.join(&self.storage.sqlite.path)
+    }
+
+    /// A file named under `[cluster]` (the cookie), a relative path resolved against
+    /// `node.data-dir`.
+    pub fn file(&self, path: &Path) -> PathBuf {
+        self.node.data_dir.join(path)
     }
 }
 

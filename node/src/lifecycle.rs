@@ -6,7 +6,9 @@
 //! Shutdown rewrites the row with status `Left`, so that peers can tell a clean leave from a
 //! crash (a crashed node's row stays `Active` with a stale heartbeat).
 //!
-//! Between the two, the node starts the cluster transport and its shard region, takes its
+//! Before it opens the store, the node reads the cluster cookie (`crate::secret`): a missing
+//! or bad file stops it with an error naming the setting and the path. Between start-up and
+//! shutdown, the node starts the cluster transport and its shard region, takes its
 //! shard leases (one lease round before serving), heartbeats and rebalances every
 //! `cluster.heartbeat-interval`, serves the HTTP gateway over its user actors (forwarding
 //! users it does not own) and runs the maintenance jobs. SIGTERM, or the end of a drain,
@@ -41,6 +43,8 @@ use crate::metrics::NodeMetrics;
 pub async fn run(config: Config) -> Result<()> {
     // Before anything else, so that a signal sent during start-up is not fatal.
     let mut shutdown = Shutdown::install()?;
+    // The secret next: a bad file stops the node before it touches the store.
+    let cookie = crate::secret::cookie(&config)?;
 
     let store = crate::store::open(&config).await?;
     let keyspace = match &config.security.master_key_file {
@@ -68,7 +72,6 @@ pub async fn run(config: Config) -> Result<()> {
         step: "reading the bound address".to_owned(),
         source,
     })?;
-    let cookie = cluster_cookie(&config)?;
     let (transport, cluster_addr) = Transport::start(&node, &config.cluster.listen, cookie)
         .await
         .map_err(|source| Error::Io {
@@ -214,29 +217,6 @@ pub async fn run(config: Config) -> Result<()> {
     crate::store::close(store, config.storage.backend);
     info!(node = %node, "node stopped");
     Ok(())
-}
-
-/// The cluster's shared secret: the contents of `cluster.cookie-file`, or, when none is set,
-/// a fixed development cookie (logged as a warning: fine on one machine, not across a network).
-fn cluster_cookie(config: &Config) -> Result<String> {
-    match &config.cluster.cookie_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-                step: format!("reading cluster.cookie-file {}", path.display()),
-                source,
-            })?;
-            Ok(text.trim().to_owned())
-        }
-        None => {
-            tracing::warn!(
-                "cluster.cookie-file is not set: peers authenticate with the development cookie"
-            );
-            Ok(format!(
-                "engram-development-cookie-{}",
-                config.storage.root_prefix
-            ))
-        }
-    }
 }
 
 /// Dials the seeds once, then every live member whose region is not reachable, every

@@ -34,6 +34,7 @@ mod lifecycle;
 mod logging;
 mod metrics;
 mod operate;
+mod secret;
 mod store;
 
 /// The Engram node.

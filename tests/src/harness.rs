@@ -6,6 +6,7 @@
 //!   file ([`Sandbox::node`]) or the sandbox's shared one ([`Sandbox::shared_node`]: several
 //!   processes on one file, as the local cluster runs).
 //! - [`NodeSpec`]: what to start; any `cluster.toml` key can be set ([`NodeSpec::set`]).
+//!   Every node of a sandbox shares the sandbox's cookie file (mode 0600, random).
 //! - [`Node`]: a running process. Starting waits for the node's own "node started" log line
 //!   (which names the bound `http=` address, since nodes listen on port 0) and then for
 //!   `/ready` to answer 200, each with a deadline; nothing waits by sleeping. [`Node::kill`]
@@ -32,7 +33,7 @@ use hyper::StatusCode;
 
 pub use self::binary::{NODE_BIN_ENV, node_binary, workspace_root};
 pub use self::client::{HttpClient, HttpError, REQUEST_TIMEOUT, Reply, turn};
-pub use self::spec::{NodeSpec, Sandbox};
+pub use self::spec::{NodeSpec, Sandbox, write_secret};
 
 /// How long a node may take from spawn to answering `/ready` (a debug build on a busy
 /// 2-core machine included).

@@ -401,3 +401,23 @@ fn storage_options_follow_the_settings() {
         "backoff stays the crate's"
     );
 }
+
+#[test]
+fn the_cluster_needs_a_cookie_file() {
+    let mut config = Config::default();
+    assert_eq!(
+        config.file(&config.cluster.cookie_file),
+        Path::new("data/cookie")
+    );
+    config.cluster.cookie_file = PathBuf::from("/run/secrets/cookie");
+    assert_eq!(
+        config.file(&config.cluster.cookie_file),
+        Path::new("/run/secrets/cookie"),
+        "absolute paths stay"
+    );
+    config.cluster.cookie_file = PathBuf::new();
+    assert_eq!(
+        keys(&config.validate().expect_err("no cookie file")),
+        ["cluster.cookie-file"]
+    );
+}

@@ -66,6 +66,13 @@ impl Config {
             }
         }
 
+        if self.cluster.cookie_file.as_os_str().is_empty() {
+            problem(
+                "cluster.cookie-file",
+                "must name the file holding the cluster's shared secret".to_owned(),
+            );
+        }
+
         if self.cluster.shards == 0 {
             problem("cluster.shards", "must be at least 1".to_owned());
         }

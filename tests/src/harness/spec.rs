@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rand::Rng;
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -30,12 +31,25 @@ impl Sandbox {
             .prefix("engram-harness-")
             .tempdir()
             .expect("temporary directory");
-        Sandbox { dir: Arc::new(dir) }
+        let sandbox = Sandbox { dir: Arc::new(dir) };
+        let cookie: String = rand::rng()
+            .sample_iter(rand::distr::Alphanumeric)
+            .take(32)
+            .map(char::from)
+            .collect();
+        write_secret(&sandbox.cookie_file(), &cookie);
+        sandbox
     }
 
     /// The sandbox's directory.
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The cluster cookie every node of the sandbox reads (`cluster.cookie-file`): random,
+    /// mode 0600.
+    pub fn cookie_file(&self) -> PathBuf {
+        self.path().join("cluster.cookie")
     }
 
     /// The SQLite file that [`Sandbox::shared_node`] nodes share.
@@ -87,7 +101,9 @@ impl NodeSpec {
             _sandbox: sandbox.dir.clone(),
         };
         let (data_dir, sqlite) = (path_str(&spec.data_dir), path_str(&spec.sqlite));
+        let cookie = path_str(&sandbox.cookie_file());
         spec.set("node.id", id)
+            .set("cluster.cookie-file", cookie)
             .set("node.data-dir", data_dir)
             .set("storage.sqlite.path", sqlite)
             .set("http.listen", "127.0.0.1:0")
@@ -169,6 +185,24 @@ impl NodeSpec {
     pub async fn start(&self) -> Node {
         Node::start(self.clone()).await
     }
+}
+
+/// Writes `text` to a new file at `path` that only its owner may read (a secret file).
+///
+/// # Panics
+/// If the file cannot be written.
+pub fn write_secret(path: &Path, text: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    file.write_all(text.as_bytes())
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
 }
 
 fn path_str(path: &Path) -> String {

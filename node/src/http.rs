@@ -192,14 +192,18 @@ pub fn user_key(tenant: Tenant, user: &str) -> Result<UserKey, ApiError> {
     Ok(UserKey::new(tenant.0, user))
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests
-/// finish (bounded by `grace`).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
+/// Serves `router` on `listener` (plain TCP, or [`crate::tls::TlsListener`] for HTTPS) until
+/// `shutdown` resolves, then lets in-flight requests finish (bounded by `grace`).
+pub async fn serve<L>(
+    listener: L,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     grace: Duration,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
         axum::serve(listener, router)

@@ -36,6 +36,7 @@ mod metrics;
 mod operate;
 mod secret;
 mod store;
+mod tls;
 
 /// The Engram node.
 #[derive(Debug, Parser)]

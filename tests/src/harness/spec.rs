@@ -87,6 +87,8 @@ pub struct NodeSpec {
     settings: BTreeMap<String, BTreeMap<String, String>>,
     /// A command the node is started under (e.g. `ip netns exec NAME`), if any.
     wrapper: Vec<String>,
+    /// The CA the harness's clients trust for the gateway, when it serves HTTPS.
+    gateway_ca: Option<PathBuf>,
     _sandbox: Arc<TempDir>,
 }
 
@@ -98,6 +100,7 @@ impl NodeSpec {
             sqlite,
             settings: BTreeMap::new(),
             wrapper: Vec::new(),
+            gateway_ca: None,
             _sandbox: sandbox.dir.clone(),
         };
         let (data_dir, sqlite) = (path_str(&spec.data_dir), path_str(&spec.sqlite));
@@ -132,6 +135,27 @@ impl NodeSpec {
             .or_default()
             .insert(name.to_owned(), value.to_string());
         self
+    }
+
+    /// Serves the gateway over HTTPS only, with the PEM files `cert` (chain) and `key`; the
+    /// harness's clients of this node speak `https://` and trust only `ca`.
+    pub fn https(mut self, cert: &Path, key: &Path, ca: &Path) -> Self {
+        self.gateway_ca = Some(ca.to_owned());
+        self.set("http.tls-cert-file", path_str(cert))
+            .set("http.tls-key-file", path_str(key))
+    }
+
+    /// Links the node to its peers with mutual TLS: `ca` signs every node's certificate,
+    /// `cert` and `key` are this node's (issued for `cluster.tls-server-name`).
+    pub fn cluster_tls(self, ca: &Path, cert: &Path, key: &Path) -> Self {
+        self.set("cluster.tls-ca-file", path_str(ca))
+            .set("cluster.tls-cert-file", path_str(cert))
+            .set("cluster.tls-key-file", path_str(key))
+    }
+
+    /// The CA the harness trusts for this node's gateway, when it serves HTTPS.
+    pub fn gateway_ca(&self) -> Option<&Path> {
+        self.gateway_ca.as_deref()
     }
 
     /// Starts the node under `wrapper` (a command and its arguments, the node's command line

@@ -14,7 +14,6 @@
 //! header a client could set.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -398,8 +397,8 @@ pub async fn authenticate(
     }
     let client = request
         .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|ConnectInfo(addr)| addr.to_string());
+        .get::<ConnectInfo<crate::http::ClientAddr>>()
+        .map(|ConnectInfo(addr)| addr.0.to_string());
     let caller = Caller {
         principal,
         scope,

@@ -6,6 +6,10 @@
 //!   member named in the membership table itself, again on every lease round until the peer's
 //!   region is visible (ractor_cluster has no reconnect and no liveness timeout: death is
 //!   decided by leases, never by TCP).
+//! - With `[cluster] tls-*` set, links are mutual TLS (`crate::tls`): the node server accepts
+//!   only peers whose certificate the cluster CA signed, and every dial, of a member or a seed,
+//!   goes through [`Transport::connect`], which verifies the peer the same way and presents
+//!   this node's certificate. The cookie is checked on top, inside the encrypted link.
 //! - Per-user actors stay local. The only remote-capable actor is the [`Region`], which joins
 //!   the process group `engram.region.<node id>`; peers find it there.
 //! - A forwarded request travels as one versioned byte envelope ([`encode`] / [`decode`]):
@@ -25,12 +29,14 @@ use axum::http::{HeaderValue, Request, StatusCode, header};
 use engram_storage::model::Member;
 use ractor::message::{BoxedDowncastErr, SerializedMessage};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ractor_cluster::{NodeServer, NodeServerMessage};
+use ractor_cluster::{ClientConnectErr, IncomingEncryptionMode, NodeServer, NodeServerMessage};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::time::Instant;
 use tower::ServiceExt;
+
+use crate::tls::ClusterTls;
 
 /// Marks a request replayed from a peer (it is served here or refused, never forwarded
 /// again). A request extension, so no client can set it.
@@ -256,10 +262,27 @@ pub enum ForwardError {
     Envelope(#[from] EnvelopeError),
 }
 
+/// Why a dial opened no link.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// Refused or unreachable (the peer is down, or not listening yet).
+    #[error("{0}")]
+    Failed(String),
+    /// The TLS handshake failed: the peer's certificate is not the cluster CA's or lacks
+    /// `cluster.tls-server-name` (a configuration problem, worth a warning).
+    #[error("tls handshake failed: {0}")]
+    Tls(String),
+    /// No answer within the dial timeout.
+    #[error("timed out")]
+    TimedOut,
+}
+
 /// This node's end of the transport.
 pub struct Transport {
     node_id: String,
     server: ActorRef<NodeServerMessage>,
+    /// Mutual TLS of every link, when configured.
+    tls: Option<ClusterTls>,
     next_dial: Mutex<HashMap<String, (Instant, Duration)>>,
     /// Counters.
     pub metrics: Arc<TransportMetrics>,
@@ -269,6 +292,7 @@ impl std::fmt::Debug for Transport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Transport")
             .field("node_id", &self.node_id)
+            .field("tls", &self.tls.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -285,11 +309,13 @@ fn free_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
 
 impl Transport {
     /// Starts the node server on `listen` (`ip:port`; port 0 picks a free one) with the
-    /// cluster cookie, and returns the transport with the address peers should dial.
+    /// cluster cookie and, when given, mutual TLS; returns the transport with the address
+    /// peers should dial.
     pub async fn start(
         node_id: &str,
         listen: &str,
         cookie: String,
+        tls: Option<ClusterTls>,
     ) -> std::io::Result<(Arc<Transport>, String)> {
         let addr: std::net::SocketAddr = listen.parse().map_err(|e| {
             std::io::Error::new(
@@ -306,7 +332,8 @@ impl Transport {
             cookie,
             node_id.to_owned(),
             addr.ip().to_string(),
-            None,
+            tls.as_ref()
+                .map(|tls| IncomingEncryptionMode::Tls(tls.acceptor.clone())),
             Some(ractor_cluster::node::NodeConnectionMode::Isolated),
         )
         .with_listen_addr(addr.ip());
@@ -317,6 +344,7 @@ impl Transport {
             Arc::new(Transport {
                 node_id: node_id.to_owned(),
                 server,
+                tls,
                 next_dial: Mutex::new(HashMap::new()),
                 metrics: Arc::default(),
             }),
@@ -381,15 +409,44 @@ impl Transport {
                 continue;
             }
             self.metrics.dials.fetch_add(1, Ordering::Relaxed);
-            // A blackholed peer would hold a plain connect for minutes.
-            let dial = ractor_cluster::client_connect(&self.server, member.cluster_addr.as_str());
-            match tokio::time::timeout(DIAL_TIMEOUT, dial).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => {
+            match self.connect(&member.cluster_addr).await {
+                Ok(()) => {}
+                Err(err @ DialError::Tls(_)) => {
+                    tracing::warn!(peer = %member.node_id, error = %err, "dial failed");
+                }
+                Err(err @ (DialError::Failed(_) | DialError::TimedOut)) => {
                     tracing::debug!(peer = %member.node_id, error = %err, "dial failed");
                 }
-                Err(_) => tracing::debug!(peer = %member.node_id, "dial timed out"),
             }
+        }
+    }
+
+    /// Opens a link to the node server at `addr` (`host:port`), over TLS when configured,
+    /// within [`DIAL_TIMEOUT`] (a blackholed peer would hold a plain connect for minutes).
+    /// The session's own handshake (names, cookie) continues in the background.
+    pub async fn connect(&self, addr: &str) -> Result<(), DialError> {
+        let dial = async {
+            match &self.tls {
+                Some(tls) => {
+                    ractor_cluster::client_connect_enc(
+                        &self.server,
+                        addr,
+                        tls.connector.clone(),
+                        tls.server_name.clone(),
+                    )
+                    .await
+                }
+                None => ractor_cluster::client_connect(&self.server, addr).await,
+            }
+        };
+        match tokio::time::timeout(DIAL_TIMEOUT, dial).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(ClientConnectErr::Encryption(err))) => Err(DialError::Tls(err.to_string())),
+            Ok(Err(ClientConnectErr::Socket(err))) => Err(DialError::Failed(err.to_string())),
+            Ok(Err(ClientConnectErr::Messaging(err))) => {
+                Err(DialError::Failed(format!("node server: {err}")))
+            }
+            Err(_) => Err(DialError::TimedOut),
         }
     }
 
@@ -447,11 +504,6 @@ impl Transport {
                 }
             }
         }
-    }
-
-    /// The node server.
-    pub fn server(&self) -> &ActorRef<NodeServerMessage> {
-        &self.server
     }
 
     /// Stops the node server (and with it every session).

@@ -7,7 +7,9 @@
 //! falls back to a default.
 //!
 //! This module only describes and checks settings; it opens no store, binds no socket and
-//! reads no secret (the cluster cookie is named by path here and read by whoever uses it).
+//! reads no secret (the cluster cookie, certificates and keys are named by path here and read
+//! by whoever uses them, `crate::secret` and `crate::tls`). Relative paths of files under
+//! `[http]` and `[cluster]` are relative to `node.data-dir` ([`Config::file`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -174,6 +176,11 @@ pub struct HttpConfig {
     /// How long a graceful shutdown waits for in-flight requests and queued writes.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// PEM file of the gateway's certificate chain (the node's certificate first). With
+    /// `tls-key-file`, the gateway serves HTTPS only; unset, plain HTTP.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the private key of `tls-cert-file` (mode 0600 or stricter).
+    pub tls_key_file: Option<PathBuf>,
 }
 
 impl Default for HttpConfig {
@@ -183,6 +190,8 @@ impl Default for HttpConfig {
             max_body_bytes: 1024 * 1024,
             max_in_flight: 1024,
             shutdown_grace: Duration::from_secs(10),
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -318,9 +327,23 @@ pub struct ClusterConfig {
     pub listen: String,
     /// Transport addresses (`host:port`) of nodes to dial at start.
     pub seeds: Vec<String>,
-    /// File holding the cluster's shared secret; `None` until the transport needs one.
-    /// The secret itself never appears in the configuration.
-    pub cookie_file: Option<PathBuf>,
+    /// File holding the cluster's shared secret (at least 16 characters, mode 0600 or
+    /// stricter). Every node needs it: peers are found through the membership table, so no
+    /// node can know it will stay alone. The secret itself never appears in the configuration.
+    pub cookie_file: PathBuf,
+    /// PEM file of the CA certificate(s) that sign every node's cluster certificate. With
+    /// `tls-cert-file` and `tls-key-file`, links between nodes are mutual TLS: each side
+    /// presents its certificate and verifies the other's against this CA.
+    pub tls_ca_file: Option<PathBuf>,
+    /// PEM file of this node's cluster certificate chain, issued by the CA of `tls-ca-file`
+    /// for `tls-server-name`, usable for both TLS server and client authentication.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the private key of `tls-cert-file` (mode 0600 or stricter).
+    pub tls_key_file: Option<PathBuf>,
+    /// The DNS name every node's cluster certificate carries and every dial verifies: one
+    /// name for the whole cluster, since peers are dialled by whatever address the
+    /// membership table or the seeds give.
+    pub tls_server_name: String,
     /// Number of shards, fixed for the life of the cluster.
     pub shards: u32,
     /// How often the node writes its heartbeat.
@@ -341,7 +364,11 @@ impl Default for ClusterConfig {
         ClusterConfig {
             listen: "127.0.0.1:7000".to_owned(),
             seeds: Vec::new(),
-            cookie_file: None,
+            cookie_file: PathBuf::from("cookie"),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_server_name: "engram-cluster".to_owned(),
             shards: 1024,
             heartbeat_interval: Duration::from_millis(500),
             lease_timeout: Duration::from_secs(3),
@@ -552,6 +579,25 @@ impl Config {
     /// The SQLite file: `storage.sqlite.path`, relative paths resolved against `node.data-dir`.
     pub fn sqlite_path(&self) -> PathBuf {
         self.node.data_dir.join(&self.storage.sqlite.path)
+    }
+
+    /// A file named under `[http]` or `[cluster]` (cookie, certificates, keys), a relative
+    /// path resolved against `node.data-dir`.
+    pub fn file(&self, path: &Path) -> PathBuf {
+        self.node.data_dir.join(path)
+    }
+
+    /// Whether the gateway serves HTTPS.
+    pub fn http_tls(&self) -> bool {
+        self.http.tls_cert_file.is_some() || self.http.tls_key_file.is_some()
+    }
+
+    /// Whether links between nodes are TLS.
+    pub fn cluster_tls(&self) -> bool {
+        let cluster = &self.cluster;
+        cluster.tls_ca_file.is_some()
+            || cluster.tls_cert_file.is_some()
+            || cluster.tls_key_file.is_some()
     }
 }
 

@@ -4,6 +4,7 @@
 //! errors of the gateway (4xx / 5xx) will get their own type when the gateway exists.
 
 use std::io;
+use std::path::PathBuf;
 
 use crate::config::ConfigError;
 
@@ -54,6 +55,19 @@ pub enum Error {
         step: String,
         /// The I/O error.
         source: io::Error,
+    },
+
+    /// A file the configuration names (the cluster cookie, a certificate, a private key, a
+    /// CA) is missing, unreadable, open to group or others, or malformed (the operator's to
+    /// fix). The message names the key and the path, never the file's contents.
+    #[error("{key} {}: {reason}", path.display())]
+    File {
+        /// The setting that names the file (`cluster.cookie-file`).
+        key: &'static str,
+        /// The file, as resolved against `node.data-dir`.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
 
     /// The embedding pool could not start (the operator's: models not installed, or a CUDA

@@ -191,19 +191,44 @@ pub fn user_key(caller: &Caller, user: &str) -> Result<UserKey, ApiError> {
     Ok(UserKey::new(caller.tenant.as_str(), user))
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests
-/// finish (bounded by `grace`).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
+/// The address of a request's client, for any listener of socket addresses (plain TCP or
+/// TLS); read by authentication for the audit trail.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
+    for ClientAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        ClientAddr(*stream.remote_addr())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>>
+    for ClientAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, crate::tls::TlsListener>) -> Self {
+        ClientAddr(*stream.remote_addr())
+    }
+}
+
+/// Serves `router` on `listener` (plain TCP, or [`crate::tls::TlsListener`] for HTTPS) until
+/// `shutdown` resolves, then lets in-flight requests finish (bounded by `grace`).
+pub async fn serve<L>(
+    listener: L,
     router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     grace: Duration,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
+    ClientAddr: for<'a> axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
+{
     let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(async move {
         axum::serve(
             listener,
-            router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            router.into_make_service_with_connect_info::<ClientAddr>(),
         )
         .with_graceful_shutdown(async move {
                 shutdown.await;

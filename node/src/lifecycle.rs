@@ -6,8 +6,10 @@
 //! Shutdown rewrites the row with status `Left`, so that peers can tell a clean leave from a
 //! crash (a crashed node's row stays `Active` with a stale heartbeat).
 //!
-//! Between the two, the node starts the cluster transport and its shard region, takes its
-//! shard leases (one lease round before serving), heartbeats and rebalances every
+//! Before it opens the store, the node reads the cluster cookie and loads its TLS certificates
+//! and keys (`crate::secret`, `crate::tls`): a missing or bad file stops it with an error
+//! naming the setting and the path. Between start-up and shutdown, the node starts the
+//! cluster transport and its shard region, takes its shard leases (one lease round before serving), heartbeats and rebalances every
 //! `cluster.heartbeat-interval`, serves the HTTP gateway over its user actors (forwarding
 //! users it does not own) and runs the maintenance jobs. SIGTERM, or the end of a drain,
 //! stops accepting connections, lets in-flight requests and the writes already queued at
@@ -41,6 +43,15 @@ use crate::metrics::NodeMetrics;
 pub async fn run(config: Config) -> Result<()> {
     // Before anything else, so that a signal sent during start-up is not fatal.
     let mut shutdown = Shutdown::install()?;
+    // Secrets and certificates next: a bad file stops the node before it touches the store.
+    let cookie = crate::secret::cookie(&config)?;
+    let gateway_tls = crate::tls::gateway(&config)?;
+    let cluster_tls = crate::tls::cluster(&config)?;
+    let links = if cluster_tls.is_some() {
+        "mutual-tls"
+    } else {
+        "tcp"
+    };
 
     let admin_key = config.security.admin_key().map_err(Error::Secret)?;
     let store = crate::store::open(&config).await?;
@@ -71,16 +82,16 @@ pub async fn run(config: Config) -> Result<()> {
         step: "reading the bound address".to_owned(),
         source,
     })?;
-    let cookie = cluster_cookie(&config)?;
-    let (transport, cluster_addr) = Transport::start(&node, &config.cluster.listen, cookie)
-        .await
-        .map_err(|source| Error::Io {
-            step: format!(
-                "starting the cluster transport on {}",
-                config.cluster.listen
-            ),
-            source,
-        })?;
+    let (transport, cluster_addr) =
+        Transport::start(&node, &config.cluster.listen, cookie, cluster_tls)
+            .await
+            .map_err(|source| Error::Io {
+                step: format!(
+                    "starting the cluster transport on {}",
+                    config.cluster.listen
+                ),
+                source,
+            })?;
     let started_at = now();
     let member = Member {
         node_id: node.clone(),
@@ -196,7 +207,9 @@ pub async fn run(config: Config) -> Result<()> {
         node = %node,
         backend = store.backend(),
         http = %http_addr,
+        https = gateway_tls.is_some(),
         cluster = %config.cluster.listen,
+        links,
         shards = config.cluster.shards,
         "node started"
     );
@@ -211,12 +224,21 @@ pub async fn run(config: Config) -> Result<()> {
         let _ = signal_tx.send(signal);
     };
     let grace = config.http.shutdown_grace;
-    crate::http::serve(listener, app, stop, grace)
-        .await
-        .map_err(|source| Error::Io {
-            step: "serving http".to_owned(),
-            source,
-        })?;
+    let served = match gateway_tls {
+        Some(tls) => {
+            let listener =
+                crate::tls::TlsListener::new(listener, tls).map_err(|source| Error::Io {
+                    step: "serving https".to_owned(),
+                    source,
+                })?;
+            crate::http::serve(listener, app, stop, grace).await
+        }
+        None => crate::http::serve(listener, app, stop, grace).await,
+    };
+    served.map_err(|source| Error::Io {
+        step: "serving http".to_owned(),
+        source,
+    })?;
     let signal = signal_rx.await.unwrap_or("server exit");
     info!(node = %node, signal, "shutting down");
     for job in jobs {
@@ -240,29 +262,6 @@ pub async fn run(config: Config) -> Result<()> {
     Ok(())
 }
 
-/// The cluster's shared secret: the contents of `cluster.cookie-file`, or, when none is set,
-/// a fixed development cookie (logged as a warning: fine on one machine, not across a network).
-fn cluster_cookie(config: &Config) -> Result<String> {
-    match &config.cluster.cookie_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-                step: format!("reading cluster.cookie-file {}", path.display()),
-                source,
-            })?;
-            Ok(text.trim().to_owned())
-        }
-        None => {
-            tracing::warn!(
-                "cluster.cookie-file is not set: peers authenticate with the development cookie"
-            );
-            Ok(format!(
-                "engram-development-cookie-{}",
-                config.storage.root_prefix
-            ))
-        }
-    }
-}
-
 /// Dials the seeds once, then every live member whose region is not reachable, every
 /// heartbeat interval (ractor_cluster does not reconnect by itself).
 fn spawn_dialer(
@@ -273,11 +272,8 @@ fn spawn_dialer(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         for seed in seeds {
-            let dial = ractor_cluster::client_connect(transport.server(), seed.as_str());
-            match tokio::time::timeout(std::time::Duration::from_secs(2), dial).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => tracing::info!(seed = %seed, error = %err, "seed not reachable"),
-                Err(_) => tracing::info!(seed = %seed, "seed did not answer"),
+            if let Err(err) = transport.connect(&seed).await {
+                tracing::info!(seed = %seed, error = %err, "seed not reachable");
             }
         }
         let mut tick = tokio::time::interval(every);

@@ -39,7 +39,9 @@ mod lifecycle;
 mod logging;
 mod metrics;
 mod operate;
+mod secret;
 mod store;
+mod tls;
 
 /// The Engram node.
 #[derive(Debug, Parser)]

@@ -30,6 +30,15 @@ fn write(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
+/// A cookie file in `dir` that the node accepts (mode 0600); returns its path.
+fn cookie(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("cookie");
+    std::fs::write(&path, "cli-test-cookie-0123456789").expect("cookie written");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    path
+}
+
 #[test]
 fn check_config_accepts_the_reference_file() {
     let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cluster.toml");
@@ -74,12 +83,36 @@ fn run_fails_clearly_when_the_store_cannot_open() {
     let blocker = dir.path().join("a-file");
     std::fs::write(&blocker, "").expect("blocker written");
     let text = format!(
-        "[node]\ndata-dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[cluster]\nlisten = \"127.0.0.1:0\"\n",
-        blocker.join("data").display()
+        "[node]\ndata-dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[cluster]\nlisten = \"127.0.0.1:0\"\ncookie-file = \"{}\"\n",
+        blocker.join("data").display(),
+        cookie(dir.path()).display()
     );
     let output = engram_node(&["run"], &write(dir.path(), &text));
     assert_eq!(output.status.code(), Some(1));
     let err = stderr(&output);
     assert!(err.contains("error: creating node.data-dir"), "{err}");
     assert!(!err.contains("node started"), "{err}");
+}
+
+#[test]
+fn run_refuses_to_start_without_its_cookie_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let text = format!(
+        "[node]\ndata-dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[cluster]\nlisten = \"127.0.0.1:0\"\n",
+        data.display()
+    );
+    let output = engram_node(&["run"], &write(dir.path(), &text));
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    let expected = format!(
+        "error: cluster.cookie-file {}: cannot open",
+        data.join("cookie").display()
+    );
+    assert!(err.contains(&expected), "{err}");
+    assert!(!err.contains("node started"), "{err}");
+    assert!(
+        !data.join("engram.sqlite").exists(),
+        "the store was not touched"
+    );
 }

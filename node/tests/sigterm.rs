@@ -128,6 +128,8 @@ impl Drop for NodeProcess {
 /// SQLite file it names.
 fn write_config(dir: &Path, node_id: &str) -> (PathBuf, PathBuf) {
     let data_dir = dir.join("data");
+    let cookie = dir.join("cookie");
+    write_secret(&cookie, "sigterm-test-cookie-0123456789");
     let config = format!(
         r#"[node]
 id = "{node_id}"
@@ -138,6 +140,7 @@ listen = "127.0.0.1:0"
 
 [cluster]
 listen = "127.0.0.1:0"
+cookie-file = "{cookie}"
 shards = 64
 
 [storage]
@@ -147,10 +150,18 @@ root-prefix = "{ROOT_PREFIX}"
 path = "node.sqlite"
 "#,
         data_dir = data_dir.display(),
+        cookie = cookie.display(),
     );
     let path = dir.join("node.toml");
     std::fs::write(&path, config).expect("config written");
     (path, data_dir.join("node.sqlite"))
+}
+
+/// Writes `text` to `path`, readable by its owner only (as the node requires of secrets).
+fn write_secret(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).expect("secret written");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
 }
 
 fn read_member(sqlite: &Path, node_id: &str) -> Member {

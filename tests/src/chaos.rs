@@ -331,24 +331,36 @@ pub async fn one_owner_per_epoch(sandbox: &Sandbox, users: &[String]) {
     }
 }
 
+/// `client`'s metric `name` (unlabelled); 0 when the node does not answer or lacks it.
+pub async fn metric(client: &HttpClient, name: &str) -> f64 {
+    let text = client
+        .get("/metrics")
+        .await
+        .map(|r| r.text())
+        .unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Waits until `client`'s metric `name` (unlabelled) is above zero.
 pub async fn metric_above_zero(client: &HttpClient, name: &str, deadline: Duration) {
+    metric_at_least(client, name, 1.0, deadline).await;
+}
+
+/// Waits until `client`'s metric `name` (unlabelled) is at least `least`.
+pub async fn metric_at_least(client: &HttpClient, name: &str, least: f64, deadline: Duration) {
     let until = Instant::now() + deadline;
     loop {
-        let text = client
-            .get("/metrics")
-            .await
-            .map(|r| r.text())
-            .unwrap_or_default();
-        let value: f64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        if value > 0.0 {
+        let value = metric(client, name).await;
+        if value >= least {
             return;
         }
-        assert!(Instant::now() < until, "{name} stayed 0");
+        assert!(
+            Instant::now() < until,
+            "{name} stayed at {value}, below {least}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -6,6 +6,9 @@
 //!   file ([`Sandbox::node`]) or the sandbox's shared one ([`Sandbox::shared_node`]: several
 //!   processes on one file, as the local cluster runs).
 //! - [`NodeSpec`]: what to start; any `cluster.toml` key can be set ([`NodeSpec::set`]).
+//!   Every node of a sandbox shares the sandbox's cookie file (mode 0600, random);
+//!   [`NodeSpec::https`] and [`NodeSpec::cluster_tls`] turn on TLS with the test's own files,
+//!   and the node's clients then speak HTTPS trusting the test's CA.
 //! - [`Node`]: a running process. Starting waits for the node's own "node started" log line
 //!   (which names the bound `http=` address, since nodes listen on port 0) and then for
 //!   `/ready` to answer 200, each with a deadline; nothing waits by sleeping. [`Node::kill`]
@@ -20,6 +23,7 @@
 
 mod binary;
 mod client;
+mod connector;
 mod spec;
 
 use std::io::{BufRead, BufReader};
@@ -32,7 +36,7 @@ use hyper::StatusCode;
 
 pub use self::binary::{NODE_BIN_ENV, node_binary, workspace_root};
 pub use self::client::{HttpClient, HttpError, KeyRing, REQUEST_TIMEOUT, Reply, turn};
-pub use self::spec::{NodeSpec, Sandbox};
+pub use self::spec::{NodeSpec, Sandbox, write_secret};
 
 /// How long a node may take from spawn to answering `/ready` (a debug build on a busy
 /// 2-core machine included).
@@ -197,16 +201,24 @@ impl Node {
         self.addr
     }
 
-    /// `http://<addr>`.
+    /// `http://<addr>`, or `https://<addr>` when the spec serves HTTPS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = match self.spec.gateway_ca() {
+            Some(_) => "https",
+            None => "http",
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
-    /// A pooled client of the current run's address, with the sandbox's keys (the root key
-    /// for admin and cluster endpoints, a gateway key otherwise).
+    /// A pooled client of the current run's address (trusting the spec's gateway CA when it
+    /// serves HTTPS), with the sandbox's keys (the root key for admin and cluster endpoints,
+    /// a gateway key otherwise).
     pub fn client(&self) -> HttpClient {
-        HttpClient::new(&self.url())
-            .with_ring(self.spec.keys().clone(), self.spec.sqlite_path().to_owned())
+        let client = match self.spec.gateway_ca() {
+            Some(ca) => HttpClient::trusting(&self.url(), ca),
+            None => HttpClient::new(&self.url()),
+        };
+        client.with_ring(self.spec.keys().clone(), self.spec.sqlite_path().to_owned())
     }
 
     /// Like [`Node::client`], opening a new connection for every request.

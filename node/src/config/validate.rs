@@ -67,6 +67,16 @@ impl Config {
             }
         }
 
+        if self.cluster.cookie_file.as_os_str().is_empty() {
+            problem(
+                "cluster.cookie-file",
+                "must name the file holding the cluster's shared secret".to_owned(),
+            );
+        }
+        for (key, message) in self.tls_problems() {
+            problem(key, message);
+        }
+
         if self.cluster.shards == 0 {
             problem("cluster.shards", "must be at least 1".to_owned());
         }
@@ -224,6 +234,52 @@ impl Config {
         }
     }
 
+    /// What is wrong with the TLS settings: half-set pairs and triples, empty paths, a server
+    /// name that is no name.
+    fn tls_problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        let http = [
+            ("http.tls-cert-file", &self.http.tls_cert_file),
+            ("http.tls-key-file", &self.http.tls_key_file),
+        ];
+        let cluster = [
+            ("cluster.tls-ca-file", &self.cluster.tls_ca_file),
+            ("cluster.tls-cert-file", &self.cluster.tls_cert_file),
+            ("cluster.tls-key-file", &self.cluster.tls_key_file),
+        ];
+        for group in [&http[..], &cluster[..]] {
+            let set: Vec<&str> = group
+                .iter()
+                .filter(|(_, path)| path.is_some())
+                .map(|(key, _)| *key)
+                .collect();
+            for (key, path) in group {
+                match path {
+                    Some(path) if path.as_os_str().is_empty() => {
+                        problems.push((*key, "must not be empty".to_owned()));
+                    }
+                    Some(_) => {}
+                    None if !set.is_empty() => problems.push((
+                        *key,
+                        format!(
+                            "is not set but {} is; set all of them or none",
+                            set.join(" and ")
+                        ),
+                    )),
+                    None => {}
+                }
+            }
+        }
+        let name = &self.cluster.tls_server_name;
+        if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
+            problems.push((
+                "cluster.tls-server-name",
+                format!("{name:?} is not a DNS name or an IP address"),
+            ));
+        }
+        problems
+    }
+
     /// Settings that work but are probably unintended, one sentence each. The node logs them
     /// as warnings and starts anyway.
     pub fn advice(&self) -> Vec<String> {
@@ -238,6 +294,21 @@ impl Config {
                 "cluster.shards = {shards} leaves fewer than {MIN_SHARDS_PER_NODE} shards per node \
                  for a cluster of {nodes} node(s); the shard count is fixed for the life of the \
                  cluster, so size it for the largest cluster you expect"
+            ));
+        }
+        if !self.http_tls() && !is_loopback(&self.http.listen) {
+            advice.push(format!(
+                "http.listen = {:?} is reachable from other machines but the gateway serves plain \
+                 HTTP; set http.tls-cert-file and http.tls-key-file",
+                self.http.listen
+            ));
+        }
+        if !self.cluster_tls() && !is_loopback(&self.cluster.listen) {
+            advice.push(format!(
+                "cluster.listen = {:?} is reachable from other machines but links between nodes \
+                 are plain TCP (forwarded requests cross the network in clear); set \
+                 cluster.tls-ca-file, cluster.tls-cert-file and cluster.tls-key-file",
+                self.cluster.listen
             ));
         }
         match self.storage.backend {
@@ -259,6 +330,13 @@ fn parse_listen(addr: &str) -> Result<SocketAddr, String> {
     addr.parse().map_err(|_| {
         format!("{addr:?} is not a socket address; write ip:port, e.g. \"127.0.0.1:7000\" or \"[::1]:7000\"")
     })
+}
+
+/// Whether `listen` is a loopback address (one that does not parse is validate's to report).
+fn is_loopback(listen: &str) -> bool {
+    listen
+        .parse::<SocketAddr>()
+        .map_or(true, |addr| addr.ip().is_loopback())
 }
 
 /// Checks that a seed is `host:port` (hosts are resolved when the node dials them).

@@ -1,8 +1,9 @@
 //! A small HTTP/1.1 client for the gateway, and the `must_*` helpers the suites call.
 //!
 //! It is hyper-util's pooled client (hyper is already in the tree through axum, so this adds
-//! two tiny crates, not an HTTP stack with TLS, URL parsing and IDNA tables; plain HTTP to
-//! loopback is all a test needs). Every request has a deadline, so a hung node fails a test
+//! two tiny crates, not an HTTP stack with URL parsing and IDNA tables). `https://` goes
+//! through tokio-rustls, trusting only the CA a test names ([`HttpClient::trusting`]): no
+//! system roots. Every request has a deadline, so a hung node fails a test
 //! instead of hanging it. Transport failures are values ([`HttpError`]) that say whether the
 //! request can have reached the node: chaos tests need exactly that distinction.
 //!
@@ -21,6 +22,9 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use std::path::Path;
+
+use super::connector::Connector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
@@ -117,7 +121,7 @@ enum Auth {
 /// A client of one node's gateway; cheap to clone (clones share the connection pool).
 #[derive(Clone)]
 pub struct HttpClient {
-    inner: Client<HttpConnector, Full<Bytes>>,
+    inner: Client<Connector, Full<Bytes>>,
     base: String,
     headers: Vec<(HeaderName, HeaderValue)>,
     auth: Auth,
@@ -134,19 +138,32 @@ impl fmt::Debug for HttpClient {
 impl HttpClient {
     /// A pooled client of the node at `base` (`http://127.0.0.1:8080`).
     pub fn new(base: &str) -> Self {
-        Self::build(base, usize::MAX)
+        Self::build(base, usize::MAX, None)
+    }
+
+    /// A pooled client of the node at `base` that speaks `https://` (`http://` too), trusting
+    /// only the CA certificates of the PEM file `ca`.
+    ///
+    /// # Panics
+    /// If `ca` cannot be read or holds no certificate.
+    pub fn trusting(base: &str, ca: &Path) -> Self {
+        Self::build(base, usize::MAX, Some(ca))
     }
 
     /// A client that opens a new connection for every request, so that each request's fate
     /// is its own (no keep-alive connection closed under it by a shutting-down server).
     pub fn fresh_connections(base: &str) -> Self {
-        Self::build(base, 0)
+        Self::build(base, 0, None)
     }
 
-    fn build(base: &str, idle: usize) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    fn build(base: &str, idle: usize, ca: Option<&Path>) -> Self {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(Duration::from_secs(5)));
+        let connector = match ca {
+            Some(ca) => Connector::trusting(tcp, ca),
+            None => Connector::plain(tcp),
+        };
         let inner = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(idle)
             .build(connector);

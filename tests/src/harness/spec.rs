@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rand::Rng;
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -36,11 +37,18 @@ impl Sandbox {
         let root: String = (0..4)
             .map(|_| format!("{:016x}", rand::random::<u64>()))
             .collect();
-        std::fs::write(dir.path().join("admin.key"), &root).expect("admin key written");
-        Sandbox {
+        let sandbox = Sandbox {
             dir: Arc::new(dir),
-            keys: Arc::new(KeyRing::new(root)),
-        }
+            keys: Arc::new(KeyRing::new(root.clone())),
+        };
+        write_secret(&sandbox.admin_key_file(), &root);
+        let cookie: String = rand::rng()
+            .sample_iter(rand::distr::Alphanumeric)
+            .take(32)
+            .map(char::from)
+            .collect();
+        write_secret(&sandbox.cookie_file(), &cookie);
+        sandbox
     }
 
     /// The keys of the sandbox's clients (the root admin key among them).
@@ -56,6 +64,12 @@ impl Sandbox {
     /// The sandbox's directory.
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The cluster cookie every node of the sandbox reads (`cluster.cookie-file`): random,
+    /// mode 0600.
+    pub fn cookie_file(&self) -> PathBuf {
+        self.path().join("cluster.cookie")
     }
 
     /// The SQLite file that [`Sandbox::shared_node`] nodes share.
@@ -94,6 +108,8 @@ pub struct NodeSpec {
     /// A command the node is started under (e.g. `ip netns exec NAME`), if any.
     wrapper: Vec<String>,
     keys: Arc<KeyRing>,
+    /// The CA the harness's clients trust for the gateway, when it serves HTTPS.
+    gateway_ca: Option<PathBuf>,
     _sandbox: Arc<TempDir>,
 }
 
@@ -106,12 +122,15 @@ impl NodeSpec {
             settings: BTreeMap::new(),
             wrapper: Vec::new(),
             keys: sandbox.keys.clone(),
+            gateway_ca: None,
             _sandbox: sandbox.dir.clone(),
         };
         let (data_dir, sqlite) = (path_str(&spec.data_dir), path_str(&spec.sqlite));
         let admin_key = path_str(&sandbox.admin_key_file());
+        let cookie = path_str(&sandbox.cookie_file());
         spec.set("node.id", id)
             .set("security.admin-key-file", admin_key)
+            .set("cluster.cookie-file", cookie)
             .set("node.data-dir", data_dir)
             .set("storage.sqlite.path", sqlite)
             .set("http.listen", "127.0.0.1:0")
@@ -140,6 +159,27 @@ impl NodeSpec {
             .or_default()
             .insert(name.to_owned(), value.to_string());
         self
+    }
+
+    /// Serves the gateway over HTTPS only, with the PEM files `cert` (chain) and `key`; the
+    /// harness's clients of this node speak `https://` and trust only `ca`.
+    pub fn https(mut self, cert: &Path, key: &Path, ca: &Path) -> Self {
+        self.gateway_ca = Some(ca.to_owned());
+        self.set("http.tls-cert-file", path_str(cert))
+            .set("http.tls-key-file", path_str(key))
+    }
+
+    /// Links the node to its peers with mutual TLS: `ca` signs every node's certificate,
+    /// `cert` and `key` are this node's (issued for `cluster.tls-server-name`).
+    pub fn cluster_tls(self, ca: &Path, cert: &Path, key: &Path) -> Self {
+        self.set("cluster.tls-ca-file", path_str(ca))
+            .set("cluster.tls-cert-file", path_str(cert))
+            .set("cluster.tls-key-file", path_str(key))
+    }
+
+    /// The CA the harness trusts for this node's gateway, when it serves HTTPS.
+    pub fn gateway_ca(&self) -> Option<&Path> {
+        self.gateway_ca.as_deref()
     }
 
     /// Starts the node under `wrapper` (a command and its arguments, the node's command line
@@ -198,6 +238,24 @@ impl NodeSpec {
     pub async fn start(&self) -> Node {
         Node::start(self.clone()).await
     }
+}
+
+/// Writes `text` to a new file at `path` that only its owner may read (a secret file).
+///
+/// # Panics
+/// If the file cannot be written.
+pub fn write_secret(path: &Path, text: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    file.write_all(text.as_bytes())
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
 }
 
 fn path_str(path: &Path) -> String {

@@ -3,8 +3,8 @@
 //! pseudonym, action, ids, client address, time, outcome) in the append-only audit keyspace
 //! before its answer leaves the node. Refused requests (403) are recorded too.
 //!
-//! Entries are written by one task in batches (one transaction for everything queued), and the
-//! request waits for its batch to commit: an answer is never sent for an action whose entry
+//! Entries are written in batches (one transaction for everything queued, a few batches
+//! committing at once), and the request waits for its batch to commit: an answer is never sent for an action whose entry
 //! was lost. If the trail cannot be written the request is answered 503. A request forwarded
 //! to a peer is recorded once, by the node that served it. Entries older than
 //! `security.audit-retention` are purged hourly.
@@ -32,6 +32,8 @@ use crate::metrics::NodeMetrics;
 const QUEUE: usize = 4_096;
 /// Entries written in one transaction, at most.
 const BATCH: usize = 512;
+/// Batches being committed at once, at most.
+const IN_FLIGHT_BATCHES: usize = 4;
 /// How often old entries are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3_600);
 
@@ -139,6 +141,9 @@ async fn write_loop(
     mut rx: mpsc::Receiver<Pending>,
     metrics: Arc<NodeMetrics>,
 ) {
+    // Batches commit concurrently (SQLite's group commit makes them share durable commits),
+    // so a request waits for about one commit, not for the batch before its own.
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT_BATCHES));
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -147,18 +152,24 @@ async fn write_loop(
                 Err(_) => break,
             }
         }
-        let entries: Vec<AuditEntry> = batch.iter().map(|(e, _)| e.clone()).collect();
-        let ks = keyspace.clone();
-        let written = store
-            .run(move |txn| access::append_audit(txn, &ks, &entries))
-            .await;
-        if let Err(err) = &written {
-            tracing::error!(%err, entries = batch.len(), "writing audit entries failed");
-        }
-        metrics.audited(written.is_ok(), batch.len() as u64);
-        for (_, done) in batch {
-            let _ = done.send(written.is_ok());
-        }
+        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+            return;
+        };
+        let (store, ks, metrics) = (store.clone(), keyspace.clone(), Arc::clone(&metrics));
+        tokio::spawn(async move {
+            let entries: Vec<AuditEntry> = batch.iter().map(|(e, _)| e.clone()).collect();
+            let written = store
+                .run(move |txn| access::append_audit(txn, &ks, &entries))
+                .await;
+            drop(permit);
+            if let Err(err) = &written {
+                tracing::error!(%err, entries = batch.len(), "writing audit entries failed");
+            }
+            metrics.audited(written.is_ok(), batch.len() as u64);
+            for (_, done) in batch {
+                let _ = done.send(written.is_ok());
+            }
+        });
     }
 }
 

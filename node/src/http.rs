@@ -111,6 +111,8 @@ pub fn router(state: AppState, limits: Limits) -> Router {
             "/v1/admin/users/{user}/approvals",
             post(admin::approve_sensitive_reads),
         )
+        .route("/v1/admin/users/{user}/archive", get(admin::archive))
+        .route("/v1/users/{user}/anchors/match", post(admin::match_anchor))
         .route("/v1/admin/keys", post(admin::create_key).get(admin::list_keys))
         .route("/v1/admin/keys/{key_id}/rotate", post(admin::rotate_key))
         .route("/v1/admin/keys/{key_id}", delete(admin::revoke_key))

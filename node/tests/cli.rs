@@ -5,13 +5,24 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The root admin key the nodes of these tests run with (from the environment).
+const ADMIN_KEY: &str = "cli-tests-admin-key-0123456789abcdef0123456789";
+
 fn engram_node(args: &[&str], config: &Path) -> Output {
+    engram_node_with(args, config, Some(ADMIN_KEY))
+}
+
+fn engram_node_with(args: &[&str], config: &Path, admin_key: Option<&str>) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_engram-node"));
     command
         .args(args)
         .arg("--config")
         .arg(config)
-        .env("RUST_LOG", "info");
+        .env("RUST_LOG", "info")
+        .env_remove("ENGRAM_ADMIN_KEY");
+    if let Some(key) = admin_key {
+        command.env("ENGRAM_ADMIN_KEY", key);
+    }
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("ENGRAM__") {
             command.env_remove(key);
@@ -92,6 +103,25 @@ fn run_fails_clearly_when_the_store_cannot_open() {
     let err = stderr(&output);
     assert!(err.contains("error: creating node.data-dir"), "{err}");
     assert!(!err.contains("node started"), "{err}");
+}
+
+#[test]
+fn run_refuses_to_start_without_an_admin_key_or_with_a_short_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!(
+        "[node]\ndata-dir = \"{}\"\n[http]\nlisten = \"127.0.0.1:0\"\n[cluster]\nlisten = \"127.0.0.1:0\"\ncookie-file = \"{}\"\n",
+        dir.path().join("data").display(),
+        cookie(dir.path()).display()
+    );
+    let config = write(dir.path(), &text);
+    let output = engram_node_with(&["run"], &config, None);
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(err.contains("error: no admin key: set security.admin-key-file"), "{err}");
+    assert!(!err.contains("node started"), "{err}");
+    let output = engram_node_with(&["run"], &config, Some("too-short"));
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("at least 32 characters"), "{}", stderr(&output));
 }
 
 #[test]

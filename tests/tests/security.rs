@@ -9,7 +9,8 @@
 //! - Audit: reads, writes, refusals, key operations, approvals and forgetting are recorded
 //!   with principal, user pseudonym, action, ids, client address and outcome.
 //! - Breaker: the sixth read of a user's high-PII memories in the window is refused until an
-//!   admin approves; admins read full text, gateways masked text.
+//!   admin approves; admins read full text, gateways masked text; identity anchors match the
+//!   numbers a user gave.
 //! - Rate limit: a key over its rate gets 429 (`rate_limited`); other keys keep theirs.
 
 use engram_tests::harness::{HttpClient, Node, Sandbox, node_binary, turn};
@@ -104,6 +105,8 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         (Method::POST, "/v1/admin/keys".into(), Some(json!({"tenant": "tenant-b", "scope": "admin"}))),
         (Method::GET, "/v1/admin/audit?user=bob".into(), None),
         (Method::POST, "/v1/admin/users/bob/approvals".into(), None),
+        (Method::GET, "/v1/admin/users/bob/archive".into(), None),
+        (Method::POST, "/v1/users/bob/anchors/match".into(), Some(json!({"value": ID}))),
         (Method::GET, "/v1/cluster/status".into(), None),
         (Method::POST, "/v1/cluster/drain".into(), Some(json!({"node_id": "nobody"}))),
     ];
@@ -235,18 +238,39 @@ async fn keys_are_hashed_scoped_rotated_revoked_and_managed_from_the_cli() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sensitive_reads_trip_the_breaker_admins_approve_and_everything_is_audited() {
-    let node = Sandbox::new().node("breaker").start().await;
+async fn anchors_match_sensitive_reads_trip_the_breaker_admins_approve_and_all_is_audited() {
+    let sandbox = Sandbox::new();
+    let keys = sandbox.path().join("master.keys");
+    std::fs::write(&keys, format!("1 {}\n", "5a".repeat(32))).unwrap();
+    let node = sandbox
+        .node("breaker")
+        .set("security.master-key-file", keys.to_string_lossy().into_owned())
+        .start()
+        .await;
     let (gateway, gateway_id) = key(&node, "acme", "gateway").await;
     let (admin, admin_id) = key(&node, "acme", "admin").await;
     let g = node.client().with_key(&gateway);
     let adm = node.client().with_key(&admin);
+    // Identity anchors: the number is matched, never stored or returned.
+    let matched = g
+        .must_post("/v1/users/carol/anchors/match", &json!({"value": ID}))
+        .await;
+    assert_eq!((matched["matched"].as_bool(), matched["keyed"].as_bool()), (Some(false), Some(true)));
     g.must_create_memory(
         "carol",
         &json!({"request_id": "m1", "kind": "profile", "text": format!("my ID is {ID}"),
                 "status": "active"}),
     )
     .await;
+    let matched = g
+        .must_post("/v1/users/carol/anchors/match", &json!({"value": ID.to_lowercase()}))
+        .await;
+    assert_eq!(matched["matched"], true, "{matched}");
+    assert_eq!(matched["kind"], "resident-id");
+    let other = g
+        .must_post("/v1/users/carol/anchors/match", &json!({"value": "110105198001010032"}))
+        .await;
+    assert_eq!(other["matched"], false);
     // Gateways read masked text; admins read it in full and are not limited.
     let masked = g.must_get("/v1/users/carol/memories").await.to_string();
     assert!(!masked.contains(ID) && masked.contains("110105********002X"), "{masked}");

@@ -11,9 +11,12 @@ use engram_storage::model::Timestamp;
 
 use super::wire::ErrorBody;
 use super::wire::admin::{
-    ApprovalResponse, AuditQuery, AuditResponse, KeyBody, KeysResponse, NewKeyResponse,
+    AnchorBody, AnchorResponse, ApprovalResponse, ArchiveNext, ArchiveParams, ArchiveResponse,
+    ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, NewKeyResponse,
     RotateBody,
 };
+use engram_actors::user::UserMsg;
+use engram_actors::user::api::{AnchorMatch, ArchiveCursor, ArchiveQuery, MAX_ARCHIVE_PAGE};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
 use crate::auth::Caller;
 use crate::keys;
@@ -215,4 +218,109 @@ pub async fn approve_sensitive_reads(
     let key = user_key(&caller, &user)?;
     let cleared = engram_actors::breaker::approve(s.directory.services(), &key).await?;
     Ok(ok(ApprovalResponse { cleared }))
+}
+
+#[utoipa::path(get, path = "/v1/admin/users/{user}/archive", tag = "admin",
+    params(("user" = String, Path, description = "User id"), ArchiveParams),
+    responses((status = 200, body = ArchiveResponse), (status = 400, body = ErrorBody)))]
+/// The user's archive: raw turns moved out of their sessions by retention, kept for
+/// `memory.archive-retention` for audits, in full text. Admins only; every read is audited.
+pub async fn archive(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(user): Path<String>,
+    query: Result<Query<ArchiveParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let key = user_key(&caller, &user)?;
+    let Query(params) = query?;
+    let limit = match params.limit.unwrap_or(100) {
+        0 => return Err(ApiError::invalid("invalid limit: must be at least 1")),
+        n if n > MAX_ARCHIVE_PAGE => {
+            return Err(ApiError::invalid(format!(
+                "invalid limit: {n} is more than {MAX_ARCHIVE_PAGE}"
+            )));
+        }
+        n => n,
+    };
+    let after = match (params.after_session, params.after_seq) {
+        (Some(session), Some(seq)) => Some(ArchiveCursor { session, seq }),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(ApiError::invalid(
+                "invalid cursor: after_session and after_seq go together",
+            ));
+        }
+    };
+    let query = ArchiveQuery {
+        session: params.session,
+        after,
+        limit,
+    };
+    let page = s
+        .directory
+        .call(&key, |reply| UserMsg::ReadArchive(query.clone(), reply))
+        .await?;
+    Ok(ok(ArchiveResponse {
+        turns: page
+            .turns
+            .into_iter()
+            .map(|a| ArchivedTurnView {
+                session_id: a.turn.session_id,
+                seq: a.turn.seq,
+                user_text: a.turn.user_text,
+                assistant_text: a.turn.assistant_text,
+                route: a.turn.route,
+                created_at: a.turn.created_at.0,
+                archived_at: a.archived_at.0,
+            })
+            .collect(),
+        next: page.next.map(|c| ArchiveNext {
+            after_session: c.session,
+            after_seq: c.seq,
+        }),
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/anchors/match", tag = "users",
+    params(("user" = String, Path, description = "User id")),
+    request_body = AnchorBody,
+    responses((status = 200, body = AnchorResponse), (status = 400, body = ErrorBody)))]
+/// Whether the user gave this resident ID or passport number: matched against the keyed
+/// hashes kept of the identifiers users give (the numbers themselves are never stored).
+pub async fn match_anchor(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(user): Path<String>,
+    ApiJson(body): ApiJson<AnchorBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(&caller, &user)?;
+    let value = body.value;
+    let found = s
+        .directory
+        .call(&key, |reply| UserMsg::MatchAnchor {
+            value: value.clone(),
+            reply,
+        })
+        .await?;
+    let view = match found {
+        AnchorMatch::Matched { kind, first_seen } => AnchorResponse {
+            matched: true,
+            kind: Some(kind.as_str().to_owned()),
+            first_seen: Some(first_seen.0),
+            keyed: true,
+        },
+        AnchorMatch::NoMatch => AnchorResponse {
+            matched: false,
+            kind: None,
+            first_seen: None,
+            keyed: true,
+        },
+        AnchorMatch::Unkeyed => AnchorResponse {
+            matched: false,
+            kind: None,
+            first_seen: None,
+            keyed: false,
+        },
+    };
+    Ok(ok(view))
 }

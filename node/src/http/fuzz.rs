@@ -28,7 +28,7 @@ static APP: LazyLock<(Router, tempfile::TempDir)> = LazyLock::new(|| {
     (app, dir)
 });
 
-const ROUTES: [(&str, &str); 12] = [
+const ROUTES: [(&str, &str); 14] = [
     ("POST", "/v1/users/{u}/turns"),
     ("POST", "/v1/users/{u}/feedback"),
     ("POST", "/v1/users/{u}/context"),
@@ -41,6 +41,8 @@ const ROUTES: [(&str, &str); 12] = [
     ("POST", "/write"),
     ("GET", "/recall?user_id={u}&intent_type={q}"),
     ("GET", "/chat/sessions?user_id={u}"),
+    ("POST", "/v1/users/{u}/anchors/match"),
+    ("GET", "/v1/admin/audit?user={u}&from={q}"),
 ];
 
 const FIELDS: [&str; 16] = [

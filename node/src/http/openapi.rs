@@ -44,6 +44,8 @@ use super::{admin, routes, seed, wire};
         admin::revoke_key,
         admin::audit,
         admin::approve_sensitive_reads,
+        admin::archive,
+        admin::match_anchor,
     ),
     components(schemas(
         wire::ErrorBody,
@@ -91,6 +93,11 @@ use super::{admin, routes, seed, wire};
         wire::admin::AuditView,
         wire::admin::AuditResponse,
         wire::admin::ApprovalResponse,
+        wire::admin::AnchorBody,
+        wire::admin::AnchorResponse,
+        wire::admin::ArchivedTurnView,
+        wire::admin::ArchiveNext,
+        wire::admin::ArchiveResponse,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))

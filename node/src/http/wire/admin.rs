@@ -1,4 +1,5 @@
-//! Wire types of the admin endpoints: API keys, the audit trail, approvals of sensitive reads.
+//! Wire types of the security endpoints: API keys, the audit trail, approvals of sensitive
+//! reads, the archive, identity anchors.
 
 use engram_storage::access::{ApiKey, AuditEntry};
 use serde::{Deserialize, Serialize};
@@ -148,4 +149,77 @@ pub struct AuditResponse {
 pub struct ApprovalResponse {
     /// Sensitive reads cleared from the count.
     pub cleared: u32,
+}
+
+/// `POST /v1/users/{user}/anchors/match`: an identifier to check.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnchorBody {
+    /// A resident ID or passport number (never stored, never logged).
+    pub value: String,
+}
+
+/// Whether the user gave the identifier.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnchorResponse {
+    /// The user gave it.
+    pub matched: bool,
+    /// What it is, when matched (`resident-id`, `passport`).
+    pub kind: Option<String>,
+    /// When the user first gave it (Unix ms), when matched.
+    pub first_seen: Option<i64>,
+    /// False when the node keeps no anchors (no master keys): `matched` is then false
+    /// whatever the user gave.
+    pub keyed: bool,
+}
+
+/// Query of a user's archive.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveParams {
+    /// One session only.
+    pub session: Option<String>,
+    /// Continue after this session's turn (the `next` of the previous page).
+    pub after_session: Option<String>,
+    /// Continue after this turn.
+    pub after_seq: Option<u64>,
+    /// At most this many turns (default 100, at most 500).
+    pub limit: Option<usize>,
+}
+
+/// An archived raw turn, in full (only admins read the archive).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ArchivedTurnView {
+    /// Session.
+    pub session_id: String,
+    /// Sequence number in the session.
+    pub seq: u64,
+    /// The user's text.
+    pub user_text: String,
+    /// The assistant's text.
+    pub assistant_text: String,
+    /// Route.
+    pub route: Option<String>,
+    /// Written at (Unix ms).
+    pub created_at: i64,
+    /// Archived at (Unix ms).
+    pub archived_at: i64,
+}
+
+/// Where the next page of an archive starts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ArchiveNext {
+    /// `after_session` of the next read.
+    pub after_session: String,
+    /// `after_seq` of the next read.
+    pub after_seq: u64,
+}
+
+/// `GET /v1/admin/users/{user}/archive`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ArchiveResponse {
+    /// Turns, by session then sequence number.
+    pub turns: Vec<ArchivedTurnView>,
+    /// The next page, if any.
+    pub next: Option<ArchiveNext>,
 }

@@ -270,11 +270,7 @@ impl Authenticator {
     }
 
     async fn key(&self, id: &str) -> Option<ApiKey> {
-        if let Some((key, at)) = self
-            .cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
+        if let Some((key, at)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(id)
             && at.elapsed() < CACHE_TTL
         {
             return key.clone();
@@ -301,8 +297,8 @@ impl Authenticator {
 }
 
 fn unauthenticated(message: &str) -> Response {
-    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message)
-        .into_response();
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer"),
@@ -313,11 +309,7 @@ fn unauthenticated(message: &str) -> Response {
 /// The middleware: finds the route's rule, authenticates the bearer token, checks the scope
 /// and the tenant, applies the key's rate limit, and puts the [`Caller`] on the request.
 /// Requests replayed from a peer already carry their caller and pass.
-pub async fn authenticate(
-    State(s): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+pub async fn authenticate(State(s): State<AppState>, mut request: Request, next: Next) -> Response {
     if request.extensions().get::<Caller>().is_some() {
         return next.run(request).await;
     }
@@ -412,10 +404,7 @@ pub async fn authenticate(
         let refusal = ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            format!(
-                "a {} key may not use this endpoint",
-                caller.scope.as_str()
-            ),
+            format!("a {} key may not use this endpoint", caller.scope.as_str()),
         )
         .into_response();
         let method = request.method().clone();

@@ -123,7 +123,10 @@ impl SecurityConfig {
         let key = match (std::env::var(ADMIN_KEY_ENV), &self.admin_key_file) {
             (Ok(key), _) => key,
             (Err(_), Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                format!("cannot read security.admin-key-file {}: {e}", path.display())
+                format!(
+                    "cannot read security.admin-key-file {}: {e}",
+                    path.display()
+                )
             })?,
             (Err(_), None) => {
                 return Err(format!(

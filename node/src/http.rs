@@ -35,10 +35,9 @@ use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
 pub use self::error::ApiError;
-use crate::auth::{Authenticator, Caller};
 use crate::audit::AuditLog;
+use crate::auth::{Authenticator, Caller};
 use crate::metrics::NodeMetrics;
-
 
 /// What every handler shares.
 #[derive(Debug, Clone)]
@@ -113,7 +112,10 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         )
         .route("/v1/admin/users/{user}/archive", get(admin::archive))
         .route("/v1/users/{user}/anchors/match", post(admin::match_anchor))
-        .route("/v1/admin/keys", post(admin::create_key).get(admin::list_keys))
+        .route(
+            "/v1/admin/keys",
+            post(admin::create_key).get(admin::list_keys),
+        )
         .route("/v1/admin/keys/{key_id}/rotate", post(admin::rotate_key))
         .route("/v1/admin/keys/{key_id}", delete(admin::revoke_key))
         .route("/v1/admin/audit", get(admin::audit))
@@ -133,13 +135,20 @@ pub fn router(state: AppState, limits: Limits) -> Router {
                 .load_shed()
                 .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight)),
         );
+    // Cluster operations are served by whichever node is asked (never forwarded), audited.
+    let operations = Router::new()
+        .route("/v1/cluster/status", get(routes::cluster_status))
+        .route("/v1/cluster/drain", post(routes::drain))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::audit::record,
+        ));
     Router::new()
         .merge(api)
+        .merge(operations)
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))
         .route("/metrics", get(routes::metrics))
-        .route("/v1/cluster/status", get(routes::cluster_status))
-        .route("/v1/cluster/drain", post(routes::drain))
         .route("/openapi.json", get(openapi::document))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -198,7 +207,8 @@ pub fn user_key(caller: &Caller, user: &str) -> Result<UserKey, ApiError> {
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub std::net::SocketAddr);
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
     for ClientAddr
 {
     fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
@@ -206,7 +216,8 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, toki
     }
 }
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>>
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>>
     for ClientAddr
 {
     fn connect_info(stream: axum::serve::IncomingStream<'_, crate::tls::TlsListener>) -> Self {
@@ -233,10 +244,10 @@ where
             router.into_make_service_with_connect_info::<ClientAddr>(),
         )
         .with_graceful_shutdown(async move {
-                shutdown.await;
-                let _ = stopped_tx.send(());
-            })
-            .await
+            shutdown.await;
+            let _ = stopped_tx.send(());
+        })
+        .await
     });
     tokio::select! {
         finished = &mut server => return finished.map_err(std::io::Error::other)?,

@@ -33,8 +33,8 @@ mod cluster;
 mod config;
 mod error;
 mod http;
-mod keys;
 mod jobs;
+mod keys;
 mod lifecycle;
 mod logging;
 mod metrics;
@@ -142,9 +142,11 @@ fn main() -> ExitCode {
         }),
         Command::Keys(args) => operate(&args.config.config, |config| async move {
             let out = match &args.command {
-                KeysCommand::Create { tenant, scope, name } => {
-                    operate::create_key(&config, tenant, scope, name).await?
-                }
+                KeysCommand::Create {
+                    tenant,
+                    scope,
+                    name,
+                } => operate::create_key(&config, tenant, scope, name).await?,
                 KeysCommand::List { tenant } => {
                     operate::list_keys(&config, tenant.as_deref()).await?
                 }

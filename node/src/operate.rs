@@ -156,7 +156,9 @@ async fn audit_key(store: &Store, keyspace: &Keyspace, tenant: &str, action: &st
     };
     let ks = keyspace.clone();
     if let Err(err) = store
-        .run(move |txn| engram_storage::access::append_audit(txn, &ks, std::slice::from_ref(&entry)))
+        .run(move |txn| {
+            engram_storage::access::append_audit(txn, &ks, std::slice::from_ref(&entry))
+        })
         .await
     {
         eprintln!("warning: the key change could not be audited: {err}");
@@ -183,7 +185,9 @@ fn key_line(key: &engram_storage::access::ApiKey) -> String {
 pub async fn create_key(config: &Config, tenant: &str, scope: &str, name: &str) -> Result<String> {
     engram_actors::user::check_id("tenant", tenant).map_err(|e| Error::Cluster(e.to_string()))?;
     let scope = engram_storage::access::Scope::parse(scope).ok_or_else(|| {
-        Error::Cluster(format!("unknown scope {scope:?}: use gateway, operator or admin"))
+        Error::Cluster(format!(
+            "unknown scope {scope:?}: use gateway, operator or admin"
+        ))
     })?;
     let (store, keyspace) = open_keys(config).await?;
     let new = crate::keys::create(&store, &keyspace, (tenant, scope, name), CLI, now())

@@ -117,11 +117,18 @@ fn run_refuses_to_start_without_an_admin_key_or_with_a_short_one() {
     let output = engram_node_with(&["run"], &config, None);
     assert_eq!(output.status.code(), Some(1));
     let err = stderr(&output);
-    assert!(err.contains("error: no admin key: set security.admin-key-file"), "{err}");
+    assert!(
+        err.contains("error: no admin key: set security.admin-key-file"),
+        "{err}"
+    );
     assert!(!err.contains("node started"), "{err}");
     let output = engram_node_with(&["run"], &config, Some("too-short"));
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("at least 32 characters"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("at least 32 characters"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]

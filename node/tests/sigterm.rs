@@ -34,7 +34,10 @@ impl NodeProcess {
             .args(["run", "--config"])
             .arg(config)
             .env("RUST_LOG", "info")
-            .env("ENGRAM_ADMIN_KEY", "sigterm-test-admin-key-0123456789abcdef0123")
+            .env(
+                "ENGRAM_ADMIN_KEY",
+                "sigterm-test-admin-key-0123456789abcdef0123",
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

@@ -62,10 +62,16 @@ fn scopes_open_exactly_their_endpoints() {
     assert!(context.allows(Scope::Gateway, false));
     assert!(context.allows(Scope::Admin, false));
     assert!(!context.allows(Scope::Operator, false));
-    assert!(!forget.allows(Scope::Gateway, false), "a gateway cannot forget");
+    assert!(
+        !forget.allows(Scope::Gateway, false),
+        "a gateway cannot forget"
+    );
     assert!(forget.allows(Scope::Admin, false));
     assert!(drain.allows(Scope::Operator, false));
-    assert!(!drain.allows(Scope::Admin, false), "a tenant's admin cannot drain nodes");
+    assert!(
+        !drain.allows(Scope::Admin, false),
+        "a tenant's admin cannot drain nodes"
+    );
     assert!(drain.allows(Scope::Admin, true), "the root can");
     assert!(!keys.allows(Scope::Gateway, false));
     assert!(!keys.allows(Scope::Operator, false));

@@ -12,14 +12,13 @@ use engram_storage::model::Timestamp;
 use super::wire::ErrorBody;
 use super::wire::admin::{
     AnchorBody, AnchorResponse, ApprovalResponse, ArchiveNext, ArchiveParams, ArchiveResponse,
-    ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, NewKeyResponse,
-    RotateBody,
+    ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, NewKeyResponse, RotateBody,
 };
-use engram_actors::user::UserMsg;
-use engram_actors::user::api::{AnchorMatch, ArchiveCursor, ArchiveQuery, MAX_ARCHIVE_PAGE};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
 use crate::auth::Caller;
 use crate::keys;
+use engram_actors::user::UserMsg;
+use engram_actors::user::api::{AnchorMatch, ArchiveCursor, ArchiveQuery, MAX_ARCHIVE_PAGE};
 
 /// Largest page of the audit trail.
 const MAX_AUDIT_PAGE: usize = 1_000;

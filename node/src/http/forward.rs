@@ -49,9 +49,8 @@ pub async fn to_owner(
         .ok()
         .and_then(|Path(p)| p.get("user").cloned())
         .or_else(|| query_user(request.uri().query()));
-    let shard_of = |user: &str| {
-        UserKey::new(caller.tenant.as_str(), user).shard(services.settings.shards)
-    };
+    let shard_of =
+        |user: &str| UserKey::new(caller.tenant.as_str(), user).shard(services.settings.shards);
     if let Some(user) = &in_path
         && ownership.lease(shard_of(user)).is_ok()
     {

@@ -21,9 +21,9 @@ use super::wire::{
 };
 use super::wire::{MemoryView, TurnView};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
+use crate::auth::Caller;
 use engram_actors::breaker::Verdict;
 use engram_storage::model::PiiLevel;
-use crate::auth::Caller;
 
 /// Longest accepted `limit` of a session's memory.
 pub const MAX_LIMIT: usize = 500;
@@ -158,7 +158,10 @@ pub async fn search(
         .directory
         .call(&key, |reply| UserMsg::Search(query.clone(), reply))
         .await?;
-    let sensitive = result.hits.iter().any(|h| h.memory.pii_level == PiiLevel::High);
+    let sensitive = result
+        .hits
+        .iter()
+        .any(|h| h.memory.pii_level == PiiLevel::High);
     guard_sensitive(&s, &caller, &key, sensitive).await?;
     let full = caller.sees_full_text();
     Ok(ok(SearchResponse {

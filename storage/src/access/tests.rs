@@ -106,7 +106,14 @@ fn audit_pages_by_tenant_time_and_filter_and_purges_by_age() {
     assert_eq!(removed, 2, "both tenants swept");
     let (left, _) = store
         .read_blocking(|txn| {
-            audit_page(txn, &ks, "acme", (Timestamp(0), Timestamp(i64::MAX)), 100, |_| true)
+            audit_page(
+                txn,
+                &ks,
+                "acme",
+                (Timestamp(0), Timestamp(i64::MAX)),
+                100,
+                |_| true,
+            )
         })
         .unwrap();
     assert_eq!(left.first().map(|e| e.at.0), Some(10));

@@ -226,7 +226,12 @@ impl HttpClient {
         }
         let body = json!({"scope": "gateway", "tenant": tenant, "name": "harness"});
         let reply = self
-            .send(Method::POST, "/v1/admin/keys", Some(&body), Some(&ring.root))
+            .send(
+                Method::POST,
+                "/v1/admin/keys",
+                Some(&body),
+                Some(&ring.root),
+            )
             .await?;
         let token = reply.json()["token"]
             .as_str()

@@ -2,14 +2,22 @@
 //! actor per node through which any node hands a user's request to the node that owns the
 //! user's shard (DESIGN.md section 4).
 //!
-//! - Each node runs a `NodeServer` (Isolated mode) on `cluster.listen` and dials every live
-//!   member named in the membership table itself, again on every lease round until the peer's
-//!   region is visible (ractor_cluster has no reconnect and no liveness timeout: death is
-//!   decided by leases, never by TCP).
-//! - With `[cluster] tls-*` set, links are mutual TLS (`crate::tls`): the node server accepts
-//!   only peers whose certificate the cluster CA signed, and every dial, of a member or a seed,
-//!   goes through [`Transport::connect`], which verifies the peer the same way and presents
-//!   this node's certificate. The cookie is checked on top, inside the encrypted link.
+//! - Each node runs a `NodeServer` (Isolated mode) and dials every live member named in the
+//!   membership table itself, again on every lease round until the peer's region is visible
+//!   (ractor_cluster has no reconnect and no liveness timeout: death is decided by leases,
+//!   never by TCP).
+//! - The node accepts links itself, on `cluster.listen` ([`accept_links`]), and hands each
+//!   connection to the node server. The node server's own listener, which would run every
+//!   inbound TLS handshake inside its accept loop with no timeout (so one silent connection
+//!   would stop it accepting), is bound to an ephemeral loopback port that nobody dials.
+//! - With `[cluster] tls-*` set, links are mutual TLS (`crate::tls`): a connection becomes a
+//!   link only once its handshake, with a client certificate the cluster CA signed, completes
+//!   within [`LINK_HANDSHAKE_TIMEOUT`]; handshakes run in their own tasks, at most
+//!   [`MAX_LINK_HANDSHAKES`] at once, so a slow or silent client costs only its own task.
+//!   Every dial, of a member or a seed, goes through [`Transport::connect`], which verifies
+//!   the peer the same way and presents this node's certificate. The cookie is checked on
+//!   top, inside the encrypted link. Without TLS, accepted connections are handed over at
+//!   once, as the node server's listener did.
 //! - Per-user actors stay local. The only remote-capable actor is the [`Region`], which joins
 //!   the process group `engram.region.<node id>`; peers find it there.
 //! - A forwarded request travels as one versioned byte envelope ([`encode`] / [`decode`]):
@@ -19,6 +27,7 @@
 //!   forwarded so that it is never forwarded again.
 
 use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -29,11 +38,17 @@ use axum::http::{HeaderValue, Request, StatusCode, header};
 use engram_storage::model::Member;
 use ractor::message::{BoxedDowncastErr, SerializedMessage};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ractor_cluster::{ClientConnectErr, IncomingEncryptionMode, NodeServer, NodeServerMessage};
+use ractor_cluster::{
+    ClientConnectErr, IncomingEncryptionMode, NetworkStream, NodeServer, NodeServerMessage,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::time::Instant;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::tls::ClusterTls;
@@ -44,6 +59,11 @@ use crate::tls::ClusterTls;
 pub struct ForwardedMark;
 /// How long one dial of a peer may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest an inbound link may take to complete its TLS handshake.
+pub const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Inbound TLS handshakes in progress at once; further connections wait in the listen
+/// backlog until one finishes or times out.
+pub const MAX_LINK_HANDSHAKES: usize = 64;
 /// The envelope format this build writes and reads.
 const ENVELOPE_VERSION: u8 = 2;
 
@@ -150,6 +170,11 @@ pub struct TransportMetrics {
     pub bad_envelopes: AtomicU64,
     /// Dials of peers.
     pub dials: AtomicU64,
+    /// Inbound links whose TLS handshake failed (no certificate, one of another CA, not TLS).
+    pub handshake_failures: AtomicU64,
+    /// Inbound links that did not complete their TLS handshake within
+    /// [`LINK_HANDSHAKE_TIMEOUT`].
+    pub handshake_timeouts: AtomicU64,
 }
 
 /// The shard-region actor.
@@ -283,6 +308,8 @@ pub struct Transport {
     server: ActorRef<NodeServerMessage>,
     /// Mutual TLS of every link, when configured.
     tls: Option<ClusterTls>,
+    /// The task accepting links on `cluster.listen` ([`accept_links`]).
+    acceptor: JoinHandle<()>,
     next_dial: Mutex<HashMap<String, (Instant, Duration)>>,
     /// Counters.
     pub metrics: Arc<TransportMetrics>,
@@ -297,58 +324,182 @@ impl std::fmt::Debug for Transport {
     }
 }
 
+impl Drop for Transport {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+    }
+}
+
 fn region_group(node_id: &str) -> String {
     format!("engram.region.{node_id}")
 }
 
-/// A free TCP port on `ip` (for `cluster.listen` with port 0: `NodeServer` cannot report the
-/// port it bound).
-fn free_port(ip: std::net::IpAddr) -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
+/// Accepts links on `listener` for `server` until aborted. Without TLS each connection is
+/// handed over at once, as the node server's own listener would. With TLS each handshake
+/// runs in its own task, bounded by [`LINK_HANDSHAKE_TIMEOUT`], at most
+/// [`MAX_LINK_HANDSHAKES`] at once, and only completed ones reach the node server. Aborting
+/// this task closes the port and drops the handshakes in progress.
+async fn accept_links(
+    listener: TcpListener,
+    server: ActorRef<NodeServerMessage>,
+    tls: Option<TlsAcceptor>,
+    metrics: Arc<TransportMetrics>,
+) {
+    let handshakes = Arc::new(Semaphore::new(MAX_LINK_HANDSHAKES));
+    let mut pending = JoinSet::new();
+    loop {
+        // Reap finished handshakes, so that the set only holds the ones in progress.
+        while pending.try_join_next().is_some() {}
+        let permit = match &tls {
+            Some(_) => match Arc::clone(&handshakes).acquire_owned().await {
+                Ok(permit) => Some(permit),
+                // The semaphore is never closed.
+                Err(_) => return,
+            },
+            None => None,
+        };
+        let (stream, peer_addr) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                // Out of file descriptors, say: give the process a moment.
+                tracing::warn!(error = %err, "accepting a cluster connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(local_addr) = stream.local_addr() else {
+            continue;
+        };
+        let Some(acceptor) = &tls else {
+            hand_over(
+                &server,
+                NetworkStream::Raw {
+                    peer_addr,
+                    local_addr,
+                    stream,
+                },
+            );
+            continue;
+        };
+        let (acceptor, server, metrics) = (acceptor.clone(), server.clone(), Arc::clone(&metrics));
+        pending.spawn(async move {
+            let _permit = permit;
+            match tls_handshake(&acceptor, stream).await {
+                Ok(stream) => hand_over(
+                    &server,
+                    NetworkStream::TlsServer {
+                        peer_addr,
+                        local_addr,
+                        stream,
+                    },
+                ),
+                Err(HandshakeFailure::Failed(err)) => {
+                    metrics.handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(peer = %peer_addr, error = %err, "refused a cluster link: tls handshake failed");
+                }
+                Err(HandshakeFailure::TimedOut) => {
+                    metrics.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(peer = %peer_addr, timeout = ?LINK_HANDSHAKE_TIMEOUT, "dropped a cluster connection: tls handshake timed out");
+                }
+            }
+        });
+    }
+}
+
+/// Why an inbound handshake produced no link.
+enum HandshakeFailure {
+    /// The client is not a peer of this cluster, or does not speak TLS.
+    Failed(std::io::Error),
+    /// The client did not finish within [`LINK_HANDSHAKE_TIMEOUT`].
+    TimedOut,
+}
+
+/// The server side of a link's TLS handshake, within [`LINK_HANDSHAKE_TIMEOUT`].
+async fn tls_handshake(
+    acceptor: &TlsAcceptor,
+    stream: TcpStream,
+) -> Result<tokio_rustls::server::TlsStream<TcpStream>, HandshakeFailure> {
+    match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(err)) => Err(HandshakeFailure::Failed(err)),
+        Err(_) => Err(HandshakeFailure::TimedOut),
+    }
+}
+
+/// Hands an accepted connection to the node server, which opens a session on it.
+fn hand_over(server: &ActorRef<NodeServerMessage>, stream: NetworkStream) {
+    tracing::debug!(connection = ?stream, "cluster connection accepted");
+    let opened = NodeServerMessage::ConnectionOpened {
+        stream: Box::new(stream),
+        is_server: true,
+    };
+    if server.cast(opened).is_err() {
+        // Stopping: the connection is dropped.
+        tracing::debug!("the node server is gone; cluster connection dropped");
+    }
 }
 
 impl Transport {
-    /// Starts the node server on `listen` (`ip:port`; port 0 picks a free one) with the
-    /// cluster cookie and, when given, mutual TLS; returns the transport with the address
-    /// peers should dial.
+    /// Listens on `listen` (`ip:port`; port 0 picks a free one) for links, starts the node
+    /// server with the cluster cookie and, when given, mutual TLS; returns the transport with
+    /// the address peers should dial.
+    ///
+    /// The node server's own listener is bound to an ephemeral port of `127.0.0.1` (still in
+    /// TLS mode when TLS is on, so a local client gets no session from it without a
+    /// certificate); every link that peers open arrives through [`accept_links`].
     pub async fn start(
         node_id: &str,
         listen: &str,
         cookie: String,
         tls: Option<ClusterTls>,
     ) -> std::io::Result<(Arc<Transport>, String)> {
-        let addr: std::net::SocketAddr = listen.parse().map_err(|e| {
+        let addr: SocketAddr = listen.parse().map_err(|e| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 format!("cluster.listen {listen:?}: {e}"),
             )
         })?;
-        let port = match addr.port() {
-            0 => free_port(addr.ip())?,
-            port => port,
-        };
+        let listener = TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        // Port 0: the node server's listener reports the port it bound, which ractor_cluster
+        // puts in the connection string it gives peers (`<ip>:<port>`); in Isolated mode
+        // that string only serves to tell a connection to itself.
         let server = NodeServer::new(
-            port,
+            0,
             cookie,
             node_id.to_owned(),
-            addr.ip().to_string(),
+            bound.ip().to_string(),
             tls.as_ref()
                 .map(|tls| IncomingEncryptionMode::Tls(tls.acceptor.clone())),
             Some(ractor_cluster::node::NodeConnectionMode::Isolated),
         )
-        .with_listen_addr(addr.ip());
+        .with_listen_addr(Ipv4Addr::LOCALHOST.into());
         let (server, _) = Actor::spawn(None, server, ())
             .await
             .map_err(|e| std::io::Error::other(format!("starting the node server: {e}")))?;
+        tracing::info!(
+            addr = %bound,
+            tls = tls.is_some(),
+            "cluster transport listening"
+        );
+        let metrics = Arc::<TransportMetrics>::default();
+        let acceptor = tokio::spawn(accept_links(
+            listener,
+            server.clone(),
+            tls.as_ref().map(|tls| tls.acceptor.clone()),
+            Arc::clone(&metrics),
+        ));
         Ok((
             Arc::new(Transport {
                 node_id: node_id.to_owned(),
                 server,
                 tls,
+                acceptor,
                 next_dial: Mutex::new(HashMap::new()),
-                metrics: Arc::default(),
+                metrics,
             }),
-            format!("{}:{port}", addr.ip()),
+            bound.to_string(),
         ))
     }
 
@@ -506,8 +657,9 @@ impl Transport {
         }
     }
 
-    /// Stops the node server (and with it every session).
+    /// Closes the cluster port and stops the node server (and with it every session).
     pub fn stop(&self) {
+        self.acceptor.abort();
         self.server.stop(None);
     }
 }

@@ -16,8 +16,8 @@
 //! seeds give (an IP, a host name, a NAT address): the CA is the trust boundary, so it
 //! should sign nothing but this cluster's node certificates.
 //!
-//! Not here: accepting connections (`tls/listener.rs` does it for the gateway; the
-//! `ractor_cluster` node server for the links).
+//! Not here: accepting connections (`tls/listener.rs` does it for the gateway,
+//! `crate::cluster` for the links; both run each handshake in its own task under a timeout).
 
 mod listener;
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! TLS end to end, with real `engram-node` processes, real sockets and real handshakes: the
-//! gateway serving HTTPS only, links between nodes in mutual TLS, and a node whose cluster
-//! certificate another CA signed kept out of the cluster's links.
+//! gateway serving HTTPS only, links between nodes in mutual TLS, a node whose cluster
+//! certificate another CA signed kept out of the cluster's links, and silent connections to
+//! the cluster port that stop nobody's link.
 //!
 //! Certificates are made here, at test time, with rcgen: one CA for the gateways (node
 //! certificates for `127.0.0.1`) and another for the cluster (node certificates for
@@ -9,19 +10,24 @@
 //! condition with a deadline.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engram_tests::chaos::{metric, metric_at_least, settled, texts, user_of};
 use engram_tests::harness::{
-    HttpClient, HttpError, Node, NodeSpec, Sandbox, node_binary, turn, write_secret,
+    HttpClient, HttpError, Node, NodeSpec, Sandbox, field, node_binary, turn, write_secret,
 };
 use hyper::StatusCode;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::TcpStream;
 
 /// A certificate authority writing its certificate and the ones it issues into a directory.
 struct Ca {
@@ -362,6 +368,128 @@ async fn logged(node: &Node, needle: &str, deadline: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The address `node`'s cluster transport listens on, as it logged it.
+fn cluster_addr(node: &Node) -> SocketAddr {
+    node.log()
+        .iter()
+        .find(|l| l.contains("cluster transport listening"))
+        .and_then(|l| field(l, "addr"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("node {} logged no cluster address", node.spec().id()))
+}
+
+/// Opens a link's TLS session to the cluster port `addr` as a peer would: verifying the
+/// node against the cluster CA for `engram-cluster` and presenting `issued`, a certificate
+/// of that CA. Fails unless the handshake completes within `deadline`.
+async fn cluster_handshake(
+    addr: SocketAddr,
+    ca: &Path,
+    issued: &Issued,
+    deadline: Duration,
+) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let chain = CertificateDer::pem_file_iter(&issued.cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(&issued.key).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let name = ServerName::try_from("engram-cluster").unwrap();
+    let handshake = async {
+        let tcp = TcpStream::connect(addr).await?;
+        connector.connect(name, tcp).await
+    };
+    match tokio::time::timeout(deadline, handshake).await {
+        Ok(Ok(_session)) => Ok(()),
+        Ok(Err(err)) => Err(format!("handshake failed: {err}")),
+        Err(_) => Err(format!("no handshake within {deadline:?}")),
+    }
+}
+
+/// Waits until the other end closes `connection` (or resets it); an error if it sends
+/// bytes instead, with how many.
+async fn closed(connection: &TcpStream) -> Result<(), usize> {
+    let mut buf = [0_u8; 64];
+    loop {
+        if connection.readable().await.is_err() {
+            return Ok(());
+        }
+        match connection.try_read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(sent) => return Err(sent),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return Ok(()),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_connections_to_the_cluster_port_neither_stop_links_nor_stay_open() {
+    let sandbox = Sandbox::new();
+    let pki = Pki::new(&sandbox);
+    let a = pki.member(&sandbox, "quiet-a").start().await;
+    let port = cluster_addr(&a);
+
+    // Connections that never send a byte and stay open, as anyone who can reach the port
+    // could open.
+    let opened = Instant::now();
+    let mut silent = Vec::new();
+    for _ in 0..8 {
+        silent.push(TcpStream::connect(port).await.unwrap());
+    }
+    // A peer's link still completes its handshake at once (with the node server's own
+    // accept loop, it would wait behind the first silent connection for ever).
+    let probe = pki.cluster.issue("probe-cluster", &["engram-cluster"]);
+    let probed = cluster_handshake(port, &pki.cluster.cert(), &probe, Duration::from_secs(5)).await;
+    assert_eq!(probed, Ok(()), "a peer's link was not accepted");
+
+    // A second node joins while they are held, and requests are forwarded both ways.
+    let b = pki.member(&sandbox, "quiet-b").start().await;
+    let clients = [("quiet-a", a.client()), ("quiet-b", b.client())];
+    let owners = settled(&clients, Duration::from_secs(30)).await;
+    let (a_client, b_client) = (&clients[0].1, &clients[1].1);
+    let of_a = user_of(&owners, "quiet-a", "quiet-a-user");
+    append_until_ok(
+        b_client,
+        &of_a,
+        &turn("quiet-1", "s1", "through b", "ok"),
+        Duration::from_secs(20),
+    )
+    .await;
+    let of_b = user_of(&owners, "quiet-b", "quiet-b-user");
+    append_until_ok(
+        a_client,
+        &of_b,
+        &turn("quiet-2", "s1", "through a", "ok"),
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(texts(a_client, &of_a).await, ["through b"]);
+    assert_eq!(texts(b_client, &of_b).await, ["through a"]);
+    assert!(metric(a_client, SERVED_FOR_PEERS).await >= 1.0);
+
+    // Each silent connection is closed by the node once its handshake times out (10 s).
+    for connection in silent {
+        let left = Duration::from_secs(20).saturating_sub(opened.elapsed());
+        match tokio::time::timeout(left, closed(&connection)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(sent)) => panic!("the node sent {sent} bytes to a silent connection"),
+            Err(_) => panic!("a silent connection was still open after 20 s"),
+        }
+    }
+    logged(&a, "tls handshake timed out", Duration::from_secs(5)).await;
 }
 
 /// Writes `spec`'s configuration and runs `engram-node run` on it, expecting it to refuse to

@@ -302,6 +302,16 @@ impl NodeMetrics {
                     &m.bad_envelopes,
                 ),
                 ("peer_dials", "Dials of peers", &m.dials),
+                (
+                    "link_handshake_failures",
+                    "Inbound cluster links whose TLS handshake failed",
+                    &m.handshake_failures,
+                ),
+                (
+                    "link_handshake_timeouts",
+                    "Inbound cluster links that did not finish their TLS handshake in time",
+                    &m.handshake_timeouts,
+                ),
             ] {
                 let _ = write!(
                     text,

@@ -490,6 +490,10 @@ async fn silent_connections_to_the_cluster_port_neither_stop_links_nor_stay_open
         }
     }
     logged(&a, "tls handshake timed out", Duration::from_secs(5)).await;
+    assert!(
+        metric(a_client, "engram_link_handshake_timeouts_total").await >= 8.0,
+        "every silent connection is counted"
+    );
 }
 
 /// Writes `spec`'s configuration and runs `engram-node run` on it, expecting it to refuse to

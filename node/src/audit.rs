@@ -173,6 +173,11 @@ async fn write_loop(
     }
 }
 
+/// Ids a handler adds to its request's audit entry (e.g. the id of a key it made), as a
+/// response extension.
+#[derive(Debug, Clone, Default)]
+pub struct AuditIds(pub Vec<String>);
+
 /// The ids a request names in its path (memory, session, key), never content.
 fn path_ids(params: &HashMap<String, String>) -> Vec<String> {
     ["memory_id", "session_id", "key_id"]
@@ -222,11 +227,15 @@ pub async fn record(
         request
     };
     let response = next.run(request).await;
+    let mut ids = path_ids(&params);
+    if let Some(AuditIds(more)) = response.extensions().get::<AuditIds>() {
+        ids.extend(more.iter().cloned());
+    }
     let entry = s.audit.entry(
         &caller,
         user.as_deref(),
         action,
-        path_ids(&params),
+        ids,
         response.status().as_u16(),
     );
     if s.audit.append(entry).await {

@@ -539,12 +539,14 @@ async fn anchors_match_sensitive_reads_trip_the_breaker_admins_approve_and_all_i
         .with_header("x-engram-tenant", "acme")
         .must_get("/v1/admin/audit?principal=root")
         .await;
+    let made = format!("new_key_id={gateway_id}");
     assert!(
         root_view["entries"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|e| e["action"] == "key.create")
+            .any(|e| e["action"] == "key.create" && e["ids"][0] == made.as_str()),
+        "the made key's id is in its audit entry: {root_view}"
     );
     // A window of time: nothing before the node started.
     let none = adm.must_get("/v1/admin/audit?from=0&to=1000").await;

@@ -41,15 +41,19 @@ fn key_tenant(caller: &Caller, named: Option<String>) -> Result<String, ApiError
     }
 }
 
+/// 201 with the new key and its token; its id goes into the audit entry.
 fn new_key_response(new: keys::NewKey) -> Response {
-    (
+    let made = crate::audit::AuditIds(vec![format!("new_key_id={}", new.key.id)]);
+    let mut response = (
         StatusCode::CREATED,
         axum::Json(NewKeyResponse {
             key: new.key.into(),
             token: new.token,
         }),
     )
-        .into_response()
+        .into_response();
+    response.extensions_mut().insert(made);
+    response
 }
 
 #[utoipa::path(post, path = "/v1/admin/keys", tag = "admin",

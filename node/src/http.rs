@@ -12,6 +12,7 @@ mod forward;
 #[cfg(test)]
 mod fuzz;
 pub(crate) mod openapi;
+mod operations;
 mod routes;
 mod seed;
 #[cfg(test)]
@@ -137,8 +138,8 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         );
     // Cluster operations are served by whichever node is asked (never forwarded), audited.
     let operations = Router::new()
-        .route("/v1/cluster/status", get(routes::cluster_status))
-        .route("/v1/cluster/drain", post(routes::drain))
+        .route("/v1/cluster/status", get(operations::cluster_status))
+        .route("/v1/cluster/drain", post(operations::drain))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             crate::audit::record,
@@ -146,9 +147,9 @@ pub fn router(state: AppState, limits: Limits) -> Router {
     Router::new()
         .merge(api)
         .merge(operations)
-        .route("/health", get(routes::health))
-        .route("/ready", get(routes::ready))
-        .route("/metrics", get(routes::metrics))
+        .route("/health", get(operations::health))
+        .route("/ready", get(operations::ready))
+        .route("/metrics", get(operations::metrics))
         .route("/openapi.json", get(openapi::document))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -283,6 +284,29 @@ pub(crate) fn body_user(body: &[u8]) -> Option<String> {
         .get("user_id")?
         .as_str()
         .map(str::to_owned)
+}
+
+/// A page size: `limit`, or `default` when absent; 400 when it is 0 or above `max`.
+pub fn page_limit(limit: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+    match limit.unwrap_or(default) {
+        0 => Err(ApiError::invalid("invalid limit: must be at least 1")),
+        n if n > max => Err(ApiError::invalid(format!(
+            "invalid limit: {n} is more than {max}"
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// An optional JSON body: its default when empty, else decoded (400 naming `what` when it
+/// does not decode).
+pub fn optional_json<T: DeserializeOwned + Default>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid {what} body: {e}")))
 }
 
 /// 200 with a JSON body.

@@ -14,7 +14,7 @@ use super::wire::admin::{
     AnchorBody, AnchorResponse, ApprovalResponse, ArchiveNext, ArchiveParams, ArchiveResponse,
     ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, NewKeyResponse, RotateBody,
 };
-use super::{ApiError, ApiJson, AppState, ok, user_key};
+use super::{ApiError, ApiJson, AppState, ok, optional_json, page_limit, user_key};
 use crate::auth::Caller;
 use crate::keys;
 use engram_actors::user::UserMsg;
@@ -111,12 +111,7 @@ pub async fn rotate_key(
     Path(key_id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let body: RotateBody = if body.is_empty() {
-        RotateBody::default()
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::invalid(format!("invalid rotate body: {e}")))?
-    };
+    let body: RotateBody = optional_json(&body, "rotate")?;
     let grace_ms = i64::try_from(body.grace_seconds.unwrap_or(0).saturating_mul(1_000))
         .map_err(|_| ApiError::invalid("invalid grace_seconds: too large"))?;
     let services = s.directory.services();
@@ -172,15 +167,7 @@ pub async fn audit(
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
-    let limit = match query.limit.unwrap_or(100) {
-        0 => return Err(ApiError::invalid("invalid limit: must be at least 1")),
-        n if n > MAX_AUDIT_PAGE => {
-            return Err(ApiError::invalid(format!(
-                "invalid limit: {n} is more than {MAX_AUDIT_PAGE}"
-            )));
-        }
-        n => n,
-    };
+    let limit = page_limit(query.limit, 100, MAX_AUDIT_PAGE)?;
     if let Some(user) = &query.user {
         engram_actors::user::check_id("user", user)?;
     }
@@ -236,15 +223,7 @@ pub async fn archive(
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
     let Query(params) = query?;
-    let limit = match params.limit.unwrap_or(100) {
-        0 => return Err(ApiError::invalid("invalid limit: must be at least 1")),
-        n if n > MAX_ARCHIVE_PAGE => {
-            return Err(ApiError::invalid(format!(
-                "invalid limit: {n} is more than {MAX_ARCHIVE_PAGE}"
-            )));
-        }
-        n => n,
-    };
+    let limit = page_limit(params.limit, 100, MAX_ARCHIVE_PAGE)?;
     let after = match (params.after_session, params.after_seq) {
         (Some(session), Some(seq)) => Some(ArchiveCursor { session, seq }),
         (None, None) => None,
@@ -305,25 +284,15 @@ pub async fn match_anchor(
             reply,
         })
         .await?;
-    let view = match found {
-        AnchorMatch::Matched { kind, first_seen } => AnchorResponse {
-            matched: true,
-            kind: Some(kind.as_str().to_owned()),
-            first_seen: Some(first_seen.0),
-            keyed: true,
-        },
-        AnchorMatch::NoMatch => AnchorResponse {
-            matched: false,
-            kind: None,
-            first_seen: None,
-            keyed: true,
-        },
-        AnchorMatch::Unkeyed => AnchorResponse {
-            matched: false,
-            kind: None,
-            first_seen: None,
-            keyed: false,
-        },
+    let (matched, keyed) = match &found {
+        AnchorMatch::Matched { kind, first_seen } => (Some((*kind, *first_seen)), true),
+        AnchorMatch::NoMatch => (None, true),
+        AnchorMatch::Unkeyed => (None, false),
     };
-    Ok(ok(view))
+    Ok(ok(AnchorResponse {
+        matched: matched.is_some(),
+        kind: matched.map(|(kind, _)| kind.as_str().to_owned()),
+        first_seen: matched.map(|(_, at)| at.0),
+        keyed,
+    }))
 }

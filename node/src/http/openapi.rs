@@ -5,7 +5,7 @@ use axum::Json;
 use axum::response::IntoResponse;
 use utoipa::OpenApi;
 
-use super::{admin, routes, seed, wire};
+use super::{admin, operations, routes, seed, wire};
 
 /// The document.
 #[derive(OpenApi)]
@@ -28,11 +28,11 @@ use super::{admin, routes, seed, wire};
         routes::clear_session,
         routes::conflicts,
         routes::forget,
-        routes::health,
-        routes::ready,
-        routes::metrics,
-        routes::cluster_status,
-        routes::drain,
+        operations::health,
+        operations::ready,
+        operations::metrics,
+        operations::cluster_status,
+        operations::drain,
         seed::sessions,
         seed::session_memory,
         seed::clear_session,

@@ -1,9 +1,9 @@
-//! Handlers of the versioned API, health, readiness and metrics. Each checks its input,
+//! Handlers of the versioned user API (turns, contexts, memories, sessions, forgetting). Each
 //! builds the actor request and maps the reply; the OpenAPI annotations document them.
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use engram_actors::placement::UserKey;
 use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
@@ -13,11 +13,10 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::wire::{
-    ClusterStatus, ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, DrainBody,
-    DrainResponse, ErrorBody, FeedbackBody, FeedbackResponse, ForgetResponse, LeaseView,
-    MemberView, MemoriesResponse, MemoryBody, MemoryResponse, SearchBody, SearchHitView,
-    SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody, TurnResponse,
-    parse_kind, parse_mode, parse_route, parse_status, ts,
+    ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
+    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, SearchBody,
+    SearchHitView, SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody,
+    TurnResponse, parse_kind, parse_mode, parse_route, parse_status, ts,
 };
 use super::wire::{MemoryView, TurnView};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
@@ -323,17 +322,6 @@ pub struct LimitQuery {
     pub limit: Option<usize>,
 }
 
-/// Checks a `limit`.
-pub fn check_limit(limit: Option<usize>) -> Result<usize, ApiError> {
-    match limit.unwrap_or(DEFAULT_LIMIT) {
-        0 => Err(ApiError::invalid("invalid limit: must be at least 1")),
-        n if n > MAX_LIMIT => Err(ApiError::invalid(format!(
-            "invalid limit: {n} is more than {MAX_LIMIT}"
-        ))),
-        n => Ok(n),
-    }
-}
-
 #[utoipa::path(get, path = "/v1/users/{user}/sessions/{session_id}/memory", tag = "sessions",
     params(("user" = String, Path, description = "User id"), ("session_id" = String, Path, description = "Session id"), LimitQuery),
     responses((status = 200, body = SessionMemoryResponse), (status = 404, body = ErrorBody)))]
@@ -357,7 +345,7 @@ pub async fn session_memory_of(
     session: String,
     limit: Option<usize>,
 ) -> Result<Response, ApiError> {
-    let limit = check_limit(limit)?;
+    let limit = super::page_limit(limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let memory = s
         .directory
         .call(key, |reply| UserMsg::SessionMemory {
@@ -485,135 +473,4 @@ pub async fn forget(
     let key = user_key(&caller, &user)?;
     let ack = s.directory.call(&key, UserMsg::Forget).await?;
     Ok(ok(ForgetResponse::from(ack)))
-}
-
-#[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "The process is up")))]
-/// Liveness: the process answers.
-pub async fn health() -> Response {
-    ok(serde_json::json!({ "status": "ok" }))
-}
-
-#[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, description = "Storage answers"), (status = 503, body = ErrorBody)))]
-/// Readiness: storage answers a read.
-pub async fn ready(State(s): State<AppState>) -> Response {
-    let services = s.directory.services();
-    let (store, ks) = (services.store.clone(), services.keyspace.clone());
-    match store
-        .read(move |txn| engram_storage::cluster::members(txn, &ks))
-        .await
-    {
-        Ok(_) => ok(serde_json::json!({ "status": "ready" })),
-        Err(err) => {
-            tracing::warn!(%err, "readiness check failed");
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "storage does not answer",
-            )
-            .into_response()
-        }
-    }
-}
-
-#[utoipa::path(get, path = "/v1/cluster/status", tag = "operations",
-    responses((status = 200, body = ClusterStatus), (status = 503, body = ErrorBody)))]
-/// The cluster as storage records it: members with their liveness and shard counts, and every
-/// shard's lease (owner and epoch), plus what this node serves.
-pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let services = s.directory.services();
-    let (store, ks) = (services.store.clone(), services.keyspace.clone());
-    let (members, leases) = store
-        .read(move |txn| {
-            Ok((
-                engram_storage::cluster::members(txn, &ks)?,
-                engram_storage::cluster::shard_leases(txn, &ks)?,
-            ))
-        })
-        .await?;
-    let now = services.clock.now();
-    let owned = |node: &str| {
-        leases
-            .iter()
-            .filter(|(_, l)| l.owner.as_deref() == Some(node))
-            .count()
-    };
-    let ownership = services.ownership.as_ref();
-    Ok(ok(ClusterStatus {
-        node: ownership.map(|o| o.node().to_owned()).unwrap_or_default(),
-        shards: services.settings.shards,
-        held: ownership.map_or(0, |o| o.held()),
-        members: members
-            .iter()
-            .map(|m| MemberView {
-                node_id: m.node_id.clone(),
-                http_addr: m.http_addr.clone(),
-                status: format!("{:?}", m.status).to_lowercase(),
-                heartbeat_age_ms: now.0.saturating_sub(m.heartbeat_at.0),
-                live: engram_actors::cluster::is_live(m, now, s.lease_timeout),
-                shards: owned(&m.node_id),
-            })
-            .collect(),
-        leases: leases
-            .iter()
-            .map(|(shard, l)| LeaseView {
-                shard: *shard,
-                owner: l.owner.clone(),
-                epoch: l.epoch,
-            })
-            .collect(),
-    }))
-}
-
-#[utoipa::path(post, path = "/v1/cluster/drain", tag = "operations",
-    request_body = DrainBody,
-    responses((status = 202, body = DrainResponse), (status = 404, body = ErrorBody)))]
-/// Drains a node (this one unless the body names another): it hands off every shard to the
-/// other nodes, then exits. Requests keep being served throughout (forwarded to the new
-/// owners).
-pub async fn drain(
-    State(s): State<AppState>,
-    body: axum::body::Bytes,
-) -> Result<Response, ApiError> {
-    let services = s.directory.services();
-    let me = services
-        .ownership
-        .as_ref()
-        .map(|o| o.node().to_owned())
-        .unwrap_or_default();
-    let body: DrainBody = if body.is_empty() {
-        DrainBody { node_id: None }
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::invalid(format!("invalid drain body: {e}")))?
-    };
-    let node = body.node_id.unwrap_or(me);
-    let member =
-        engram_actors::cluster::request_drain(&services.store, &services.keyspace, &node).await?;
-    match member {
-        Some(member) => Ok((
-            StatusCode::ACCEPTED,
-            axum::Json(DrainResponse {
-                node_id: member.node_id,
-                status: "draining".to_owned(),
-            }),
-        )
-            .into_response()),
-        None => Err(ApiError::not_found(format!(
-            "no active member {node} (it may have left already)"
-        ))),
-    }
-}
-
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]
-/// Prometheus metrics.
-pub async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s.metrics.render_with(&s.directory, s.cluster.as_deref());
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
-        text,
-    )
-        .into_response()
 }

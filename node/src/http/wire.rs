@@ -219,7 +219,7 @@ pub struct ContextBody {
 }
 
 /// What `POST /v1/cluster/drain` drains.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DrainBody {
     /// The node to drain; omitted, the node that receives the request.

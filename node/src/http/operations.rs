@@ -1,0 +1,134 @@
+//! Operations endpoints: liveness, readiness, metrics, and the cluster's status and drain.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::wire::{ClusterStatus, DrainBody, DrainResponse, ErrorBody, LeaseView, MemberView};
+use super::{ApiError, AppState, ok, optional_json};
+
+#[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "The process is up")))]
+/// Liveness: the process answers.
+pub async fn health() -> Response {
+    ok(serde_json::json!({ "status": "ok" }))
+}
+
+#[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, description = "Storage answers"), (status = 503, body = ErrorBody)))]
+/// Readiness: storage answers a read.
+pub async fn ready(State(s): State<AppState>) -> Response {
+    let services = s.directory.services();
+    let (store, ks) = (services.store.clone(), services.keyspace.clone());
+    match store
+        .read(move |txn| engram_storage::cluster::members(txn, &ks))
+        .await
+    {
+        Ok(_) => ok(serde_json::json!({ "status": "ready" })),
+        Err(err) => {
+            tracing::warn!(%err, "readiness check failed");
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "storage does not answer",
+            )
+            .into_response()
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/cluster/status", tag = "operations",
+    responses((status = 200, body = ClusterStatus), (status = 503, body = ErrorBody)))]
+/// The cluster as storage records it: members with their liveness and shard counts, and every
+/// shard's lease (owner and epoch), plus what this node serves.
+pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let services = s.directory.services();
+    let (store, ks) = (services.store.clone(), services.keyspace.clone());
+    let (members, leases) = store
+        .read(move |txn| {
+            Ok((
+                engram_storage::cluster::members(txn, &ks)?,
+                engram_storage::cluster::shard_leases(txn, &ks)?,
+            ))
+        })
+        .await?;
+    let now = services.clock.now();
+    let owned = |node: &str| {
+        leases
+            .iter()
+            .filter(|(_, l)| l.owner.as_deref() == Some(node))
+            .count()
+    };
+    let ownership = services.ownership.as_ref();
+    Ok(ok(ClusterStatus {
+        node: ownership.map(|o| o.node().to_owned()).unwrap_or_default(),
+        shards: services.settings.shards,
+        held: ownership.map_or(0, |o| o.held()),
+        members: members
+            .iter()
+            .map(|m| MemberView {
+                node_id: m.node_id.clone(),
+                http_addr: m.http_addr.clone(),
+                status: format!("{:?}", m.status).to_lowercase(),
+                heartbeat_age_ms: now.0.saturating_sub(m.heartbeat_at.0),
+                live: engram_actors::cluster::is_live(m, now, s.lease_timeout),
+                shards: owned(&m.node_id),
+            })
+            .collect(),
+        leases: leases
+            .iter()
+            .map(|(shard, l)| LeaseView {
+                shard: *shard,
+                owner: l.owner.clone(),
+                epoch: l.epoch,
+            })
+            .collect(),
+    }))
+}
+
+#[utoipa::path(post, path = "/v1/cluster/drain", tag = "operations",
+    request_body = DrainBody,
+    responses((status = 202, body = DrainResponse), (status = 404, body = ErrorBody)))]
+/// Drains a node (this one unless the body names another): it hands off every shard to the
+/// other nodes, then exits. Requests keep being served throughout (forwarded to the new
+/// owners).
+pub async fn drain(
+    State(s): State<AppState>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let services = s.directory.services();
+    let me = services
+        .ownership
+        .as_ref()
+        .map(|o| o.node().to_owned())
+        .unwrap_or_default();
+    let body: DrainBody = optional_json(&body, "drain")?;
+    let node = body.node_id.unwrap_or(me);
+    let member =
+        engram_actors::cluster::request_drain(&services.store, &services.keyspace, &node).await?;
+    match member {
+        Some(member) => Ok((
+            StatusCode::ACCEPTED,
+            axum::Json(DrainResponse {
+                node_id: member.node_id,
+                status: "draining".to_owned(),
+            }),
+        )
+            .into_response()),
+        None => Err(ApiError::not_found(format!(
+            "no active member {node} (it may have left already)"
+        ))),
+    }
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]
+/// Prometheus metrics.
+pub async fn metrics(State(s): State<AppState>) -> Response {
+    let text = s.metrics.render_with(&s.directory, s.cluster.as_deref());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        text,
+    )
+        .into_response()
+}

@@ -1,5 +1,6 @@
 //! Handlers of the versioned user API (turns, contexts, memories, sessions, forgetting). Each
-//! builds the actor request and maps the reply; the OpenAPI annotations document them.
+//! checks its input, builds the actor request and maps the reply; the OpenAPI annotations
+//! document them.
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use engram_inference::{DeviceChoice, EncoderConfig, ModelKind, PoolConfig};
 use engram_storage::RetryPolicy;
-use engram_storage::crypto::Cipher;
 use engram_storage::sqlite::{GroupCommit, SqliteOptions, Synchronous};
 use engram_storage::vector::VectorConfig;
 use figment::Figment;
@@ -24,7 +23,10 @@ use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
 mod error;
+mod security;
 mod validate;
+
+pub use security::SecurityConfig;
 
 pub use error::{ConfigError, Problem};
 
@@ -53,98 +55,6 @@ pub struct Config {
     pub log: LogConfig,
     /// `[security]`: encryption at rest.
     pub security: SecurityConfig,
-}
-
-/// `[security]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
-pub struct SecurityConfig {
-    /// File of master keys (`<id> <64 hex digits>` a line; the highest id is current). When
-    /// set, every user's values are sealed with `cipher` under a per-user data key wrapped
-    /// by the tenant's key derived from the current master key; forgetting a user destroys
-    /// their data key. Unset: values are stored in clear.
-    pub master_key_file: Option<PathBuf>,
-    /// The cipher new values and data keys are sealed with: `"aes-256-gcm"` or `"sm4-gcm"`
-    /// (the Chinese national standard). Every stored value names its cipher, so changing
-    /// this leaves what was written readable.
-    pub cipher: Cipher,
-    /// File holding the root admin key (at least 32 characters), the first key of a
-    /// deployment: admin of every tenant and operator of the cluster. `ENGRAM_ADMIN_KEY`
-    /// overrides it. A node with neither does not start: there is no default key.
-    pub admin_key_file: Option<PathBuf>,
-    /// Requests a second each API key may make on one node (0: unlimited); beyond it, 429.
-    pub rate_limit: u32,
-    /// Requests a key may make in a burst above the rate.
-    pub rate_burst: u32,
-    /// Whether requests are recorded in the audit trail. Off only to measure its cost:
-    /// nothing is recorded then.
-    pub audit: bool,
-    /// How long audit entries are kept.
-    #[serde(with = "humantime_serde")]
-    pub audit_retention: Duration,
-    /// Reads returning a user's high-PII memories allowed within `sensitive-read-window`
-    /// before an admin must approve more (0: no limit).
-    pub sensitive_read_limit: u32,
-    /// The window of `sensitive-read-limit`.
-    #[serde(with = "humantime_serde")]
-    pub sensitive_read_window: Duration,
-}
-
-impl Default for SecurityConfig {
-    fn default() -> Self {
-        SecurityConfig {
-            master_key_file: None,
-            cipher: Cipher::default(),
-            admin_key_file: None,
-            rate_limit: 1_000,
-            rate_burst: 2_000,
-            audit: true,
-            audit_retention: Duration::from_secs(400 * 24 * 3_600),
-            sensitive_read_limit: 5,
-            sensitive_read_window: Duration::from_secs(24 * 3_600),
-        }
-    }
-}
-
-/// Environment variable holding the root admin key (wins over `security.admin-key-file`).
-pub const ADMIN_KEY_ENV: &str = "ENGRAM_ADMIN_KEY";
-
-impl SecurityConfig {
-    /// The circuit breaker of sensitive reads.
-    pub fn breaker(&self) -> engram_actors::breaker::Policy {
-        engram_actors::breaker::Policy {
-            threshold: self.sensitive_read_limit,
-            window_ms: i64::try_from(self.sensitive_read_window.as_millis()).unwrap_or(i64::MAX),
-        }
-    }
-
-    /// The root admin key, from `ENGRAM_ADMIN_KEY` or `admin-key-file`.
-    pub fn admin_key(&self) -> Result<String, String> {
-        let key = match (std::env::var(ADMIN_KEY_ENV), &self.admin_key_file) {
-            (Ok(key), _) => key,
-            (Err(_), Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                format!(
-                    "cannot read security.admin-key-file {}: {e}",
-                    path.display()
-                )
-            })?,
-            (Err(_), None) => {
-                return Err(format!(
-                    "no admin key: set security.admin-key-file or {ADMIN_KEY_ENV} (a secret of \
-                     at least {} characters, e.g. `openssl rand -hex 32`)",
-                    crate::auth::MIN_ADMIN_KEY_LEN
-                ));
-            }
-        };
-        let key = key.trim().to_owned();
-        if key.len() < crate::auth::MIN_ADMIN_KEY_LEN || key.chars().any(char::is_whitespace) {
-            return Err(format!(
-                "the admin key must be at least {} characters without spaces",
-                crate::auth::MIN_ADMIN_KEY_LEN
-            ));
-        }
-        Ok(key)
-    }
 }
 
 /// `[node]`.

@@ -11,6 +11,8 @@ use figment::providers::{Format, Serialized, Toml};
 use figment::value::{Dict, Value};
 use figment::{Figment, Jail, Provider};
 
+use engram_storage::crypto::Cipher;
+
 use super::*;
 
 fn reference_path() -> PathBuf {

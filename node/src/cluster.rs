@@ -21,7 +21,8 @@
 //! - Per-user actors stay local. The only remote-capable actor is the [`Region`], which joins
 //!   the process group `engram.region.<node id>`; peers find it there.
 //! - A forwarded request travels as one versioned byte envelope ([`encode`] / [`decode`]):
-//!   method, path, tenant, content type and body in, status and body out. The receiving
+//!   method, path, the authenticated caller, content type and body in, status and body out
+//!   ([`envelope`]). The receiving
 //!   region decodes it fallibly inside its handler (a malformed frame is logged and answered
 //!   with an error, never a panic) and replays it through its own HTTP router, marked as
 //!   forwarded so that it is never forwarded again.
@@ -34,24 +35,24 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::http::{Request, StatusCode, header};
 use engram_storage::model::Member;
 use ractor::message::{BoxedDowncastErr, SerializedMessage};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use ractor_cluster::{
-    ClientConnectErr, IncomingEncryptionMode, NetworkStream, NodeServer, NodeServerMessage,
-};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use ractor_cluster::{ClientConnectErr, IncomingEncryptionMode, NodeServer, NodeServerMessage};
 use std::sync::Mutex;
 use std::time::Instant;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
-use tokio::task::{JoinHandle, JoinSet};
-use tokio_rustls::TlsAcceptor;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
 use crate::tls::ClusterTls;
+
+mod envelope;
+mod listen;
+
+pub use envelope::{EnvelopeError, Forwarded, ForwardedReply, decode, encode, into_response};
+use listen::accept_links;
 
 /// Marks a request replayed from a peer (it is served here or refused, never forwarded
 /// again). A request extension, so no client can set it.
@@ -64,66 +65,6 @@ pub const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Inbound TLS handshakes in progress at once; further connections wait in the listen
 /// backlog until one finishes or times out.
 pub const MAX_LINK_HANDSHAKES: usize = 64;
-/// The envelope format this build writes and reads.
-const ENVELOPE_VERSION: u8 = 2;
-
-/// A request handed to the owner's region.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Forwarded {
-    /// HTTP method.
-    pub method: String,
-    /// Path and query.
-    pub uri: String,
-    /// Who asked, as the node that authenticated the request found (peers are trusted: they
-    /// share the cluster secret).
-    pub caller: crate::auth::Caller,
-    /// The content type, if any.
-    pub content_type: Option<String>,
-    /// The body.
-    pub body: Vec<u8>,
-}
-
-/// The owner's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ForwardedReply {
-    /// HTTP status.
-    pub status: u16,
-    /// `Retry-After`, if any.
-    pub retry_after: Option<String>,
-    /// The body (JSON).
-    pub body: Vec<u8>,
-}
-
-/// Why an envelope could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum EnvelopeError {
-    /// Empty, or written by a build with another format.
-    #[error("unknown envelope version {0:?}")]
-    Version(Option<u8>),
-    /// The payload does not decode.
-    #[error("malformed envelope: {0}")]
-    Malformed(String),
-}
-
-/// `value` as an envelope: the version byte, then postcard.
-pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = vec![ENVELOPE_VERSION];
-    // Postcard only fails on types it cannot represent; ours are plain structs.
-    out.extend(postcard::to_allocvec(value).unwrap_or_default());
-    out
-}
-
-/// Reads an envelope written by [`encode`].
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, EnvelopeError> {
-    match bytes.split_first() {
-        Some((&ENVELOPE_VERSION, rest)) => {
-            postcard::from_bytes(rest).map_err(|e| EnvelopeError::Malformed(e.to_string()))
-        }
-        Some((&other, _)) => Err(EnvelopeError::Version(Some(other))),
-        None => Err(EnvelopeError::Version(None)),
-    }
-}
-
 /// Messages of the shard-region actor: the one remote-capable message type of a node.
 #[derive(Debug)]
 pub enum RegionMsg {
@@ -332,112 +273,6 @@ impl Drop for Transport {
 
 fn region_group(node_id: &str) -> String {
     format!("engram.region.{node_id}")
-}
-
-/// Accepts links on `listener` for `server` until aborted. Without TLS each connection is
-/// handed over at once, as the node server's own listener would. With TLS each handshake
-/// runs in its own task, bounded by [`LINK_HANDSHAKE_TIMEOUT`], at most
-/// [`MAX_LINK_HANDSHAKES`] at once, and only completed ones reach the node server. Aborting
-/// this task closes the port and drops the handshakes in progress.
-async fn accept_links(
-    listener: TcpListener,
-    server: ActorRef<NodeServerMessage>,
-    tls: Option<TlsAcceptor>,
-    metrics: Arc<TransportMetrics>,
-) {
-    let handshakes = Arc::new(Semaphore::new(MAX_LINK_HANDSHAKES));
-    let mut pending = JoinSet::new();
-    loop {
-        // Reap finished handshakes, so that the set only holds the ones in progress.
-        while pending.try_join_next().is_some() {}
-        let permit = match &tls {
-            Some(_) => match Arc::clone(&handshakes).acquire_owned().await {
-                Ok(permit) => Some(permit),
-                // The semaphore is never closed.
-                Err(_) => return,
-            },
-            None => None,
-        };
-        let (stream, peer_addr) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                // Out of file descriptors, say: give the process a moment.
-                tracing::warn!(error = %err, "accepting a cluster connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        let Ok(local_addr) = stream.local_addr() else {
-            continue;
-        };
-        let Some(acceptor) = &tls else {
-            hand_over(
-                &server,
-                NetworkStream::Raw {
-                    peer_addr,
-                    local_addr,
-                    stream,
-                },
-            );
-            continue;
-        };
-        let (acceptor, server, metrics) = (acceptor.clone(), server.clone(), Arc::clone(&metrics));
-        pending.spawn(async move {
-            let _permit = permit;
-            match tls_handshake(&acceptor, stream).await {
-                Ok(stream) => hand_over(
-                    &server,
-                    NetworkStream::TlsServer {
-                        peer_addr,
-                        local_addr,
-                        stream,
-                    },
-                ),
-                Err(HandshakeFailure::Failed(err)) => {
-                    metrics.handshake_failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(peer = %peer_addr, error = %err, "refused a cluster link: tls handshake failed");
-                }
-                Err(HandshakeFailure::TimedOut) => {
-                    metrics.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(peer = %peer_addr, timeout = ?LINK_HANDSHAKE_TIMEOUT, "dropped a cluster connection: tls handshake timed out");
-                }
-            }
-        });
-    }
-}
-
-/// Why an inbound handshake produced no link.
-enum HandshakeFailure {
-    /// The client is not a peer of this cluster, or does not speak TLS.
-    Failed(std::io::Error),
-    /// The client did not finish within [`LINK_HANDSHAKE_TIMEOUT`].
-    TimedOut,
-}
-
-/// The server side of a link's TLS handshake, within [`LINK_HANDSHAKE_TIMEOUT`].
-async fn tls_handshake(
-    acceptor: &TlsAcceptor,
-    stream: TcpStream,
-) -> Result<tokio_rustls::server::TlsStream<TcpStream>, HandshakeFailure> {
-    match tokio::time::timeout(LINK_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(stream)) => Ok(stream),
-        Ok(Err(err)) => Err(HandshakeFailure::Failed(err)),
-        Err(_) => Err(HandshakeFailure::TimedOut),
-    }
-}
-
-/// Hands an accepted connection to the node server, which opens a session on it.
-fn hand_over(server: &ActorRef<NodeServerMessage>, stream: NetworkStream) {
-    tracing::debug!(connection = ?stream, "cluster connection accepted");
-    let opened = NodeServerMessage::ConnectionOpened {
-        stream: Box::new(stream),
-        is_server: true,
-    };
-    if server.cast(opened).is_err() {
-        // Stopping: the connection is dropped.
-        tracing::debug!("the node server is gone; cluster connection dropped");
-    }
 }
 
 impl Transport {
@@ -661,78 +496,5 @@ impl Transport {
     pub fn stop(&self) {
         self.acceptor.abort();
         self.server.stop(None);
-    }
-}
-
-/// `reply` as an HTTP response.
-pub fn into_response(reply: ForwardedReply) -> axum::response::Response {
-    let mut response = axum::response::Response::new(Body::from(reply.body));
-    *response.status_mut() =
-        StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if let Some(retry) = reply
-        .retry_after
-        .and_then(|r| HeaderValue::from_str(&r).ok())
-    {
-        response.headers_mut().insert(header::RETRY_AFTER, retry);
-    }
-    response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn envelopes_round_trip_and_bad_frames_are_errors_not_panics() {
-        let request = Forwarded {
-            method: "POST".into(),
-            uri: "/v1/users/alice/turns".into(),
-            caller: crate::auth::Caller {
-                principal: "0123abcd".into(),
-                scope: engram_storage::access::Scope::Gateway,
-                root: false,
-                tenant: "acme".into(),
-                client: Some("10.0.0.1:5000".into()),
-            },
-            content_type: Some("application/json".into()),
-            body: b"{}".to_vec(),
-        };
-        let bytes = encode(&request);
-        assert_eq!(decode::<Forwarded>(&bytes).unwrap(), request);
-        assert!(matches!(
-            decode::<Forwarded>(&[]),
-            Err(EnvelopeError::Version(None))
-        ));
-        assert!(matches!(
-            decode::<Forwarded>(&[9, 1, 2]),
-            Err(EnvelopeError::Version(Some(9)))
-        ));
-        assert!(matches!(
-            decode::<Forwarded>(&bytes[..bytes.len() / 2]),
-            Err(EnvelopeError::Malformed(_))
-        ));
-    }
-
-    proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2_000, ..Default::default() })]
-
-        /// Fuzzing the remote envelope decoder: any frame a peer could send decodes or fails
-        /// cleanly, never panicking.
-        #[test]
-        fn any_frame_decodes_or_fails_cleanly(
-            frame in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512),
-            versioned in proptest::prelude::any::<bool>(),
-        ) {
-            let mut bytes = frame;
-            if versioned {
-                bytes.insert(0, ENVELOPE_VERSION);
-            }
-            let _ = decode::<Forwarded>(&bytes);
-            let _ = decode::<ForwardedReply>(&bytes);
-        }
     }
 }

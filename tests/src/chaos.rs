@@ -150,10 +150,7 @@ impl Gateway {
         let body = turn(request_id, "s1", &text, "ok");
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         for attempt in 0.. {
-            if let Ok(reply) = self
-                .pick(start, attempt)
-                .post(&format!("/v1/users/{user}/turns"), &body)
-                .await
+            if let Ok(reply) = self.pick(start, attempt).append_turn(user, &body).await
                 && reply.status == StatusCode::OK
             {
                 return Some(Ack {

@@ -59,10 +59,7 @@ async fn two_nodes_split_the_shards_and_either_serves_any_user() {
     let turns = other.must_session_turns(user, "s1").await;
     assert_eq!(turns.len(), 2, "{turns:?}");
     let bad = other
-        .post(
-            &format!("/v1/users/{user}/turns"),
-            &serde_json::json!({ "request_id": "x" }),
-        )
+        .append_turn(user, &serde_json::json!({ "request_id": "x" }))
         .await
         .unwrap();
     assert_eq!(
@@ -277,10 +274,7 @@ async fn a_paused_owner_loses_its_shards_and_what_it_is_sent_after_is_served_by_
     // hands the request to b once it has seen the take-over.
     a.signal("CONT");
     let sent = a_client
-        .post(
-            &format!("/v1/users/{user}/turns"),
-            &turn("z-3", "s1", "sent to the zombie", "ok"),
-        )
+        .append_turn(&user, &turn("z-3", "s1", "sent to the zombie", "ok"))
         .await
         .unwrap();
     let expected: &[&str] = match sent.status {
@@ -346,10 +340,7 @@ async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
         let (a_client, user) = (a_client.clone(), user.clone());
         async move {
             a_client
-                .post(
-                    &format!("/v1/users/{user}/turns"),
-                    &turn("f-2", "s1", "caught in the pause", "ok"),
-                )
+                .append_turn(&user, &turn("f-2", "s1", "caught in the pause", "ok"))
                 .await
         }
     });
@@ -445,10 +436,7 @@ async fn a_node_cut_from_its_peers_by_a_blackhole_loses_nothing_and_heals() {
     let during = load.acked().await - acked_before;
     let through_peer = clients[0]
         .1
-        .post(
-            &format!("/v1/users/{user_of_c}/turns"),
-            &turn("cut-1", "s1", "through a cut peer", "ok"),
-        )
+        .append_turn(&user_of_c, &turn("cut-1", "s1", "through a cut peer", "ok"))
         .await
         .unwrap();
     assert_eq!(
@@ -467,10 +455,7 @@ async fn a_node_cut_from_its_peers_by_a_blackhole_loses_nothing_and_heals() {
     loop {
         let reply = clients[0]
             .1
-            .post(
-                &format!("/v1/users/{user_of_c}/turns"),
-                &turn("cut-1", "s1", "through a cut peer", "ok"),
-            )
+            .append_turn(&user_of_c, &turn("cut-1", "s1", "through a cut peer", "ok"))
             .await;
         if reply.is_ok_and(|r| r.status == StatusCode::OK) {
             break;

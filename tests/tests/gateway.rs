@@ -163,7 +163,7 @@ async fn sigkill_under_load_loses_no_acknowledged_turn_and_retries_replay_them()
             for i in 0..PER_CLIENT {
                 let id = format!("kill-{c}-{i}");
                 let body = turn(&id, "s1", &format!("turn {id} of {user}"), "ok");
-                match http.post(&format!("/v1/users/{user}/turns"), &body).await {
+                match http.append_turn(&user, &body).await {
                     Ok(reply) if reply.status == StatusCode::OK => {
                         let seq = reply.json()["seq"]
                             .as_u64()
@@ -300,10 +300,7 @@ async fn sigterm_with_writes_in_flight_finishes_them_or_refuses_them_and_half_wr
             let id = format!("{wave}-{i}");
             tokio::spawn(async move {
                 let body = turn(&id, "s1", &format!("turn {id} of {user}"), "ok");
-                let result = http
-                    .post(&format!("/v1/users/{user}/turns"), &body)
-                    .await
-                    .map(|r| r.status);
+                let result = http.append_turn(&user, &body).await.map(|r| r.status);
                 let _ = tx.send(Outcome {
                     user,
                     body,
@@ -423,10 +420,7 @@ async fn metrics_count_requests_per_route_and_status_without_user_ids() {
     http.must_context(user, "s1", "and in October?").await;
     http.must_session_turns(user, "s1").await;
     let bad = http
-        .post(
-            &format!("/v1/users/{user}/turns"),
-            &json!({ "request_id": "m-bad" }),
-        )
+        .append_turn(user, &json!({ "request_id": "m-bad" }))
         .await
         .unwrap();
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);

@@ -79,10 +79,7 @@ async fn personal_data_never_reaches_logs_and_is_masked_for_the_gateway() {
             .await,
     );
     let bad = http
-        .post(
-            &format!("/v1/users/{user}/turns"),
-            &json!({ "request_id": ID, "user_text": CARD }),
-        )
+        .append_turn(user, &json!({ "request_id": ID, "user_text": CARD }))
         .await
         .unwrap();
     answers.push(json!(bad.text()));

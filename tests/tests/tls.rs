@@ -153,7 +153,7 @@ async fn append_until_ok(
 ) {
     let until = Instant::now() + deadline;
     loop {
-        match client.post(&format!("/v1/users/{user}/turns"), body).await {
+        match client.append_turn(user, body).await {
             Ok(reply) if reply.status == StatusCode::OK => return,
             Ok(_) | Err(_) if Instant::now() < until => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -312,10 +312,7 @@ async fn a_node_with_a_certificate_from_another_ca_gets_no_link_and_serves_no_pe
     // A user of the intruder asked at a: a cannot reach it, and says so.
     let of_x = user_of(&owners, "ca-x", "ca-x-user");
     let reply = a_client
-        .post(
-            &format!("/v1/users/{of_x}/turns"),
-            &turn("ca-2", "s1", "for the intruder", "ok"),
-        )
+        .append_turn(&of_x, &turn("ca-2", "s1", "for the intruder", "ok"))
         .await
         .unwrap();
     assert_eq!(
@@ -328,10 +325,7 @@ async fn a_node_with_a_certificate_from_another_ca_gets_no_link_and_serves_no_pe
     // A user of a asked at the intruder: it cannot hand the request to a.
     let of_a = user_of(&owners, "ca-a", "ca-a-user");
     let reply = x_client
-        .post(
-            &format!("/v1/users/{of_a}/turns"),
-            &turn("ca-3", "s1", "from the intruder", "ok"),
-        )
+        .append_turn(&of_a, &turn("ca-3", "s1", "from the intruder", "ok"))
         .await
         .unwrap();
     assert_eq!(

@@ -359,7 +359,13 @@ impl HttpClient {
         self.must(Method::POST, path, Some(body)).await
     }
 
-    /// Appends a turn (see [`turn`]) to `user`; returns the `TurnResponse`.
+    /// `POST /v1/users/{user}/turns` (see [`turn`]), whatever it answers.
+    pub async fn append_turn(&self, user: &str, body: &Value) -> Result<Reply, HttpError> {
+        self.post(&format!("/v1/users/{user}/turns"), body).await
+    }
+
+    /// Appends a turn (see [`turn`]) to `user` that must be acknowledged; returns the
+    /// `TurnResponse`.
     pub async fn must_append_turn(&self, user: &str, body: &Value) -> Value {
         self.must_post(&format!("/v1/users/{user}/turns"), body)
             .await

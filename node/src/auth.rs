@@ -161,14 +161,10 @@ pub fn hash_secret(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A fresh key id and secret (8 and 32 random bytes, hex) and the token made of them.
 pub fn fresh_token() -> (String, String, String) {
-    let id = hex(&rand::random::<[u8; 8]>());
-    let secret = hex(&rand::random::<[u8; 32]>());
+    let id = access::to_hex(&rand::random::<[u8; 8]>());
+    let secret = access::to_hex(&rand::random::<[u8; 32]>());
     let token = format!("{TOKEN_PREFIX}{id}_{secret}");
     (id, secret, token)
 }

@@ -220,11 +220,12 @@ pub fn user_pseudonym(pepper: &[u8; 32], tenant: &str, user: &str) -> String {
     mac.update(&(tenant.len() as u64).to_be_bytes());
     mac.update(tenant.as_bytes());
     mac.update(user.as_bytes());
-    mac.finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    to_hex(&mac.finalize().into_bytes())
+}
+
+/// Lower-case hex of `bytes` (key ids, secrets, pseudonyms).
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

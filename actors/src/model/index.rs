@@ -8,7 +8,7 @@
 //!   and its summary after; its embedding is the turn's passage embedding. Neighbouring turns
 //!   of the same session lend context: the indexed words include the previous and next turn's
 //!   words, and the indexed vector mixes in `neighbour_weight` of theirs (both measured on
-//!   LoCoMo-dev: see README's retrieval figures).
+//!   LoCoMo-dev: see docs/benchmarks.md).
 //!
 //! Derived state only: built from storage when the actor starts, updated after each commit,
 //! and never persisted. It does no I/O and never logs text or vectors.

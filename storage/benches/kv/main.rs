@@ -33,7 +33,7 @@
 //! workloads; `reads` includes the load), `--dir PATH`, `--quick`.
 //! Files go to a temporary directory under `target/tmp` (or under `--dir`) that is removed at
 //! the end. It must be on a real disk: on tmpfs an fsync costs nothing (a warning says so).
-//! The run ends with markdown tables for the README, headed by the command.
+//! The run ends with markdown tables for docs/benchmarks.md, headed by the command.
 
 mod concurrent;
 mod load;

@@ -1,5 +1,5 @@
 //! The report at the end of a run: markdown tables of the medians, with the command and the
-//! machine, for the README; and the formatting of figures.
+//! machine, for docs/benchmarks.md; and the formatting of figures.
 
 use std::path::Path;
 use std::time::Duration;

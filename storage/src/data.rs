@@ -313,6 +313,34 @@ impl<'t> UserData<'t> {
         self.decode_range("intent", &range.begin, &range.end)
     }
 
+    /// At most `limit` versions of an intent type older than `before` (every version when
+    /// `None`), newest first: one bounded range read.
+    pub fn newest_intents(
+        &mut self,
+        intent_type: &str,
+        before: Option<Timestamp>,
+        limit: usize,
+    ) -> Result<Vec<Intent>> {
+        let range = self.keys.intents(intent_type);
+        let end = match before {
+            Some(version) => self.keys.intent(intent_type, version),
+            None => range.end,
+        };
+        let rows = self
+            .txn
+            .get_range(&range.begin, &end, RangeOptions::last(limit.max(1)))?;
+        rows.iter()
+            .map(|(k, v)| self.open("intent", k, v))
+            .collect()
+    }
+
+    /// Removes every version of an intent type older than `version` (one range clear).
+    pub fn prune_intents_before(&mut self, intent_type: &str, version: Timestamp) -> Result<()> {
+        let range = self.keys.intents(intent_type);
+        let end = self.keys.intent(intent_type, version);
+        self.txn.clear_range(&range.begin, &end)
+    }
+
     /// Writes the embedding of a memory.
     pub fn put_embedding(&mut self, memory_id: &str, embedding: &Embedding) -> Result<()> {
         self.put("embedding", &self.keys.embedding(memory_id), embedding)
@@ -346,6 +374,22 @@ impl<'t> UserData<'t> {
                 Ok((id, self.open("embedding", k, v)?))
             })
             .collect()
+    }
+
+    /// The user's sensitive-read counts (the actors' circuit breaker keeps its own row type),
+    /// sealed like every other value of the user.
+    pub fn sensitive_reads<T: serde::de::DeserializeOwned>(&mut self) -> Result<Option<T>> {
+        self.get("sensitive reads", &self.keys.sensitive_reads())
+    }
+
+    /// Stores the user's sensitive-read counts.
+    pub fn put_sensitive_reads<T: serde::Serialize>(&mut self, row: &T) -> Result<()> {
+        self.put("sensitive reads", &self.keys.sensitive_reads(), row)
+    }
+
+    /// Clears the user's sensitive-read counts.
+    pub fn clear_sensitive_reads(&mut self) -> Result<()> {
+        self.txn.clear(&self.keys.sensitive_reads())
     }
 
     /// The stored outcome of an acknowledged request, if it was seen before.

@@ -124,7 +124,42 @@ pub enum Error {
     Task(String),
 }
 
+/// What a storage failure means to the client whose request hit it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A key, value or transaction over the size limits (the client's, 400).
+    TooLarge,
+    /// Busy, conflicting, or fenced away: a retry with the same request id may succeed (503).
+    Busy,
+    /// The key service failed (503: a later retry may succeed).
+    KeyService,
+    /// Ours (500).
+    Internal,
+}
+
 impl Error {
+    /// What this failure means to the client.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Error::KeyTooLarge { .. }
+            | Error::ValueTooLarge { .. }
+            | Error::TransactionTooLarge { .. } => Outcome::TooLarge,
+            Error::Conflict
+            | Error::Busy
+            | Error::RetriesExhausted { .. }
+            | Error::Fenced { .. } => Outcome::Busy,
+            Error::KeyService(_) => Outcome::KeyService,
+            Error::ReadOnly
+            | Error::Decode { .. }
+            | Error::Encode { .. }
+            | Error::Open(_)
+            | Error::Sqlite(_)
+            | Error::Task(_) => Outcome::Internal,
+            #[cfg(feature = "fdb")]
+            Error::Fdb(_) => Outcome::Internal,
+        }
+    }
+
     /// Whether a fresh attempt of the same transaction may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {

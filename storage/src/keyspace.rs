@@ -305,9 +305,11 @@ impl UserKeys {
         self.space.pack(&("hdr",))
     }
 
-    /// The user's circuit breaker of sensitive reads.
+    /// The user's circuit breaker of sensitive reads: counts per reading principal, sealed.
+    /// (`("breaker",)` held an unsealed per-user count before the counts moved into the
+    /// user's actor; forgetting clears it with the rest of the prefix.)
     pub fn sensitive_reads(&self) -> Vec<u8> {
-        self.space.pack(&("breaker",))
+        self.space.pack(&("reads",))
     }
 
     /// The user's wrapped data key.

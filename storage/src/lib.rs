@@ -33,7 +33,7 @@ pub mod sqlite;
 mod store;
 pub mod vector;
 
-pub use error::{Error, Result};
+pub use error::{Error, Outcome, Result};
 pub use keyspace::{KeyRange, Keyspace};
 pub use kv::{Limits, RangeOptions, Txn, TxnMode};
 pub use store::{RetryPolicy, Store, StoreStats};

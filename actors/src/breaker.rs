@@ -1,18 +1,18 @@
-//! The circuit breaker of sensitive reads: reads that return a user's high-PII memories are
-//! counted per user over a sliding window; beyond the threshold (5 in 24 hours by default)
-//! further such reads are refused until an admin approves, which clears the count.
+//! The circuit breaker of sensitive reads: reads that return a user's high-PII memories, and
+//! identity-anchor matches, are counted per (reading principal, user) over a sliding window;
+//! beyond the threshold (5 in 24 hours by default) that principal's further such reads of the
+//! user are refused (or, for contexts, served with the sensitive memories withheld) until an
+//! admin approves, which clears every principal's count of the user.
 //!
-//! The count lives in storage (`("u", tenant, user, "breaker")`, timestamps only, no content),
-//! so it survives restarts and fail-over and is erased when the user is forgotten. It is
-//! counted by the node that serves the user (requests are forwarded to the owner), in its own
-//! serializable transaction: concurrent reads conflict and retry, so none is missed.
+//! Counting per principal keeps one gateway from locking every other gateway out of a user.
+//! The counts live under the user's prefix (timestamps and key ids only, no content), sealed
+//! like every value of the user, and are written by the user's actor inside its fenced
+//! transactions ([`crate::user`]): they survive restarts and fail-over, a node that lost the
+//! shard cannot write them, and forgetting the user erases them. This module is the pure
+//! rule; the actor runs it.
 
-use engram_storage::codec::{decode, encode};
 use engram_storage::model::Timestamp;
 use serde::{Deserialize, Serialize};
-
-use crate::placement::UserKey;
-use crate::services::Services;
 
 /// The breaker's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,10 +32,10 @@ impl Default for Policy {
     }
 }
 
-/// Sensitive reads of a user within the window.
+/// Sensitive reads of one user within the window, per reading principal.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct Row {
-    reads: Vec<Timestamp>,
+pub struct Counts {
+    by_principal: Vec<(String, Vec<Timestamp>)>,
 }
 
 /// What the breaker says about one more sensitive read.
@@ -43,67 +43,55 @@ struct Row {
 pub enum Verdict {
     /// Allowed, and counted.
     Allowed,
-    /// Refused: `reads` sensitive reads happened within the window already.
+    /// Refused: `reads` sensitive reads by this principal happened within the window already.
     Refused {
         /// Reads counted within the window.
         reads: u32,
     },
 }
 
-/// Counts one sensitive read of `key` at `now`, or refuses it.
-pub async fn count_read(
-    services: &Services,
-    key: &UserKey,
-    policy: Policy,
-    now: Timestamp,
-) -> crate::Result<Verdict> {
-    if policy.threshold == 0 {
-        return Ok(Verdict::Allowed);
-    }
-    let row_key = services
-        .keyspace
-        .user(&key.tenant, &key.user)
-        .sensitive_reads();
-    let verdict = services
-        .store
-        .run(move |txn| {
-            let mut row: Row = txn
-                .get(&row_key)?
-                .map(|v| decode("sensitive reads", &v))
-                .transpose()?
-                .unwrap_or_default();
-            row.reads
-                .retain(|at| at.0 > now.0.saturating_sub(policy.window_ms));
-            let reads = u32::try_from(row.reads.len()).unwrap_or(u32::MAX);
-            if reads >= policy.threshold {
-                return Ok(Verdict::Refused { reads });
+impl Counts {
+    /// Counts one sensitive read by `principal` at `now`, or refuses it. Forgets reads that
+    /// left the window, and principals left with none.
+    pub fn count(&mut self, principal: &str, policy: Policy, now: Timestamp) -> Verdict {
+        if policy.threshold == 0 {
+            return Verdict::Allowed;
+        }
+        let since = now.0.saturating_sub(policy.window_ms);
+        for (_, reads) in &mut self.by_principal {
+            reads.retain(|at| at.0 > since);
+        }
+        self.by_principal.retain(|(_, reads)| !reads.is_empty());
+        let at = match self.by_principal.iter().position(|(p, _)| p == principal) {
+            Some(at) => at,
+            None => {
+                self.by_principal.push((principal.to_owned(), Vec::new()));
+                self.by_principal.len() - 1
             }
-            row.reads.push(now);
-            txn.set(&row_key, &encode("sensitive reads", &row)?)?;
-            Ok(Verdict::Allowed)
-        })
-        .await?;
-    Ok(verdict)
+        };
+        let reads = &mut self.by_principal[at].1;
+        let counted = u32::try_from(reads.len()).unwrap_or(u32::MAX);
+        if counted >= policy.threshold {
+            return Verdict::Refused { reads: counted };
+        }
+        reads.push(now);
+        Verdict::Allowed
+    }
+
+    /// Reads counted in all, every principal together (what an approval clears).
+    pub fn total(&self) -> u32 {
+        let n: usize = self.by_principal.iter().map(|(_, r)| r.len()).sum();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Reads of `principal` counted (within the window as of the last count).
+    pub fn of(&self, principal: &str) -> u32 {
+        self.by_principal
+            .iter()
+            .find(|(p, _)| p == principal)
+            .map_or(0, |(_, r)| u32::try_from(r.len()).unwrap_or(u32::MAX))
+    }
 }
 
-/// An admin's approval: clears the user's count, so sensitive reads are allowed again up to
-/// the threshold. Returns how many reads were cleared.
-pub async fn approve(services: &Services, key: &UserKey) -> crate::Result<u32> {
-    let row_key = services
-        .keyspace
-        .user(&key.tenant, &key.user)
-        .sensitive_reads();
-    let cleared = services
-        .store
-        .run(move |txn| {
-            let row: Row = txn
-                .get(&row_key)?
-                .map(|v| decode("sensitive reads", &v))
-                .transpose()?
-                .unwrap_or_default();
-            txn.clear(&row_key)?;
-            Ok(u32::try_from(row.reads.len()).unwrap_or(u32::MAX))
-        })
-        .await?;
-    Ok(cleared)
-}
+#[cfg(test)]
+mod tests;

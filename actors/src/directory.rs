@@ -2,9 +2,15 @@
 //! user's actor, asking the user's shard supervisor to start it on first use, and delivers
 //! requests to it. A request whose actor stopped while it was queued (passivation, failure)
 //! is delivered again to a fresh actor; writes are idempotent by request id, so this is safe.
+//!
+//! The node holds at most `max_actors` live user actors and `max_cached_records` cached
+//! records: starting one more first asks the least recently used actor (idle for at least
+//! [`EVICTABLE_AFTER`]) to stop, and refuses with `Overloaded` (503, Retry-After) when every
+//! actor is that busy. An actor started for reads of a user with no data stops once it has
+//! answered ([`crate::user`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -14,18 +20,28 @@ use ractor::{Actor, ActorId, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
+use crate::front::{Ask, Reader, UserReply, UserRequest};
 use crate::placement::UserKey;
 use crate::services::Services;
 use crate::supervisor::{ShardSupervisor, SupervisorArgs, SupervisorMsg};
-use crate::user::UserMsg;
+use crate::user::{EVICTABLE_AFTER, UserMsg};
 
 /// Delivery attempts of one request before it fails as unavailable.
 const DELIVERY_ATTEMPTS: u32 = 4;
 
+/// A live user actor and when it was last asked something.
+struct Entry {
+    actor: ActorRef<UserMsg>,
+    /// When, by the services' clock (Unix ms).
+    last_used: AtomicI64,
+    /// Sent [`UserMsg::Evict`] and not spared since: not chosen again.
+    evicting: AtomicBool,
+}
+
 /// The directory of one node's user actors.
 pub struct Directory {
     services: Services,
-    actors: RwLock<HashMap<UserKey, ActorRef<UserMsg>>>,
+    actors: RwLock<HashMap<UserKey, Entry>>,
     supervisors: tokio::sync::Mutex<HashMap<u32, ActorRef<SupervisorMsg>>>,
     this: Weak<Directory>,
 }
@@ -97,6 +113,33 @@ impl Directory {
         ))
     }
 
+    /// Serves a front-door request on this node ([`crate::front::Users`] decides where).
+    pub async fn serve(
+        &self,
+        reader: &Reader,
+        key: &UserKey,
+        request: UserRequest,
+    ) -> Result<UserReply> {
+        self.call(key, |reply| UserMsg::Call {
+            reader: reader.clone(),
+            request: request.clone(),
+            reply,
+        })
+        .await
+    }
+
+    /// Asks `request` of `key`'s actor on this node as an admin of the user's tenant, with
+    /// its typed reply: for in-process tools (benchmarks, tests) that hold the directory and
+    /// so every user's data already. Gateways go through [`crate::front::Users`].
+    pub async fn ask_admin<R: Ask>(&self, key: &UserKey, request: R) -> Result<R::Reply> {
+        let reader = Reader {
+            principal: "in-process".to_owned(),
+            scope: engram_storage::access::Scope::Admin,
+            tenant: key.tenant.clone(),
+        };
+        crate::front::typed::<R>(self.serve(&reader, key, request.into()).await?)
+    }
+
     /// Sends a message without waiting (fault injection, fire-and-forget).
     pub async fn tell(&self, key: &UserKey, msg: UserMsg) -> Result<()> {
         let actor = self.get_or_start(key).await?;
@@ -107,7 +150,80 @@ impl Directory {
 
     /// The running actor of a user, if any (no start).
     pub fn running(&self, key: &UserKey) -> Option<ActorRef<UserMsg>> {
-        self.actors.read().get(key).cloned()
+        self.actors.read().get(key).map(|e| e.actor.clone())
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.services.clock.now().0
+    }
+
+    /// The running actor of a user, marked as used now.
+    fn used(&self, key: &UserKey) -> Option<ActorRef<UserMsg>> {
+        let actors = self.actors.read();
+        let entry = actors.get(key)?;
+        entry.last_used.store(self.now_ms(), Ordering::Relaxed);
+        Some(entry.actor.clone())
+    }
+
+    /// Whether `key`'s actor, sent [`UserMsg::Evict`], may stop: it was not used within
+    /// [`EVICTABLE_AFTER`] since it was chosen. If it was, it stays and may be chosen again.
+    pub(crate) fn evictable(&self, key: &UserKey) -> bool {
+        let actors = self.actors.read();
+        let Some(entry) = actors.get(key) else {
+            return true;
+        };
+        let idle = entry.last_used.load(Ordering::Relaxed) <= self.idle_before();
+        if !idle {
+            entry.evicting.store(false, Ordering::Relaxed);
+        }
+        idle
+    }
+
+    /// Actors last used at or before this may be evicted.
+    fn idle_before(&self) -> i64 {
+        self.now_ms()
+            .saturating_sub(i64::try_from(EVICTABLE_AFTER.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// Makes room for one more user actor when the node holds `max_actors` actors or
+    /// `max_cached_records` records: asks the least recently used actor not used within
+    /// [`EVICTABLE_AFTER`] to stop. `Overloaded` when every actor was used that recently.
+    fn admit(&self) -> Result<()> {
+        let settings = &self.services.settings;
+        let metrics = &self.services.metrics;
+        let full = self.alive() >= settings.max_actors
+            || metrics.cached_records.load(Ordering::Relaxed) >= settings.max_cached_records;
+        if !full {
+            return Ok(());
+        }
+        let idle_before = self.idle_before();
+        let victim = {
+            let actors = self.actors.read();
+            actors
+                .values()
+                .filter(|e| !e.evicting.load(Ordering::Relaxed))
+                .map(|e| (e.last_used.load(Ordering::Relaxed), e))
+                .filter(|(used, _)| *used <= idle_before)
+                .min_by_key(|(used, _)| *used)
+                .map(|(_, e)| {
+                    e.evicting.store(true, Ordering::Relaxed);
+                    e.actor.clone()
+                })
+        };
+        match victim {
+            Some(actor) => {
+                let _ = actor.send_message(UserMsg::Evict);
+                Ok(())
+            }
+            None => {
+                metrics.admissions_refused.fetch_add(1, Ordering::Relaxed);
+                Err(Error::Overloaded(
+                    "this node holds as many users as it may and all were used within the \
+                     last second; retry shortly"
+                        .into(),
+                ))
+            }
+        }
     }
 
     /// Number of user actors running on this node.
@@ -118,14 +234,19 @@ impl Directory {
     /// Forgets the entry of `key` if it still names actor `id`.
     pub fn remove(&self, key: &UserKey, id: ActorId) {
         let mut actors = self.actors.write();
-        if actors.get(key).is_some_and(|a| a.get_id() == id) {
+        if actors.get(key).is_some_and(|e| e.actor.get_id() == id) {
             actors.remove(key);
         }
     }
 
     /// Records a (re)started actor.
     pub(crate) fn register(&self, key: UserKey, actor: ActorRef<UserMsg>) {
-        self.actors.write().insert(key, actor);
+        let entry = Entry {
+            actor,
+            last_used: AtomicI64::new(self.now_ms()),
+            evicting: AtomicBool::new(false),
+        };
+        self.actors.write().insert(key, entry);
     }
 
     /// Stops the user actors of one shard after they finished the requests already queued
@@ -169,9 +290,10 @@ impl Directory {
     }
 
     async fn get_or_start(&self, key: &UserKey) -> Result<ActorRef<UserMsg>> {
-        if let Some(actor) = self.running(key) {
+        if let Some(actor) = self.used(key) {
             return Ok(actor);
         }
+        self.admit()?;
         let supervisor = self
             .supervisor(key.shard(self.services.settings.shards))
             .await?;

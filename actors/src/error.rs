@@ -11,7 +11,7 @@ pub enum Error {
     #[error("invalid {field}: {reason}")]
     InvalidInput {
         /// The offending field.
-        field: &'static str,
+        field: String,
         /// What is wrong with it.
         reason: String,
     },
@@ -22,6 +22,24 @@ pub enum Error {
         /// What was looked for.
         what: String,
     },
+
+    /// The reader may not ask this of the user: an admin-only request from a gateway or
+    /// operator key, or a key of another tenant (the caller's fault, 403).
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+
+    /// The sensitive-read breaker refuses this principal's further sensitive reads of the user
+    /// until an admin approves (the caller's, 403 `approval_required`).
+    #[error("{reads} sensitive reads of this user by this key in the window already")]
+    ApprovalRequired {
+        /// Sensitive reads counted within the window.
+        reads: u32,
+    },
+
+    /// A value or the write as a whole is over the store's size limits, as the owner of the
+    /// user reported it (the caller's fault, 400 `too_large`).
+    #[error("too large: {0}")]
+    TooLarge(String),
 
     /// The node cannot take more work now (ours, 503 with Retry-After).
     #[error("overloaded: {0}")]
@@ -47,9 +65,9 @@ pub enum Error {
 
 impl Error {
     /// Shorthand for [`Error::InvalidInput`].
-    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+    pub fn invalid(field: &str, reason: impl Into<String>) -> Self {
         Error::InvalidInput {
-            field,
+            field: field.to_owned(),
             reason: reason.into(),
         }
     }

@@ -1,6 +1,10 @@
 //! Engram's actors: per-user memory actors under per-shard supervisors, the node's directory
 //! of them, and the memory model (formation, conflicts, decay, context assembly).
 //!
+//! Everything a user's memory can be asked goes through one door, [`front::Users`]: typed,
+//! serialisable requests with the reader asking, served by the local actor or sent to the
+//! owner of the user's shard through a peer link the node implements.
+//!
 //! Architecture invariants:
 //! - Depends on `storage` and `inference`, never on `node`; knows no HTTP or JSON wire types.
 //! - A user actor's state is a cache of storage: killing any actor or node at any moment loses
@@ -20,6 +24,7 @@ pub mod cluster;
 pub mod directory;
 pub mod embed;
 mod error;
+pub mod front;
 pub mod jobs;
 pub mod model;
 pub mod placement;

@@ -15,6 +15,15 @@ use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;
 use crate::model::policy::DAY_MS;
 
+/// Versions kept of each intent type of a user, by default.
+pub const DEFAULT_INTENT_VERSIONS: usize = 100;
+
+/// Live user actors a node holds at most, by default (about 30 KB each, plus their records).
+pub const DEFAULT_MAX_ACTORS: usize = 20_000;
+/// Memory records a node's user actors cache at most, by default (a record with its
+/// 384-dimension embedding and index entries takes a few KB).
+pub const DEFAULT_MAX_CACHED_RECORDS: u64 = 1_000_000;
+
 /// Settings of the user actors.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -35,6 +44,16 @@ pub struct Settings {
     pub restart_window: Duration,
     /// Tuning of each user's memory index.
     pub index: IndexParams,
+    /// The circuit breaker of sensitive reads.
+    pub breaker: crate::breaker::Policy,
+    /// Versions kept of each intent type of a user (at least 2); older ones are removed as
+    /// new ones are written.
+    pub intent_versions: usize,
+    /// Live user actors a node holds at most; beyond, the least recently used is evicted.
+    pub max_actors: usize,
+    /// Memory records a node's live user actors cache at most; beyond, the least recently
+    /// used actor is evicted.
+    pub max_cached_records: u64,
 }
 
 impl Default for Settings {
@@ -47,6 +66,10 @@ impl Default for Settings {
             max_restarts: 3,
             restart_window: Duration::from_secs(10),
             index: IndexParams::default(),
+            breaker: crate::breaker::Policy::default(),
+            intent_versions: DEFAULT_INTENT_VERSIONS,
+            max_actors: DEFAULT_MAX_ACTORS,
+            max_cached_records: DEFAULT_MAX_CACHED_RECORDS,
         }
     }
 }
@@ -69,6 +92,15 @@ pub struct Metrics {
     pub contexts_without_vector: AtomicU64,
     /// Memory records loaded without a usable embedding (none stored, or another model's).
     pub records_without_vector: AtomicU64,
+    /// User actors stopped to make room for others (the node held `max-actors` users, or
+    /// `max-cached-records` records).
+    pub evictions: AtomicU64,
+    /// Requests refused because the node was full and no user actor could be evicted.
+    pub admissions_refused: AtomicU64,
+    /// Memory records cached by the node's live user actors (a gauge).
+    pub cached_records: AtomicU64,
+    /// Sensitive reads refused by the breaker (contexts withheld instead are counted too).
+    pub sensitive_refusals: AtomicU64,
     /// Resident ID and passport numbers not anchored because the node has no key service
     /// (identity anchors need keyed hashes; see `engram_storage::data::anchor`).
     pub anchors_unkeyed: AtomicU64,

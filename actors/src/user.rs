@@ -13,6 +13,8 @@ mod load;
 pub mod ops;
 pub mod prepare;
 mod protected;
+mod redact;
+mod serve;
 pub mod sweep;
 mod txn;
 mod validate;
@@ -21,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use engram_storage::data::UserData;
-use engram_storage::model::{Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow};
+use engram_storage::model::{MemoryKind, MemoryRecord};
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;
@@ -29,18 +31,20 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use self::api::{
-    AnchorMatch, ArchivePage, ArchiveQuery, ClearAck, ContextQuery, FeedbackAck, FeedbackRequest,
-    ForgetAck, IntentAck, IntentWrite, MemoryAck, MemoryWrite, SearchHit, SearchQuery,
-    SearchResult, SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    ClearAck, ContextQuery, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
+    MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory, StatusChange,
+    SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
 use self::ops::{DEFAULT_SESSION, Prepared, turn_text};
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
+use crate::breaker::Verdict;
 use crate::directory::Directory;
 use crate::error::{Error, Result};
-use crate::model::context::{ContextRequest, MemoryContext, assemble};
+use crate::front::{Reader, UserReply, UserRequest};
+use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitive};
 use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::{MemoryIndex, MemoryQuery};
 use crate::model::pii;
@@ -50,67 +54,27 @@ use crate::model::text::truncate_chars;
 use crate::placement::UserKey;
 use crate::services::Services;
 
+/// An actor used this recently is not evicted to make room for another user.
+pub const EVICTABLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Messages of a user actor.
 #[derive(Debug)]
 pub enum UserMsg {
-    /// Append a conversation turn.
-    Turn(TurnRequest, RpcReplyPort<Result<TurnAck>>),
-    /// Record feedback on a turn.
-    Feedback(FeedbackRequest, RpcReplyPort<Result<FeedbackAck>>),
-    /// Assemble a memory context.
-    Context(ContextQuery, RpcReplyPort<Result<MemoryContext>>),
-    /// Search the user's memories.
-    Search(SearchQuery, RpcReplyPort<Result<SearchResult>>),
-    /// Write or upsert a memory record.
-    WriteMemory(MemoryWrite, RpcReplyPort<Result<MemoryAck>>),
-    /// Activate, suppress or delete a memory.
-    SetStatus(StatusChange, RpcReplyPort<Result<MemoryAck>>),
-    /// List memory records, of one kind or all.
-    ListMemories(Option<MemoryKind>, RpcReplyPort<Result<Vec<MemoryRecord>>>),
-    /// List sessions.
-    ListSessions(RpcReplyPort<Result<Vec<SessionRow>>>),
-    /// A session's newest turns.
-    SessionMemory {
-        /// The session.
-        session: String,
-        /// At most this many turns.
-        limit: usize,
-        /// Reply.
-        reply: RpcReplyPort<Result<SessionMemory>>,
+    /// A request through the front door ([`crate::front::Users`]), with who asks.
+    Call {
+        /// Who asks.
+        reader: Reader,
+        /// What.
+        request: UserRequest,
+        /// Where the answer goes.
+        reply: RpcReplyPort<Result<UserReply>>,
     },
-    /// Delete a session's memory.
-    ClearSession {
-        /// Idempotency key.
-        request_id: String,
-        /// The session.
-        session: String,
-        /// Reply.
-        reply: RpcReplyPort<Result<ClearAck>>,
-    },
-    /// Forget the user entirely, then stop.
-    Forget(RpcReplyPort<Result<ForgetAck>>),
-    /// Record a new version of a distilled intent.
-    WriteIntent(IntentWrite, RpcReplyPort<Result<IntentAck>>),
-    /// The versions of an intent type, newest first.
-    Intents(String, RpcReplyPort<Result<Vec<Intent>>>),
-    /// List contradictions flagged for review.
-    Flags(RpcReplyPort<Result<Vec<ReviewFlag>>>),
     /// Expire, purge and apply retention (moving raw turns to the archive, purging the
-    /// archive) now.
+    /// archive) now. Sent by the node's own jobs, never through the front door.
     Sweep(SweepScope, RpcReplyPort<Result<SweepReport>>),
-    /// Whether the user gave an identifier (a resident ID or passport number), answered from
-    /// the identity anchors (keyed hashes): the identifier is neither stored nor returned nor
-    /// logged. `InvalidInput` when `value` is not one such identifier.
-    MatchAnchor {
-        /// The identifier, as given (white space and letter case do not matter).
-        value: String,
-        /// Reply.
-        reply: RpcReplyPort<Result<AnchorMatch>>,
-    },
-    /// A page of the user's archive: raw turns moved out of their sessions by retention.
-    /// Admin only: archived turns are the raw conversation, personal data unmasked; the
-    /// gateway must check the caller's admin scope before sending this.
-    ReadArchive(ArchiveQuery, RpcReplyPort<Result<ArchivePage>>),
+    /// Stop now unless a request came in within [`EVICTABLE_AFTER`] (sent by the directory
+    /// to the least recently used actor when the node holds as many users as it may).
+    Evict,
     /// Fault injection for tests and chaos drills: the actor fails, and its supervisor
     /// restarts it from storage.
     Fail,
@@ -144,24 +108,41 @@ pub struct UserState {
     topics: HashMap<String, Vec<f32>>,
     last_active: Instant,
     ticker: Option<JoinHandle<()>>,
+    /// Whether anything of the user is stored: an actor started for reads of a user with no
+    /// data stops as soon as it has answered, so reads of made-up users hold no memory.
+    has_data: bool,
+    /// The records this actor adds to the node's gauge of cached records.
+    counted_records: usize,
 }
 
 /// Acknowledgements that can be replayed for a retried request id.
 pub trait Replayable: Serialize + DeserializeOwned + Send + 'static {
+    /// The kind of request it acknowledges, stored with it: a request id reused for another
+    /// kind of request is refused, never answered with a reply of the wrong shape.
+    const KIND: &'static str;
+
     /// Marks the acknowledgement as the replay of an earlier request.
     fn mark_replayed(&mut self);
 }
 
 macro_rules! replayable {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $kind:literal),*) => {$(
         impl Replayable for $t {
+            const KIND: &'static str = $kind;
+
             fn mark_replayed(&mut self) {
                 self.replayed = true;
             }
         }
     )*};
 }
-replayable!(TurnAck, FeedbackAck, MemoryAck, ClearAck, IntentAck);
+replayable!(
+    TurnAck => "turn",
+    FeedbackAck => "feedback",
+    MemoryAck => "memory",
+    ClearAck => "clear-session",
+    IntentAck => "intent"
+);
 
 impl Actor for UserActor {
     type Msg = UserMsg;
@@ -173,7 +154,7 @@ impl Actor for UserActor {
         myself: ActorRef<UserMsg>,
         args: UserArgs,
     ) -> Result<UserState, ActorProcessingErr> {
-        let index = load_index(&args).await?;
+        let (index, has_data) = load_index(&args).await?;
         let tick =
             (args.services.settings.idle_timeout / 2).max(std::time::Duration::from_millis(10));
         let ticker = myself.send_interval(tick, || UserMsg::Tick);
@@ -182,13 +163,17 @@ impl Actor for UserActor {
             .actors_started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::debug!(user = %args.key.log_id(), records = index.len(), "user actor started");
-        Ok(UserState {
+        let mut state = UserState {
             args,
             index,
             topics: HashMap::new(),
             last_active: Instant::now(),
             ticker: Some(ticker),
-        })
+            has_data,
+            counted_records: 0,
+        };
+        state.count_records();
+        Ok(state)
     }
 
     async fn post_stop(
@@ -199,6 +184,8 @@ impl Actor for UserActor {
         if let Some(ticker) = state.ticker.take() {
             ticker.abort();
         }
+        state.index.clear();
+        state.count_records();
         Ok(())
     }
 
@@ -212,116 +199,52 @@ impl Actor for UserActor {
             state.last_active = Instant::now();
         }
         match msg {
-            UserMsg::Turn(req, reply) => {
-                let result = state.turn(req).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::Feedback(req, reply) => {
-                let result = state.feedback(req).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::Context(query, reply) => {
-                let result = state.context(query).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::Search(query, reply) => {
-                let result = state.search(query).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::WriteMemory(req, reply) => {
-                let result = state.write_memory(req).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::SetStatus(req, reply) => {
-                let result = state.set_status(req).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::ListMemories(kind, reply) => {
-                let records = state
-                    .index
-                    .records()
-                    .filter(|r| kind.is_none_or(|k| r.kind == k))
-                    .cloned()
-                    .collect();
-                let _ = reply.send(Ok(records));
-            }
-            UserMsg::ListSessions(reply) => {
-                let result = state.read(|u| u.sessions()).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::SessionMemory {
-                session,
-                limit,
+            UserMsg::Call {
+                reader,
+                request,
                 reply,
             } => {
-                let result = state.session_memory(session, limit).await;
+                let forget = matches!(request, UserRequest::Forget(_));
+                let writes = request.writes();
+                let result = state.serve(&reader, request).await;
+                let forgotten = forget && result.is_ok();
+                state.has_data |= writes && result.is_ok() && !forgotten;
                 let _ = reply.send(result);
-            }
-            UserMsg::ClearSession {
-                request_id,
-                session,
-                reply,
-            } => {
-                let result = state
-                    .write(&request_id, Prepared::default(), None, move |u, _| {
-                        ops::clear_session(u, &session)
-                    })
-                    .await;
-                let _ = reply.send(result);
-            }
-            UserMsg::Forget(reply) => {
-                let result = state.forget().await;
-                let forgotten = result.is_ok();
-                let _ = reply.send(result);
+                state.count_records();
                 if forgotten {
                     // Nothing of the user may stay cached: leave the directory and stop.
-                    state
-                        .args
-                        .directory
-                        .remove(&state.args.key, myself.get_id());
-                    myself.stop(Some("forgotten".into()));
+                    state.leave(&myself, "forgotten");
+                } else if !state.has_data {
+                    // Answered for a user with no data: hold nothing (queued requests are
+                    // redelivered to a fresh actor).
+                    state.leave(&myself, "no data");
                 }
-            }
-            UserMsg::WriteIntent(req, reply) => {
-                let result = state.write_intent(req).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::Intents(intent_type, reply) => {
-                let result = match check_id("intent_type", &intent_type) {
-                    Ok(()) => state
-                        .read(move |u| u.intents(&intent_type))
-                        .await
-                        .map(|mut v| {
-                            v.reverse();
-                            v
-                        }),
-                    Err(err) => Err(err),
-                };
-                let _ = reply.send(result);
-            }
-            UserMsg::Flags(reply) => {
-                let result = state.read(|u| u.flags()).await;
-                let _ = reply.send(result);
             }
             UserMsg::Sweep(what, reply) => {
                 let result = state.sweep(what).await;
                 let _ = reply.send(result);
             }
-            UserMsg::MatchAnchor { value, reply } => {
-                let result = state.match_anchor(&value).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::ReadArchive(query, reply) => {
-                let result = state.read_archive(query).await;
-                let _ = reply.send(result);
-            }
-            UserMsg::Fail => return Err("fault injected".into()),
-            UserMsg::Tick => {
-                if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
+            UserMsg::Evict => {
+                // Chosen as the least recently used when the node was full; a request that
+                // came in since keeps it.
+                if state.args.directory.evictable(&state.args.key) {
                     state
                         .args
-                        .directory
-                        .remove(&state.args.key, myself.get_id());
+                        .services
+                        .metrics
+                        .evictions
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    state.leave(&myself, "evicted");
+                }
+            }
+            UserMsg::Fail => {
+                // A failed actor gets no `post_stop`: take its records off the gauge now.
+                state.index.clear();
+                state.count_records();
+                return Err("fault injected".into());
+            }
+            UserMsg::Tick => {
+                if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
                     state
                         .args
                         .services
@@ -329,7 +252,7 @@ impl Actor for UserActor {
                         .passivations
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::debug!(user = %state.args.key.log_id(), "user actor passivated");
-                    myself.stop(Some("idle".into()));
+                    state.leave(&myself, "idle");
                 }
             }
         }
@@ -338,6 +261,30 @@ impl Actor for UserActor {
 }
 
 impl UserState {
+    /// Leaves the directory and stops (after the message being handled).
+    fn leave(&mut self, myself: &ActorRef<UserMsg>, why: &str) {
+        self.args.directory.remove(&self.args.key, myself.get_id());
+        myself.stop(Some(why.to_owned()));
+    }
+
+    /// Brings the node's gauge of cached records up to date with this actor's index.
+    fn count_records(&mut self) {
+        let now = self.index.len();
+        let gauge = &self.args.services.metrics.cached_records;
+        if now >= self.counted_records {
+            gauge.fetch_add(
+                (now - self.counted_records) as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        } else {
+            gauge.fetch_sub(
+                (self.counted_records - now) as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+        self.counted_records = now;
+    }
+
     async fn turn(&mut self, req: TurnRequest) -> Result<TurnAck> {
         validate::turn(&req)?;
         let extractor = self.args.services.extractor.clone();
@@ -423,13 +370,17 @@ impl UserState {
     async fn write_intent(&mut self, req: IntentWrite) -> Result<IntentAck> {
         validate::intent(&req)?;
         let request_id = req.request_id.clone();
+        let max_versions = self.args.services.settings.intent_versions;
         self.write(&request_id, Prepared::default(), None, move |u, scope| {
-            ops::write_intent(u, scope, &req)
+            ops::write_intent(u, scope, &req, max_versions)
         })
         .await
     }
 
-    async fn context(&mut self, query: ContextQuery) -> Result<MemoryContext> {
+    /// The context for `reader`: assembled, then counted by the sensitive-read breaker when
+    /// it shows high-PII items to a non-admin; past the limit it is assembled again with
+    /// those items withheld (a context is needed for every LLM call, so it is never refused).
+    async fn context(&mut self, reader: &Reader, query: ContextQuery) -> Result<MemoryContext> {
         validate::context(&query)?;
         let session = query
             .session_id
@@ -448,15 +399,27 @@ impl UserState {
             Some(q) => self.query_vector(q).await,
             None => None,
         };
-        let request = ContextRequest {
+        let mut request = ContextRequest {
             query: query.query.as_deref(),
             query_vector: vector.as_deref(),
             route: query.route,
             token_budget: query.token_budget,
             now,
+            withhold_sensitive: false,
         };
-        assemble(&request, &turns, &self.index, &self.args.services.extractor)
-            .map_err(|err| Error::Internal(format!("context ranking: {err}")))
+        let extractor = &self.args.services.extractor;
+        let ranked = |request: &ContextRequest<'_>| {
+            assemble(request, &turns, &self.index, extractor)
+                .map_err(|err| Error::Internal(format!("context ranking: {err}")))
+        };
+        let mut ctx = ranked(&request)?;
+        let sensitive = is_sensitive(&ctx, &turns, &self.index);
+        if self.count_sensitive(reader, sensitive).await? != Verdict::Allowed {
+            request.withhold_sensitive = true;
+            ctx = ranked(&request)?;
+        }
+        ctx.sensitive = sensitive;
+        Ok(ctx)
     }
 
     async fn search(&mut self, query: SearchQuery) -> Result<SearchResult> {

@@ -15,9 +15,9 @@ use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::policy::{DAY_MS, Route};
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
-    AnchorMatch, ArchiveCursor, ArchivePage, ArchiveQuery, MemoryWrite, TurnRequest,
+    AnchorMatch, AnchorQuery, ArchiveCursor, ArchivePage, ArchiveQuery, Forget, ListSessions,
+    MemoryWrite, SessionQuery, TurnRequest,
 };
 use engram_storage::crypto::{Cipher, MasterKeys, is_sealed};
 use engram_storage::model::{AnchorKind, MemoryKind, MemoryStatus, Timestamp};
@@ -87,21 +87,19 @@ fn alice() -> UserKey {
 
 impl Node {
     async fn append(&self, key: &UserKey, req: TurnRequest) {
-        let ack = self
-            .directory
-            .call(key, move |reply| UserMsg::Turn(req.clone(), reply))
-            .await
-            .unwrap();
+        let ack = self.directory.ask_admin(key, req.clone()).await.unwrap();
         assert!(ack.written);
     }
 
     async fn match_anchor(&self, key: &UserKey, value: &str) -> engram_actors::Result<AnchorMatch> {
         let value = value.to_owned();
         self.directory
-            .call(key, move |reply| UserMsg::MatchAnchor {
-                value: value.clone(),
-                reply,
-            })
+            .ask_admin(
+                key,
+                AnchorQuery {
+                    value: value.clone(),
+                },
+            )
             .await
     }
 
@@ -117,13 +115,11 @@ impl Node {
             after,
             limit,
         };
-        self.directory
-            .call(key, move |reply| UserMsg::ReadArchive(query.clone(), reply))
-            .await
+        self.directory.ask_admin(key, query.clone()).await
     }
 
     async fn forget(&self, key: &UserKey) {
-        self.directory.call(key, UserMsg::Forget).await.unwrap();
+        self.directory.ask_admin(key, Forget).await.unwrap();
         let until = Instant::now() + Duration::from_secs(5);
         while self.directory.running(key).is_some() {
             assert!(Instant::now() < until, "the forgotten actor did not stop");
@@ -194,7 +190,7 @@ async fn identifiers_a_user_gave_match_from_keyed_hashes_that_do_not_hold_them()
     );
     let err = node.match_anchor(&key, "hello").await.unwrap_err();
     assert!(
-        matches!(err, Error::InvalidInput { field: "value", .. }),
+        matches!(err, Error::InvalidInput { ref field, .. } if field == "value"),
         "{err}"
     );
 
@@ -248,10 +244,7 @@ async fn memories_anchor_their_text_and_payload_and_answers_do_not() {
         source_agent: None,
         trace_id: None,
     };
-    node.directory
-        .call(&key, move |r| UserMsg::WriteMemory(write.clone(), r))
-        .await
-        .unwrap();
+    node.directory.ask_admin(&key, write.clone()).await.unwrap();
     for value in [PASSPORT, ID] {
         assert!(matches!(
             node.match_anchor(&key, value).await.unwrap(),
@@ -304,11 +297,13 @@ async fn turns_past_retention_move_to_the_archive_and_are_purged_after_the_archi
     assert_eq!((report.users, report.turns_removed), (1, 1));
     let live = node
         .directory
-        .call(&key, |reply| UserMsg::SessionMemory {
-            session: "s1".into(),
-            limit: 50,
-            reply,
-        })
+        .ask_admin(
+            &key,
+            SessionQuery {
+                session: "s1".into(),
+                limit: 50,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -330,11 +325,7 @@ async fn turns_past_retention_move_to_the_archive_and_are_purged_after_the_archi
     node.clock.advance(20 * DAY_MS);
     let report = jobs::run(&node.directory, Job::Retention).await.unwrap();
     assert_eq!(report.turns_removed, 1);
-    let sessions = node
-        .directory
-        .call(&key, UserMsg::ListSessions)
-        .await
-        .unwrap();
+    let sessions = node.directory.ask_admin(&key, ListSessions).await.unwrap();
     assert!(sessions.is_empty());
     assert_eq!(
         node.archive(&key, Some("s1"), None, 10)
@@ -448,6 +439,6 @@ async fn a_backlog_larger_than_one_transaction_is_archived_in_one_sweep_and_read
     assert_eq!(seen, expected);
     for limit in [0, 501] {
         let err = node.archive(&key, None, None, limit).await.unwrap_err();
-        assert!(matches!(err, Error::InvalidInput { field: "limit", .. }));
+        assert!(matches!(err, Error::InvalidInput { ref field, .. } if field == "limit"));
     }
 }

@@ -12,7 +12,6 @@ use engram_actors::directory::Directory;
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::UserMsg;
 use engram_actors::user::api::{TurnAck, TurnRequest};
 use engram_storage::data::UserData;
 use engram_storage::model::{Member, MemberStatus, Timestamp};
@@ -70,9 +69,7 @@ async fn append(node: &Node, request_id: &str, text: &str) -> engram_actors::Res
         choices: Vec::new(),
     };
     node.directory
-        .call(&UserKey::new("acme", "alice"), |reply| {
-            UserMsg::Turn(req.clone(), reply)
-        })
+        .ask_admin(&UserKey::new("acme", "alice"), req)
         .await
 }
 

@@ -14,9 +14,8 @@ use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
-    ContextQuery, MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
+    ContextQuery, ListMemories, MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
 };
 use engram_inference::{EmbeddingPool, ModelKind, PoolConfig};
 use engram_storage::data::UserData;
@@ -66,7 +65,7 @@ async fn turn(node: &Node, id: &str, session: &str, text: &str) {
     };
     let ack = node
         .directory
-        .call(&alice(), |reply| UserMsg::Turn(req.clone(), reply))
+        .ask_admin(&alice(), req.clone())
         .await
         .unwrap();
     assert!(ack.written);
@@ -79,10 +78,7 @@ async fn search(node: &Node, query: &str, mode: SearchMode) -> SearchResult {
         kinds: Vec::new(),
         mode,
     };
-    node.directory
-        .call(&alice(), |reply| UserMsg::Search(q.clone(), reply))
-        .await
-        .unwrap()
+    node.directory.ask_admin(&alice(), q.clone()).await.unwrap()
 }
 
 async fn profile(node: &Node, id: &str, topic: &str, value: &str, text: &str) -> MemoryAck {
@@ -105,7 +101,7 @@ async fn profile(node: &Node, id: &str, topic: &str, value: &str, text: &str) ->
         trace_id: None,
     };
     node.directory
-        .call(&alice(), |reply| UserMsg::WriteMemory(req.clone(), reply))
+        .ask_admin(&alice(), req.clone())
         .await
         .unwrap()
 }
@@ -190,7 +186,7 @@ async fn the_context_ranks_past_interactions_by_the_query_embedding() {
     };
     let ctx: MemoryContext = node
         .directory
-        .call(&alice(), |reply| UserMsg::Context(query.clone(), reply))
+        .ask_admin(&alice(), query.clone())
         .await
         .unwrap();
     assert_eq!(ctx.episodic.len(), 3, "all past turns fill the slot");
@@ -219,9 +215,12 @@ async fn a_value_on_a_similar_topic_supersedes_and_an_unrelated_topic_does_not()
     assert_eq!(tea.action, "created");
     let records = node
         .directory
-        .call(&alice(), |reply| {
-            UserMsg::ListMemories(Some(MemoryKind::Profile), reply)
-        })
+        .ask_admin(
+            &alice(),
+            ListMemories {
+                kind: Some(MemoryKind::Profile),
+            },
+        )
         .await
         .unwrap();
     let status = |id: &str| {

@@ -15,7 +15,8 @@ use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
-    ContextQuery, FeedbackRequest, MemoryWrite, StatusChange, SweepScope, TurnRequest,
+    ContextQuery, FeedbackRequest, Forget, ListMemories, MemoryWrite, StatusChange, SweepScope,
+    TurnRequest,
 };
 use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
@@ -77,9 +78,7 @@ async fn append(
     key: &UserKey,
     req: TurnRequest,
 ) -> engram_actors::Result<engram_actors::user::api::TurnAck> {
-    node.directory
-        .call(key, move |reply| UserMsg::Turn(req.clone(), reply))
-        .await
+    node.directory.ask_admin(key, req.clone()).await
 }
 
 async fn context(
@@ -94,10 +93,7 @@ async fn context(
         route: Route::Nl2sqlQuery,
         token_budget: 1200,
     };
-    node.directory
-        .call(key, move |reply| UserMsg::Context(q.clone(), reply))
-        .await
-        .unwrap()
+    node.directory.ask_admin(key, q.clone()).await.unwrap()
 }
 
 async fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
@@ -208,16 +204,13 @@ async fn a_retried_request_returns_the_original_result_even_after_passivation_an
     };
     let err = node
         .directory
-        .call(&alice(), move |r| UserMsg::SetStatus(status.clone(), r))
+        .ask_admin(&alice(), status.clone())
         .await
         .unwrap_err();
     assert!(
         matches!(
             err,
-            Error::InvalidInput {
-                field: "request_id",
-                ..
-            }
+            Error::InvalidInput { ref field, .. } if field == "request_id"
         ),
         "{err}"
     );
@@ -256,9 +249,12 @@ async fn a_failed_actor_is_restarted_from_storage_and_its_siblings_carry_on() {
     // The restarted actor has the user's state back from storage.
     let memories = node
         .directory
-        .call(&alice(), |r| {
-            UserMsg::ListMemories(Some(MemoryKind::Profile), r)
-        })
+        .ask_admin(
+            &alice(),
+            ListMemories {
+                kind: Some(MemoryKind::Profile),
+            },
+        )
         .await
         .unwrap();
     assert_eq!(memories.len(), 1);
@@ -309,11 +305,7 @@ async fn formation_conflicts_and_context_end_to_end() {
         comment: Some("GMV excludes refunds: filter price > 0".into()),
         trace_id: None,
     };
-    let fb_ack = node
-        .directory
-        .call(&key, move |r| UserMsg::Feedback(fb.clone(), r))
-        .await
-        .unwrap();
+    let fb_ack = node.directory.ask_admin(&key, fb.clone()).await.unwrap();
     assert_eq!(fb_ack.memories[0].kind, MemoryKind::Correction);
     // Three identical choices make a profile candidate.
     for i in 0..3 {
@@ -383,10 +375,7 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
         source_agent: None,
         trace_id: None,
     };
-    node.directory
-        .call(&key, move |r| UserMsg::WriteMemory(write.clone(), r))
-        .await
-        .unwrap();
+    node.directory.ask_admin(&key, write.clone()).await.unwrap();
     let expiry = || jobs::run(&node.directory, Job::ExpirySweep);
     let retention = || jobs::run(&node.directory, Job::Retention);
     assert_eq!(expiry().await.unwrap().expired, 0);
@@ -446,7 +435,7 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
     );
     let all = node
         .directory
-        .call(&key, |r| UserMsg::ListMemories(None, r))
+        .ask_admin(&key, ListMemories { kind: None })
         .await
         .unwrap();
     assert_eq!(all.len(), 1);
@@ -468,7 +457,7 @@ async fn forgetting_a_user_erases_storage_and_the_actor_cache() {
     )
     .await
     .unwrap();
-    let ack = node.directory.call(&key, UserMsg::Forget).await.unwrap();
+    let ack = node.directory.ask_admin(&key, Forget).await.unwrap();
     assert!(ack.records >= 2);
     wait_until("the actor stopped", Duration::from_secs(5), || {
         node.directory.running(&key).is_none()
@@ -488,7 +477,7 @@ async fn forgetting_a_user_erases_storage_and_the_actor_cache() {
     );
     assert!(
         node.directory
-            .call(&key, |r| UserMsg::ListMemories(None, r))
+            .ask_admin(&key, ListMemories { kind: None })
             .await
             .unwrap()
             .is_empty()

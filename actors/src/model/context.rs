@@ -12,7 +12,7 @@ use engram_storage::model::{
     MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
 };
 use engram_storage::vector::VectorError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::entities::EntityExtractor;
 use super::index::{MemoryIndex, MemoryQuery};
@@ -37,10 +37,16 @@ pub struct ContextRequest<'a> {
     pub token_budget: usize,
     /// Now.
     pub now: Timestamp,
+    /// Withhold the user's high-PII turns and memories (the reader is past the sensitive-read
+    /// breaker's limit): they are named, not shown.
+    pub withhold_sensitive: bool,
 }
 
+/// The text standing in for a withheld high-PII item.
+const WITHHELD_SENSITIVE: &str = "[withheld: sensitive-read limit reached]";
+
 /// A raw turn in the context.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContextTurn {
     /// Sequence number.
     pub seq: u64,
@@ -51,18 +57,18 @@ pub struct ContextTurn {
 }
 
 /// An older turn, summarised.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContextSummary {
     /// Sequence number of the turn.
     pub seq: u64,
     /// The summary.
     pub text: String,
     /// How it was made ("extractive" until a summarising model exists).
-    pub method: &'static str,
+    pub method: String,
 }
 
 /// A memory in a slot.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContextMemory {
     /// The memory.
     pub memory_id: String,
@@ -71,15 +77,14 @@ pub struct ContextMemory {
     /// Its ranking score.
     pub score: f32,
     /// Corrected SQL, for corrections.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub corrected_sql: Option<String>,
 }
 
 /// The assembled context.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryContext {
     /// Route it was assembled for.
-    pub route: &'static str,
+    pub route: String,
     /// The last turns of the session, oldest first.
     pub recent_turns: Vec<ContextTurn>,
     /// Summaries of older turns, oldest first.
@@ -99,10 +104,14 @@ pub struct MemoryContext {
     /// Whether anything was dropped to fit the budget.
     pub truncated: bool,
     /// What was dropped, in words.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub dropped: Vec<String>,
     /// The rendered block for the prompt.
     pub text: String,
+    /// Whether it shows (or withholds, past the limit) the user's high-PII turns or memories:
+    /// a read the sensitive-read breaker counts for non-admins.
+    #[serde(default)]
+    pub sensitive: bool,
 }
 
 /// Assembles the context of a session. `turns` are the session's current window, oldest
@@ -114,26 +123,40 @@ pub fn assemble(
     index: &MemoryIndex,
     extractor: &EntityExtractor,
 ) -> Result<MemoryContext, VectorError> {
+    let withheld = |level: PiiLevel| request.withhold_sensitive && level == PiiLevel::High;
     let split = turns.len().saturating_sub(RAW_TURNS);
     let (older, recent) = turns.split_at(split);
     let summaries: Vec<ContextSummary> = older
         .iter()
         .map(|t| ContextSummary {
             seq: t.seq,
-            text: gateway_text(&extractive_summary(
-                &t.user_text,
-                &t.assistant_text,
-                &t.entities,
-            )),
-            method: "extractive",
+            text: if withheld(t.pii_level) {
+                WITHHELD_SENSITIVE.to_owned()
+            } else {
+                gateway_text(&extractive_summary(
+                    &t.user_text,
+                    &t.assistant_text,
+                    &t.entities,
+                ))
+            },
+            method: "extractive".to_owned(),
         })
         .collect();
     let recent_turns: Vec<ContextTurn> = recent
         .iter()
-        .map(|t| ContextTurn {
-            seq: t.seq,
-            user: gateway_text(&t.user_text),
-            assistant: gateway_text(&t.assistant_text),
+        .map(|t| {
+            let text = |s: &str| {
+                if withheld(t.pii_level) {
+                    WITHHELD_SENSITIVE.to_owned()
+                } else {
+                    gateway_text(s)
+                }
+            };
+            ContextTurn {
+                seq: t.seq,
+                user: text(&t.user_text),
+                assistant: text(&t.assistant_text),
+            }
         })
         .collect();
 
@@ -160,7 +183,7 @@ pub fn assemble(
         Ok(index
             .search(extractor, &query)?
             .into_iter()
-            .map(|(r, score)| context_memory(r, score))
+            .map(|(r, score)| context_memory(r, score, withheld(r.pii_level)))
             .collect())
     };
     let profile = slot(MemoryKind::Profile, budget.profile)?;
@@ -180,7 +203,7 @@ pub fn assemble(
     }
 
     let mut ctx = MemoryContext {
-        route: request.route.as_str(),
+        route: request.route.as_str().to_owned(),
         recent_turns,
         summaries,
         profile,
@@ -192,6 +215,7 @@ pub fn assemble(
         truncated: false,
         dropped: Vec::new(),
         text: String::new(),
+        sensitive: false,
     };
     let mut dropped_summaries = 0;
     ctx.text = render(&ctx, &[]);
@@ -239,6 +263,27 @@ fn drop_note(summaries: usize, others: &[String], budget: usize) -> Vec<String> 
     )]
 }
 
+/// Whether `ctx` shows any of the user's high-PII turns or memories (what the sensitive-read
+/// breaker counts); `turns` are the ones it was assembled from.
+pub fn is_sensitive(ctx: &MemoryContext, turns: &[Turn], index: &MemoryIndex) -> bool {
+    let shown_turn = |seq: u64| {
+        ctx.recent_turns.iter().any(|t| t.seq == seq) || ctx.summaries.iter().any(|s| s.seq == seq)
+    };
+    turns
+        .iter()
+        .any(|t| t.pii_level == PiiLevel::High && shown_turn(t.seq))
+        || ctx
+            .profile
+            .iter()
+            .chain(&ctx.episodic)
+            .chain(&ctx.corrections)
+            .any(|m| {
+                index
+                    .get(&m.memory_id)
+                    .is_some_and(|r| r.pii_level == PiiLevel::High)
+            })
+}
+
 /// Whether a record may appear in a context at `now`.
 pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
     matches!(
@@ -252,11 +297,16 @@ pub fn gateway_text(text: &str) -> String {
     pii::mask(text, PiiLevel::High)
 }
 
-fn context_memory(r: &MemoryRecord, score: f32) -> ContextMemory {
-    if r.redaction_level == RedactionLevel::ReferenceOnly {
+fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> ContextMemory {
+    if sensitive_withheld || r.redaction_level == RedactionLevel::ReferenceOnly {
+        let why = if sensitive_withheld {
+            "sensitive-read limit reached"
+        } else {
+            "personal data"
+        };
         return ContextMemory {
             memory_id: r.memory_id.clone(),
-            text: format!("[memory {} withheld: personal data]", r.memory_id),
+            text: format!("[memory {} withheld: {why}]", r.memory_id),
             score,
             corrected_sql: None,
         };

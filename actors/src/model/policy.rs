@@ -67,7 +67,7 @@ pub fn decayed_salience(
 }
 
 /// The routes a gateway may name, each with its slot budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Route {
     /// Natural language to SQL.
     Nl2sqlQuery,

@@ -30,7 +30,7 @@ use super::entities::EntityExtractor;
 use super::policy::DAY_MS;
 
 /// Which signals rank the documents.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum SearchMode {
     /// Cosine similarity of the vectors only (documents without a vector are not found).
     Dense,

@@ -11,7 +11,7 @@ use crate::model::policy::Route;
 use crate::model::retrieve::SearchMode;
 
 /// A conversation turn sent by a gateway.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TurnRequest {
     /// Idempotency key of the write.
     pub request_id: String,
@@ -61,7 +61,7 @@ pub struct TurnAck {
 }
 
 /// Feedback on an earlier turn.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FeedbackRequest {
     /// Idempotency key of the write.
     pub request_id: String,
@@ -90,7 +90,7 @@ pub struct FeedbackAck {
 }
 
 /// A request for a memory context.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContextQuery {
     /// Session whose working memory to include; `None` is the default stream.
     pub session_id: Option<String>,
@@ -103,7 +103,7 @@ pub struct ContextQuery {
 }
 
 /// A search of a user's memories (the retrieval behind the context's slots, exposed).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchQuery {
     /// What to look for.
     pub query: String,
@@ -116,7 +116,7 @@ pub struct SearchQuery {
 }
 
 /// A memory found by a search.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchHit {
     /// The memory.
     pub memory: MemoryRecord,
@@ -125,7 +125,7 @@ pub struct SearchHit {
 }
 
 /// The outcome of a search.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchResult {
     /// Hits, best first.
     pub hits: Vec<SearchHit>,
@@ -135,7 +135,7 @@ pub struct SearchResult {
 }
 
 /// A direct write of a memory record (write a candidate, or upsert by id).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryWrite {
     /// Idempotency key of the write.
     pub request_id: String,
@@ -146,6 +146,7 @@ pub struct MemoryWrite {
     /// Text.
     pub text: String,
     /// Structured payload (a JSON object).
+    #[serde(with = "json_text")]
     pub payload: serde_json::Value,
     /// `Candidate` or `Active`.
     pub status: MemoryStatus,
@@ -172,7 +173,7 @@ pub struct MemoryWrite {
 }
 
 /// A status change of a memory (activate, suppress, delete).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusChange {
     /// Idempotency key of the write.
     pub request_id: String,
@@ -214,7 +215,7 @@ pub struct ForgetAck {
 }
 
 /// What a sweep of one user covers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SweepScope {
     /// Expire memory records past their TTL and purge expired or deleted ones past grace.
     pub records: bool,
@@ -251,7 +252,7 @@ pub struct SweepReport {
 }
 
 /// A session with its turns, for the seed-compatible session endpoints.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionMemory {
     /// The session.
     pub session: SessionRow,
@@ -260,13 +261,14 @@ pub struct SessionMemory {
 }
 
 /// A distilled intent to record (a new version; earlier active versions become inactive).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IntentWrite {
     /// Idempotency key.
     pub request_id: String,
     /// Intent type (`appointment`, `complaint`, `renewal`, `cancellation`, ...).
     pub intent_type: String,
     /// Extracted fields (a JSON object).
+    #[serde(with = "json_text")]
     pub fields: serde_json::Value,
 }
 
@@ -284,8 +286,8 @@ pub struct IntentAck {
     pub replayed: bool,
 }
 
-/// Whether a user gave an identifier ([`crate::user::UserMsg::MatchAnchor`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether a user gave an identifier ([`AnchorQuery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AnchorMatch {
     /// The user gave it.
     Matched {
@@ -301,7 +303,7 @@ pub enum AnchorMatch {
 }
 
 /// Where a page of the archive ends: the last turn returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchiveCursor {
     /// Its session.
     pub session: String,
@@ -309,8 +311,8 @@ pub struct ArchiveCursor {
     pub seq: u64,
 }
 
-/// A read of a user's archive ([`crate::user::UserMsg::ReadArchive`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A read of a user's archive (admin only: archived turns are the raw conversation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchiveQuery {
     /// One session, or every session.
     pub session: Option<String>,
@@ -324,10 +326,95 @@ pub struct ArchiveQuery {
 pub const MAX_ARCHIVE_PAGE: usize = 500;
 
 /// A page of a user's archived turns, by session then sequence number.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArchivePage {
     /// The turns.
     pub turns: Vec<ArchivedTurn>,
     /// The cursor of the next page; `None` when this was the last.
     pub next: Option<ArchiveCursor>,
+}
+
+/// JSON values travel as JSON text: postcard, the front door's frame format, cannot carry
+/// self-describing values.
+mod json_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &serde_json::Value, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&value.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<serde_json::Value, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A list of the user's memory records, of one kind or all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListMemories {
+    /// Only this kind; `None` lists every kind.
+    pub kind: Option<MemoryKind>,
+}
+
+/// A list of the user's sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListSessions;
+
+/// A session's newest turns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionQuery {
+    /// The session.
+    pub session: String,
+    /// At most this many turns.
+    pub limit: usize,
+}
+
+/// Deletion of a session's memory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearSession {
+    /// Idempotency key of the write.
+    pub request_id: String,
+    /// The session.
+    pub session: String,
+}
+
+/// Forgetting the user entirely (admin only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Forget;
+
+/// A page of an intent type's versions, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentQuery {
+    /// The intent type.
+    pub intent_type: String,
+    /// Only versions older than this one (the last version of the previous page).
+    pub before: Option<Timestamp>,
+    /// At most this many versions (1 to [`MAX_INTENT_PAGE`]).
+    pub limit: usize,
+}
+
+/// The most intent versions one read returns.
+pub const MAX_INTENT_PAGE: usize = 500;
+
+/// A list of the contradictions flagged for review.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListFlags;
+
+/// Whether the user gave an identifier (a resident ID or passport number), answered from the
+/// identity anchors (keyed hashes): the identifier is neither stored nor returned nor logged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnchorQuery {
+    /// The identifier, as given (white space and letter case do not matter).
+    pub value: String,
+}
+
+/// An admin's approval of further sensitive reads of the user: clears the breaker's counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApproveReads;
+
+/// What an approval cleared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalAck {
+    /// Sensitive reads counted in the window before the approval cleared them.
+    pub cleared: u32,
 }

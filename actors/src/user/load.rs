@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
+use engram_storage::RangeOptions;
 use engram_storage::data::UserData;
 use engram_storage::model::{Embedding, MemoryKind, MemoryRecord, MemoryStatus};
 
@@ -14,6 +15,8 @@ use crate::model::index::MemoryIndex;
 
 /// What a user actor loads from storage when it starts.
 struct Loaded {
+    /// Whether anything of the user is stored at all.
+    has_data: bool,
     records: Vec<MemoryRecord>,
     embeddings: HashMap<String, Embedding>,
     /// The text of every retained turn that an episodic record points at.
@@ -23,11 +26,16 @@ struct Loaded {
 /// Loads the user's records, embeddings and retained turn texts, and indexes them on a
 /// blocking thread. Embeddings of another model than the node's are not used (the records are
 /// found by their words until they are written again).
-pub(super) async fn load_index(args: &UserArgs) -> Result<MemoryIndex> {
+/// Also says whether anything of the user is stored at all (one more key read).
+pub(super) async fn load_index(args: &UserArgs) -> Result<(MemoryIndex, bool)> {
     let (store, ks) = (args.services.store.clone(), args.services.keyspace.clone());
     let key = args.key.clone();
     let loaded = store
         .read(move |txn| {
+            let all = ks.user(&key.tenant, &key.user).all();
+            let has_data = !txn
+                .get_range(&all.begin, &all.end, RangeOptions::first(1))?
+                .is_empty();
             let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
             let mut records = Vec::new();
             for kind in MemoryKind::ALL {
@@ -49,6 +57,7 @@ pub(super) async fn load_index(args: &UserArgs) -> Result<MemoryIndex> {
                 }
             }
             Ok(Loaded {
+                has_data,
                 records,
                 embeddings,
                 turns,
@@ -58,8 +67,10 @@ pub(super) async fn load_index(args: &UserArgs) -> Result<MemoryIndex> {
     let services = args.services.clone();
     let model = services.embedder.as_ref().map(|e| e.model_name());
     let log_id = args.key.log_id();
+    let has_data = loaded.has_data;
     let index = tokio::task::spawn_blocking(move || {
         let Loaded {
+            has_data: _,
             records,
             mut embeddings,
             turns,
@@ -97,5 +108,5 @@ pub(super) async fn load_index(args: &UserArgs) -> Result<MemoryIndex> {
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))?;
-    Ok(index)
+    Ok((index, has_data))
 }

@@ -360,22 +360,35 @@ pub fn set_status(
     )))
 }
 
-/// Records a new version of an intent; every active earlier version of the same type becomes
-/// inactive (nothing is overwritten: versions are keyed by time).
+/// Records a new version of an intent; the active earlier version of the same type becomes
+/// inactive (nothing is overwritten: versions are keyed by time). At most `max_versions`
+/// versions of a type are kept (at least 2): the oldest beyond that are removed, so a write
+/// reads a bounded number of versions however many were ever written. Only the newest version
+/// is ever active, so the newest `max_versions` are all a write needs to read.
 pub fn write_intent(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
     req: &IntentWrite,
+    max_versions: usize,
 ) -> Outcome<IntentAck> {
-    let versions = u.intents(&req.intent_type)?;
-    let version = versions.last().map_or(scope.now, |last| {
+    let max_versions = max_versions.max(2);
+    let newest = u.newest_intents(&req.intent_type, None, max_versions)?;
+    let version = newest.first().map_or(scope.now, |last| {
         Timestamp(scope.now.0.max(last.version.0 + 1))
     });
     let mut deactivated = Vec::new();
-    for mut old in versions.into_iter().filter(|v| v.active) {
+    for old in newest.iter().filter(|v| v.active) {
+        let mut old = old.clone();
         old.active = false;
         deactivated.push(old.version);
         u.put_intent(&old)?;
+    }
+    deactivated.reverse();
+    // The new version and the newest `max_versions - 1` earlier ones stay.
+    if let Some(oldest_kept) = newest.get(max_versions - 2)
+        && newest.len() >= max_versions
+    {
+        u.prune_intents_before(&req.intent_type, oldest_kept.version)?;
     }
     u.put_intent(&Intent {
         intent_type: req.intent_type.clone(),

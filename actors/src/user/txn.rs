@@ -76,12 +76,7 @@ impl UserState {
                 };
                 match body(&mut u, &scope)? {
                     Ok((ack, changed)) => {
-                        let response = serde_json::to_vec(&ack).map_err(|e| {
-                            engram_storage::Error::Encode {
-                                what: "acknowledgement",
-                                reason: e.to_string(),
-                            }
-                        })?;
+                        let response = stored_reply(&ack)?;
                         u.put_idempotency(&request_id, &IdempotencyEntry { at: now, response })?;
                         Ok(Written::Fresh(ack, changed))
                     }
@@ -95,9 +90,7 @@ impl UserState {
                 Ok(ack)
             }
             Written::Replay(bytes) => {
-                let mut ack: T = serde_json::from_slice(&bytes).map_err(|_| {
-                    Error::invalid("request_id", "already used for a different request")
-                })?;
+                let mut ack: T = replayed(&bytes)?;
                 ack.mark_replayed();
                 Ok(ack)
             }
@@ -206,3 +199,50 @@ impl UserState {
         }
     }
 }
+
+/// The format of stored replies this build writes.
+const REPLY_FORMAT: u32 = 1;
+
+/// A stored reply: the kind of request it acknowledges, the format, and the acknowledgement
+/// as JSON (self-describing, so fields added later with defaults still read).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoredReply {
+    kind: String,
+    format: u32,
+    ack: serde_json::Value,
+}
+
+fn stored_reply<T: Replayable>(ack: &T) -> engram_storage::Result<Vec<u8>> {
+    let encode_error = |e: serde_json::Error| engram_storage::Error::Encode {
+        what: "acknowledgement",
+        reason: e.to_string(),
+    };
+    let stored = StoredReply {
+        kind: T::KIND.to_owned(),
+        format: REPLY_FORMAT,
+        ack: serde_json::to_value(ack).map_err(encode_error)?,
+    };
+    serde_json::to_vec(&stored).map_err(encode_error)
+}
+
+/// The acknowledgement a retried request replays. A reply stored for another kind of request
+/// means the id was reused: refused. A reply of this kind that this build cannot read is
+/// ours (500), not the client's. Replies stored before replies carried their kind are read
+/// as they are.
+fn replayed<T: Replayable>(bytes: &[u8]) -> Result<T> {
+    let reused = || Error::invalid("request_id", "already used for a different request");
+    match serde_json::from_slice::<StoredReply>(bytes) {
+        Ok(stored) if stored.kind != T::KIND => Err(reused()),
+        Ok(stored) => serde_json::from_value(stored.ack).map_err(|e| {
+            Error::Internal(format!(
+                "a stored {} reply (format {}) does not read: {e}",
+                T::KIND,
+                stored.format
+            ))
+        }),
+        Err(_) => serde_json::from_slice(bytes).map_err(|_| reused()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

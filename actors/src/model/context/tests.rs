@@ -82,6 +82,7 @@ fn request(budget: usize) -> ContextRequest<'static> {
         route: Route::Nl2sqlQuery,
         token_budget: budget,
         now: Timestamp(1_000),
+        withhold_sensitive: false,
     }
 }
 

@@ -1,0 +1,369 @@
+//! The front door: one typed entry point for everything a user's memory can be asked,
+//! [`Users::call`] (or its typed form [`Users::ask`]) with the [`Reader`] asking, the user and
+//! a [`UserRequest`], answered by a [`UserReply`].
+//!
+//! It checks placement once: a user whose shard this node holds is served by the local
+//! [`Directory`]; any other is sent, as one versioned frame (a format byte, then postcard),
+//! to the owner through a [`PeerLink`] that the node's transport implements, and the owner
+//! serves it locally, never forwarding it again. While the shard moves (no owner yet, or the
+//! owner lost it meanwhile) the call waits, looking again every [`POLL`], up to the hand-off
+//! wait, then fails with [`Error::NotOwner`]: requests are buffered within a bound, never
+//! dropped silently, and a retry with the same request id has exactly-once effects.
+//!
+//! What this module does not do: HTTP, JSON, authentication (the node does those and builds
+//! the [`Reader`]). The privacy rules (masking, withholding, the sensitive-read breaker,
+//! admin-only requests) are applied by the user's actor ([`crate::user`]), with the reader
+//! that travels with every request. A peer is trusted with the reader it presents (it holds
+//! the cluster cookie, and with mutual TLS a certificate of the cluster's CA); the owner still
+//! checks that the reader acts for the user's tenant and may ask what it asks.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use engram_storage::access::Scope;
+use engram_storage::model::{Intent, MemoryRecord, ReviewFlag, SessionRow};
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::directory::Directory;
+use crate::error::{Error, Result};
+use crate::model::context::MemoryContext;
+use crate::placement::UserKey;
+use crate::user::api::{
+    AnchorMatch, AnchorQuery, ApprovalAck, ApproveReads, ArchivePage, ArchiveQuery, ClearAck,
+    ClearSession, ContextQuery, FeedbackAck, FeedbackRequest, Forget, ForgetAck, IntentAck,
+    IntentQuery, IntentWrite, ListFlags, ListMemories, ListSessions, MemoryAck, MemoryWrite,
+    SearchQuery, SearchResult, SessionMemory, SessionQuery, StatusChange, TurnAck, TurnRequest,
+};
+
+#[cfg(test)]
+mod tests;
+mod wire;
+
+pub use wire::{Fault, decode_call, decode_reply, encode_call, encode_reply};
+
+/// How often a call waiting for a moving shard looks for its owner again.
+pub const POLL: Duration = Duration::from_millis(50);
+/// The least time one attempt at the owner is given, even near the end of the wait.
+const MIN_ATTEMPT: Duration = Duration::from_millis(500);
+
+/// Who asks: the API key (or the root key) behind a request, its scope and the tenant it
+/// acts for. Travels with every request, to the owner's actor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reader {
+    /// Key id (`root` for the configured admin key).
+    pub principal: String,
+    /// What the key may do.
+    pub scope: Scope,
+    /// The tenant the request acts for.
+    pub tenant: String,
+}
+
+impl Reader {
+    /// Whether the reader sees personal data in full and may ask admin-only requests.
+    pub fn is_admin(&self) -> bool {
+        self.scope == Scope::Admin
+    }
+}
+
+/// A request with its reply type: what [`Users::ask`] takes.
+pub trait Ask: Into<UserRequest> {
+    /// What the user's actor answers.
+    type Reply;
+
+    /// The typed reply out of a [`UserReply`]; `None` when the reply is of another request.
+    fn reply(reply: UserReply) -> Option<Self::Reply>;
+}
+
+macro_rules! front_door {
+    ($($(#[$doc:meta])* $name:ident($request:ty) -> $reply:ty;)*) => {
+        /// Everything a user's memory can be asked. Serialisable: requests for users another
+        /// node owns travel to it in this form.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub enum UserRequest {
+            $($(#[$doc])* $name($request),)*
+        }
+
+        /// The answers, one variant per request.
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub enum UserReply {
+            $($(#[$doc])* $name($reply),)*
+        }
+
+        impl UserRequest {
+            /// The request's name, for logs and metrics.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(UserRequest::$name(_) => stringify!($name),)*
+                }
+            }
+        }
+
+        $(
+            impl From<$request> for UserRequest {
+                fn from(request: $request) -> Self {
+                    UserRequest::$name(request)
+                }
+            }
+
+            impl Ask for $request {
+                type Reply = $reply;
+
+                fn reply(reply: UserReply) -> Option<$reply> {
+                    if let UserReply::$name(reply) = reply { Some(reply) } else { None }
+                }
+            }
+        )*
+    };
+}
+
+front_door! {
+    /// Append a conversation turn.
+    Turn(TurnRequest) -> TurnAck;
+    /// Record feedback on a turn.
+    Feedback(FeedbackRequest) -> FeedbackAck;
+    /// Assemble a memory context.
+    Context(ContextQuery) -> MemoryContext;
+    /// Search the user's memories.
+    Search(SearchQuery) -> SearchResult;
+    /// Write or upsert a memory record.
+    WriteMemory(MemoryWrite) -> MemoryAck;
+    /// Activate, suppress or delete a memory.
+    SetStatus(StatusChange) -> MemoryAck;
+    /// List memory records.
+    ListMemories(ListMemories) -> Vec<MemoryRecord>;
+    /// List sessions.
+    ListSessions(ListSessions) -> Vec<SessionRow>;
+    /// A session's newest turns.
+    SessionMemory(SessionQuery) -> SessionMemory;
+    /// Delete a session's memory.
+    ClearSession(ClearSession) -> ClearAck;
+    /// Forget the user entirely (admin).
+    Forget(Forget) -> ForgetAck;
+    /// Record a new version of a distilled intent.
+    WriteIntent(IntentWrite) -> IntentAck;
+    /// The versions of an intent type, newest first.
+    Intents(IntentQuery) -> Vec<Intent>;
+    /// Contradictions flagged for review.
+    Flags(ListFlags) -> Vec<ReviewFlag>;
+    /// Whether the user gave an identifier (counted by the sensitive-read breaker).
+    MatchAnchor(AnchorQuery) -> AnchorMatch;
+    /// A page of the user's archive (admin).
+    ReadArchive(ArchiveQuery) -> ArchivePage;
+    /// Approve further sensitive reads of the user (admin).
+    ApproveReads(ApproveReads) -> ApprovalAck;
+}
+
+impl UserRequest {
+    /// Whether the request writes the user's data (a user with no data gets data only by
+    /// these).
+    pub fn writes(&self) -> bool {
+        match self {
+            UserRequest::Turn(_)
+            | UserRequest::Feedback(_)
+            | UserRequest::WriteMemory(_)
+            | UserRequest::SetStatus(_)
+            | UserRequest::ClearSession(_)
+            | UserRequest::Forget(_)
+            | UserRequest::WriteIntent(_) => true,
+            UserRequest::Context(_)
+            | UserRequest::Search(_)
+            | UserRequest::ListMemories(_)
+            | UserRequest::ListSessions(_)
+            | UserRequest::SessionMemory(_)
+            | UserRequest::Intents(_)
+            | UserRequest::Flags(_)
+            | UserRequest::MatchAnchor(_)
+            | UserRequest::ReadArchive(_)
+            | UserRequest::ApproveReads(_) => false,
+        }
+    }
+}
+
+/// Why a peer link delivered no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    /// No session with the node (not dialled yet, or down).
+    #[error("node {0} is not reachable")]
+    Unreachable(String),
+    /// The node did not answer in time, or the session broke.
+    #[error("node {node} did not answer: {reason}")]
+    NoAnswer {
+        /// The node.
+        node: String,
+        /// What happened.
+        reason: String,
+    },
+}
+
+/// A boxed future of a peer link's answer.
+pub type LinkFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, LinkError>> + Send + 'a>>;
+
+/// The way to another node's front door, implemented by the node's cluster transport: hands
+/// a frame ([`encode_call`]) to `node`, whose [`Users::serve_peer`] answers it, and returns the
+/// answer's frame, within `timeout`.
+pub trait PeerLink: Send + Sync + fmt::Debug {
+    /// Sends `frame` to `node` and waits for the answer.
+    fn call<'a>(&'a self, node: &'a str, frame: Vec<u8>, timeout: Duration) -> LinkFuture<'a>;
+}
+
+/// The typed reply of `R` out of `reply`.
+pub(crate) fn typed<R: Ask>(reply: UserReply) -> Result<R::Reply> {
+    R::reply(reply).ok_or_else(|| Error::Internal("a reply of another request".into()))
+}
+
+/// Counters of the front door, exported as metrics by the node.
+#[derive(Debug, Default)]
+pub struct FrontMetrics {
+    /// Requests this node sent to their user's owner (each once, however many attempts).
+    pub forwarded: AtomicU64,
+    /// Requests this node served for peers.
+    pub served_for_peers: AtomicU64,
+    /// Attempts at an owner that failed (unreachable, no answer) and were retried or refused.
+    pub forward_failures: AtomicU64,
+    /// Frames from peers that did not decode (answered with an error, never a panic).
+    pub bad_frames: AtomicU64,
+}
+
+/// The front door of one node's user actors.
+pub struct Users {
+    directory: Arc<Directory>,
+    link: Option<Arc<dyn PeerLink>>,
+    handoff_wait: Duration,
+    /// Counters.
+    pub metrics: FrontMetrics,
+}
+
+impl fmt::Debug for Users {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Users")
+            .field("link", &self.link)
+            .field("handoff_wait", &self.handoff_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Users {
+    /// The front door over `directory`; `link` reaches the other nodes (none on a single
+    /// node); a call for a moving shard waits up to `handoff_wait`.
+    pub fn new(
+        directory: Arc<Directory>,
+        link: Option<Arc<dyn PeerLink>>,
+        handoff_wait: Duration,
+    ) -> Self {
+        Users {
+            directory,
+            link,
+            handoff_wait,
+            metrics: FrontMetrics::default(),
+        }
+    }
+
+    /// The node's directory of user actors.
+    pub fn directory(&self) -> &Arc<Directory> {
+        &self.directory
+    }
+
+    /// Asks `request` of `user` as `reader`, with its typed reply.
+    pub async fn ask<R: Ask>(
+        &self,
+        reader: &Reader,
+        user: &UserKey,
+        request: R,
+    ) -> Result<R::Reply> {
+        let reply = self.call(reader, user, request.into()).await?;
+        typed::<R>(reply)
+    }
+
+    /// Asks `request` of `user` as `reader`: served here when this node holds the user's
+    /// shard, else by its owner.
+    pub async fn call(
+        &self,
+        reader: &Reader,
+        user: &UserKey,
+        request: UserRequest,
+    ) -> Result<UserReply> {
+        let services = self.directory.services();
+        let (Some(ownership), Some(link)) = (&services.ownership, &self.link) else {
+            return self.directory.serve(reader, user, request).await;
+        };
+        let shard = user.shard(services.settings.shards);
+        let deadline = Instant::now() + self.handoff_wait;
+        let mut frame = None;
+        let mut counted = false;
+        loop {
+            if ownership.lease(shard).is_ok() {
+                // Served here, whatever the outcome: a write fenced because this node lost
+                // the shard meanwhile answers `NotOwner`, and the client retries it with the
+                // same request id (it may have been stalled past any wait).
+                return self.directory.serve(reader, user, request).await;
+            } else if let Some(owner) = ownership.owner(shard).filter(|o| o != ownership.node()) {
+                let frame = frame.get_or_insert_with(|| encode_call(reader, user, &request));
+                // An owner that does not answer within the wait (partitioned, or its session
+                // broke without TCP noticing) costs the caller at most the wait.
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(MIN_ATTEMPT);
+                match link.call(&owner, frame.clone(), left).await {
+                    Ok(answer) => {
+                        if !counted {
+                            counted = true;
+                            self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
+                        }
+                        match decode_reply(&answer) {
+                            // The owner lost the shard meanwhile: look again.
+                            Ok(Err(Fault::NotOwner(_))) => {}
+                            Ok(reply) => return reply.map_err(Error::from),
+                            Err(err) => {
+                                return Err(Error::Unavailable(format!(
+                                    "node {owner} answered with a frame this node cannot \
+                                     read: {err}"
+                                )));
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        self.metrics
+                            .forward_failures
+                            .fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(shard, owner = %owner, error = %err, "forward failed");
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::NotOwner(format!(
+                    "shard {shard} has no reachable owner yet (it is moving); retry with the \
+                     same request id"
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Answers a frame from a peer: served here if this node holds the user's shard, else
+    /// [`Fault::NotOwner`] (a forwarded request is never forwarded again). A frame that does
+    /// not decode is answered with an error and counted, never a panic.
+    pub async fn serve_peer(&self, frame: &[u8]) -> Vec<u8> {
+        let answer = match decode_call(frame) {
+            Ok((reader, user, request)) => {
+                self.metrics
+                    .served_for_peers
+                    .fetch_add(1, Ordering::Relaxed);
+                self.directory
+                    .serve(&reader, &user, request)
+                    .await
+                    .map_err(Fault::from)
+            }
+            Err(err) => {
+                self.metrics.bad_frames.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %err, "malformed frame from a peer dropped");
+                Err(Fault::BadFrame(err.to_string()))
+            }
+        };
+        encode_reply(&answer)
+    }
+}

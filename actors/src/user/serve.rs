@@ -1,0 +1,226 @@
+//! How a user's actor serves a [`UserRequest`] for a [`Reader`]: who may ask what, and the
+//! read policy, applied here so that every path (local, or forwarded by a peer) gets it:
+//! - the reader must act for the user's tenant; operator keys serve cluster operations only;
+//!   forgetting, the archive and approvals are admin-only;
+//! - records and turns leave masked for non-admins ([`super::redact`]);
+//! - a non-admin read that shows the user's high-PII records or turns, and every non-admin
+//!   identity-anchor match, is counted by the sensitive-read breaker per (principal, user) in
+//!   a fenced, sealed transaction of this actor; past the limit it is refused with
+//!   [`Error::ApprovalRequired`], except contexts, which are served with those items withheld
+//!   (an LLM call must not fail for it).
+
+use engram_storage::data::UserData;
+use engram_storage::model::{PiiLevel, Turn};
+
+use super::api::{ApprovalAck, MAX_INTENT_PAGE, SearchHit, SessionMemory};
+use super::ops::{self, Prepared};
+use super::validate::check_id;
+use super::{UserState, redact};
+use crate::breaker::{Counts, Verdict};
+use crate::error::{Error, Result};
+use crate::front::{Reader, UserReply, UserRequest};
+use crate::model::context::gateway_text;
+
+impl UserState {
+    /// Serves `request` for `reader`.
+    pub(super) async fn serve(
+        &mut self,
+        reader: &Reader,
+        request: UserRequest,
+    ) -> Result<UserReply> {
+        self.admit(reader, &request)?;
+        Ok(match request {
+            UserRequest::Turn(req) => UserReply::Turn(self.turn(req).await?),
+            UserRequest::Feedback(req) => UserReply::Feedback(self.feedback(req).await?),
+            UserRequest::Context(query) => UserReply::Context(self.context(reader, query).await?),
+            UserRequest::Search(query) => {
+                let mut result = self.search(query).await?;
+                let sensitive = result
+                    .hits
+                    .iter()
+                    .any(|h| h.memory.pii_level == PiiLevel::High);
+                self.guard(reader, sensitive).await?;
+                result.hits = result
+                    .hits
+                    .into_iter()
+                    .map(|hit| SearchHit {
+                        memory: redact::record(reader, hit.memory),
+                        score: hit.score,
+                    })
+                    .collect();
+                UserReply::Search(result)
+            }
+            UserRequest::WriteMemory(req) => {
+                let mut ack = self.write_memory(req).await?;
+                ack.memory = redact::record(reader, ack.memory);
+                UserReply::WriteMemory(ack)
+            }
+            UserRequest::SetStatus(req) => {
+                let mut ack = self.set_status(req).await?;
+                ack.memory = redact::record(reader, ack.memory);
+                UserReply::SetStatus(ack)
+            }
+            UserRequest::ListMemories(query) => {
+                let records: Vec<_> = self
+                    .index
+                    .records()
+                    .filter(|r| query.kind.is_none_or(|k| r.kind == k))
+                    .cloned()
+                    .collect();
+                self.guard(
+                    reader,
+                    records.iter().any(|r| r.pii_level == PiiLevel::High),
+                )
+                .await?;
+                UserReply::ListMemories(
+                    records
+                        .into_iter()
+                        .map(|r| redact::record(reader, r))
+                        .collect(),
+                )
+            }
+            UserRequest::ListSessions(_) => {
+                UserReply::ListSessions(self.read(|u| u.sessions()).await?)
+            }
+            UserRequest::SessionMemory(query) => {
+                let memory = self.session_memory(query.session, query.limit).await?;
+                self.guard(reader, any_high(&memory.turns)).await?;
+                UserReply::SessionMemory(SessionMemory {
+                    session: memory.session,
+                    turns: memory
+                        .turns
+                        .into_iter()
+                        .map(|t| redact::turn(reader, t))
+                        .collect(),
+                })
+            }
+            UserRequest::ClearSession(clear) => {
+                let session = clear.session;
+                UserReply::ClearSession(
+                    self.write(&clear.request_id, Prepared::default(), None, move |u, _| {
+                        ops::clear_session(u, &session)
+                    })
+                    .await?,
+                )
+            }
+            UserRequest::Forget(_) => UserReply::Forget(self.forget().await?),
+            UserRequest::WriteIntent(req) => UserReply::WriteIntent(self.write_intent(req).await?),
+            UserRequest::Intents(query) => {
+                check_id("intent_type", &query.intent_type)?;
+                if !(1..=MAX_INTENT_PAGE).contains(&query.limit) {
+                    return Err(Error::invalid(
+                        "limit",
+                        format!("must be between 1 and {MAX_INTENT_PAGE}"),
+                    ));
+                }
+                let mut intents = self
+                    .read(move |u| u.newest_intents(&query.intent_type, query.before, query.limit))
+                    .await?;
+                // Distilled fields are shown masked to every reader, admins included.
+                for intent in &mut intents {
+                    intent.fields = gateway_text(&intent.fields);
+                }
+                UserReply::Intents(intents)
+            }
+            UserRequest::Flags(_) => UserReply::Flags(self.read(|u| u.flags()).await?),
+            UserRequest::MatchAnchor(query) => {
+                // Every attempt counts, found or not: a brute force of the hidden digits is
+                // a run of misses.
+                self.guard(reader, true).await?;
+                UserReply::MatchAnchor(self.match_anchor(&query.value).await?)
+            }
+            UserRequest::ReadArchive(query) => {
+                UserReply::ReadArchive(self.read_archive(query).await?)
+            }
+            UserRequest::ApproveReads(_) => UserReply::ApproveReads(self.approve_reads().await?),
+        })
+    }
+
+    /// Whether `reader` may ask `request` of this user at all.
+    fn admit(&self, reader: &Reader, request: &UserRequest) -> Result<()> {
+        use engram_storage::access::Scope;
+        if reader.tenant != self.args.key.tenant {
+            return Err(Error::Forbidden(
+                "the key acts for another tenant than the user's".into(),
+            ));
+        }
+        let admin_only = matches!(
+            request,
+            UserRequest::Forget(_) | UserRequest::ReadArchive(_) | UserRequest::ApproveReads(_)
+        );
+        match reader.scope {
+            Scope::Admin => Ok(()),
+            Scope::Gateway if !admin_only => Ok(()),
+            Scope::Gateway => Err(Error::Forbidden(format!(
+                "{} needs an admin key",
+                request.name()
+            ))),
+            Scope::Operator => Err(Error::Forbidden(
+                "operator keys serve cluster operations only".into(),
+            )),
+        }
+    }
+
+    /// Counts a sensitive read by a non-admin `reader`, or refuses it.
+    pub(super) async fn guard(&self, reader: &Reader, sensitive: bool) -> Result<()> {
+        match self.count_sensitive(reader, sensitive).await? {
+            Verdict::Allowed => Ok(()),
+            Verdict::Refused { reads } => Err(Error::ApprovalRequired { reads }),
+        }
+    }
+
+    /// The breaker's verdict on one more read by `reader` (counted when allowed); reads that
+    /// show nothing sensitive, and admins' reads, are neither counted nor refused.
+    pub(super) async fn count_sensitive(
+        &self,
+        reader: &Reader,
+        sensitive: bool,
+    ) -> Result<Verdict> {
+        let policy = self.args.services.settings.breaker;
+        // A user with no data has nothing to protect, and a read must not give them data.
+        if !sensitive || !self.has_data || reader.is_admin() || policy.threshold == 0 {
+            return Ok(Verdict::Allowed);
+        }
+        let (services, key) = self.scope_parts();
+        let ks = services.keyspace.clone();
+        let now = services.clock.now();
+        let principal = reader.principal.clone();
+        let verdict = self
+            .run(self.lease()?, move |txn| {
+                let mut user = UserData::new(txn, &ks, &key.tenant, &key.user);
+                let mut counts: Counts = user.sensitive_reads()?.unwrap_or_default();
+                let verdict = counts.count(&principal, policy, now);
+                if verdict == Verdict::Allowed {
+                    user.put_sensitive_reads(&counts)?;
+                }
+                Ok(verdict)
+            })
+            .await?;
+        if verdict != Verdict::Allowed {
+            services
+                .metrics
+                .sensitive_refusals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(verdict)
+    }
+
+    /// An admin's approval: clears every principal's count of this user.
+    async fn approve_reads(&self) -> Result<ApprovalAck> {
+        let (services, key) = self.scope_parts();
+        let ks = services.keyspace.clone();
+        let cleared = self
+            .run(self.lease()?, move |txn| {
+                let mut user = UserData::new(txn, &ks, &key.tenant, &key.user);
+                let counts: Counts = user.sensitive_reads()?.unwrap_or_default();
+                user.clear_sensitive_reads()?;
+                Ok(counts.total())
+            })
+            .await?;
+        Ok(ApprovalAck { cleared })
+    }
+}
+
+fn any_high(turns: &[Turn]) -> bool {
+    turns.iter().any(|t| t.pii_level == PiiLevel::High)
+}

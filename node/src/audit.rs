@@ -5,8 +5,9 @@
 //!
 //! Entries are written in batches (one transaction for everything queued, a few batches
 //! committing at once), and the request waits for its batch to commit: an answer is never sent for an action whose entry
-//! was lost. If the trail cannot be written the request is answered 503. A request forwarded
-//! to a peer is recorded once, by the node that served it. Entries older than
+//! was lost. If the trail cannot be written the request is answered 503. Every request is
+//! recorded once, by the node that accepted it (a user another node owns is asked through
+//! the front door; no HTTP request is replayed on the owner). Entries older than
 //! `security.audit-retention` are purged hourly.
 
 use std::collections::HashMap;
@@ -20,7 +21,7 @@ use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use engram_actors::clock::SharedClock;
-use engram_storage::access::{self, AuditEntry};
+use engram_storage::access::{self, AuditEntry, Scope};
 use engram_storage::{Keyspace, Store};
 use tokio::sync::{mpsc, oneshot};
 
@@ -34,6 +35,24 @@ const QUEUE: usize = 4_096;
 const BATCH: usize = 512;
 /// Batches being committed at once, at most.
 const IN_FLIGHT_BATCHES: usize = 4;
+/// The most audit entries not yet durable at any moment: all that a crash can lose of the
+/// batched reads (`security.audit-reads = "batched"`); no answer waiting for its entry is
+/// ever sent for a lost one.
+pub const MAX_UNWRITTEN: usize = QUEUE + BATCH * IN_FLIGHT_BATCHES;
+/// Actions of masked gateway reads, audited without waiting when reads are batched.
+const MASKED_READS: [&str; 6] = [
+    "context.read",
+    "memory.list",
+    "memory.search",
+    "session.list",
+    "session.read",
+    "conflict.list",
+];
+
+/// Marks an answer that showed a user's high-PII items to its reader (the sensitive-read
+/// breaker counted it): its audit entry is always durable before the answer leaves.
+#[derive(Debug, Clone, Copy)]
+pub struct SensitiveRead;
 /// How often old entries are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(3_600);
 
@@ -45,6 +64,7 @@ pub struct AuditLog {
     pepper: [u8; 32],
     clock: SharedClock,
     enabled: bool,
+    batched_reads: bool,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -55,12 +75,13 @@ impl std::fmt::Debug for AuditLog {
 
 impl AuditLog {
     /// Reads (or makes) the pseudonym key and starts the writer and the hourly purge. A log
-    /// not `enabled` records nothing (`security.audit = false`, for measuring its cost).
+    /// not `enabled` records nothing (`security.audit = false`, for measuring its cost);
+    /// with `batched_reads`, masked gateway reads do not wait for their entries.
     pub async fn start(
         store: Store,
         keyspace: Keyspace,
         clock: SharedClock,
-        (retention, enabled): (Duration, bool),
+        (retention, enabled, batched_reads): (Duration, bool, bool),
         metrics: Arc<NodeMetrics>,
     ) -> engram_storage::Result<Arc<AuditLog>> {
         let fresh = rand::random::<[u8; 32]>();
@@ -92,6 +113,7 @@ impl AuditLog {
             pepper,
             clock,
             enabled,
+            batched_reads,
         }))
     }
 
@@ -110,6 +132,17 @@ impl AuditLog {
             return false;
         }
         written.await.unwrap_or(false)
+    }
+
+    /// Queues an entry without waiting for it to be durable (waits only for room in the
+    /// queue, so the entries not yet durable stay within [`MAX_UNWRITTEN`]).
+    pub async fn append_batched(&self, entry: AuditEntry) {
+        if !self.enabled {
+            return;
+        }
+        // Nobody waits on the outcome; a failed batch is logged and counted by the writer.
+        let (done, _) = oneshot::channel();
+        let _ = self.tx.send((entry, done)).await;
     }
 
     /// An entry of `caller` at now, with a fresh id.
@@ -188,11 +221,32 @@ fn path_ids(params: &HashMap<String, String>) -> Vec<String> {
 
 /// `user_id` of a query string or a JSON body (the seed API's ways to name the user).
 fn seed_user(query: Option<&str>, body: &[u8]) -> Option<String> {
-    crate::http::query_user(query).or_else(|| crate::http::body_user(body))
+    query_user(query).or_else(|| body_user(body))
+}
+
+/// `user_id` of a query string (the seed API's way to name the user).
+fn query_user(query: Option<&str>) -> Option<String> {
+    let uri = format!("/?{}", query?).parse().ok()?;
+    let axum::extract::Query(pairs) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri).ok()?;
+    pairs
+        .into_iter()
+        .find(|(k, _)| k == "user_id")
+        .map(|(_, v)| v)
+}
+
+/// `user_id` of a JSON body.
+fn body_user(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()?
+        .get("user_id")?
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// The middleware: serves the request, then records it and waits for the entry to be durable
-/// before answering (503 if it cannot be).
+/// before answering (503 if it cannot be), except masked gateway reads that showed nothing
+/// sensitive when reads are batched: those are queued and answered at once.
 pub async fn record(
     State(s): State<AppState>,
     params: Result<Path<HashMap<String, String>>, PathRejection>,
@@ -238,6 +292,14 @@ pub async fn record(
         ids,
         response.status().as_u16(),
     );
+    let batched = s.audit.batched_reads
+        && caller.scope == Scope::Gateway
+        && MASKED_READS.contains(&action)
+        && response.extensions().get::<SensitiveRead>().is_none();
+    if batched {
+        s.audit.append_batched(entry).await;
+        return response;
+    }
     if s.audit.append(entry).await {
         response
     } else {

@@ -9,9 +9,10 @@
 //!
 //! What each route needs is one table, [`rule`], keyed by the route's template, so that a
 //! route without a rule is refused and a test can check every documented route has one.
-//! The result of authentication travels with the request as a [`Caller`] extension: a request
-//! forwarded to a peer carries its caller in the envelope and the peer trusts that, not a
-//! header a client could set.
+//! The result of authentication travels with the request as a [`Caller`] extension; the
+//! handler asks the user's actor through the front door with the caller's reader (key id,
+//! scope, tenant), which travels with the typed request to the owner, never as a header a
+//! client could set.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -58,13 +59,6 @@ pub struct Caller {
     pub tenant: String,
     /// The client's address, as the node that accepted the connection saw it.
     pub client: Option<String>,
-}
-
-impl Caller {
-    /// Whether the caller may see personal data in full (admins); others get it masked.
-    pub fn sees_full_text(&self) -> bool {
-        self.scope == Scope::Admin
-    }
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -335,7 +329,7 @@ pub async fn authenticate(State(s): State<AppState>, mut request: Request, next:
         s.metrics.auth_refused("missing");
         return unauthenticated("send an API key: Authorization: Bearer <key>");
     };
-    let now = s.directory.services().clock.now();
+    let now = s.users.directory().services().clock.now();
     let (principal, key_tenant, scope) = match s.auth.check(token, now).await {
         Some(found) => found,
         None => {

@@ -20,12 +20,12 @@
 //!   once, as the node server's listener did.
 //! - Per-user actors stay local. The only remote-capable actor is the [`Region`], which joins
 //!   the process group `engram.region.<node id>`; peers find it there.
-//! - A forwarded request travels as one versioned byte envelope ([`encode`] / [`decode`]):
-//!   method, path, the authenticated caller, content type and body in, status and body out
-//!   ([`envelope`]). The receiving
-//!   region decodes it fallibly inside its handler (a malformed frame is logged and answered
-//!   with an error, never a panic) and replays it through its own HTTP router, marked as
-//!   forwarded so that it is never forwarded again.
+//! - The transport is the front door's [`PeerLink`]: a request for a user another node owns
+//!   travels as one versioned frame of the typed request (`engram_actors::front`), the
+//!   reader with it; the receiving region hands the bytes to its node's
+//!   [`Users::serve_peer`], which decodes them fallibly (a malformed frame is answered with an
+//!   error, never a panic) and serves the user locally, never forwarding again. No HTTP is
+//!   replayed between nodes.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -33,9 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use engram_actors::front::{LinkError, LinkFuture, PeerLink, Users};
 use engram_storage::model::Member;
 use ractor::message::{BoxedDowncastErr, SerializedMessage};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -44,20 +42,13 @@ use std::sync::Mutex;
 use std::time::Instant;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tower::ServiceExt;
 
 use crate::tls::ClusterTls;
 
-mod envelope;
 mod listen;
 
-pub use envelope::{EnvelopeError, Forwarded, ForwardedReply, decode, encode, into_response};
 use listen::accept_links;
 
-/// Marks a request replayed from a peer (it is served here or refused, never forwarded
-/// again). A request extension, so no client can set it.
-#[derive(Debug, Clone, Copy)]
-pub struct ForwardedMark;
 /// How long one dial of a peer may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest an inbound link may take to complete its TLS handshake.
@@ -68,7 +59,7 @@ pub const MAX_LINK_HANDSHAKES: usize = 64;
 /// Messages of the shard-region actor: the one remote-capable message type of a node.
 #[derive(Debug)]
 pub enum RegionMsg {
-    /// A request envelope from a peer, and where its reply envelope goes.
+    /// A front-door frame from a peer, and where its answer's frame goes.
     Forward(Vec<u8>, RpcReplyPort<Vec<u8>>),
 }
 
@@ -98,17 +89,9 @@ impl ractor::Message for RegionMsg {
     }
 }
 
-/// Counters of the transport.
+/// Counters of the transport (the front door counts what travels over it).
 #[derive(Debug, Default)]
 pub struct TransportMetrics {
-    /// Requests this node forwarded to an owner.
-    pub forwarded: AtomicU64,
-    /// Forwarded requests this node served for peers.
-    pub served_for_peers: AtomicU64,
-    /// Forwards that failed (peer unreachable, timeout) and were retried or refused.
-    pub forward_failures: AtomicU64,
-    /// Malformed envelopes received.
-    pub bad_envelopes: AtomicU64,
     /// Dials of peers.
     pub dials: AtomicU64,
     /// Inbound links whose TLS handshake failed (no certificate, one of another CA, not TLS).
@@ -122,110 +105,33 @@ pub struct TransportMetrics {
 #[derive(Debug)]
 pub struct Region;
 
-/// What the region serves forwarded requests with.
-pub struct RegionArgs {
-    router: Router,
-    metrics: Arc<TransportMetrics>,
-}
-
 impl Actor for Region {
     type Msg = RegionMsg;
-    type State = RegionArgs;
-    type Arguments = RegionArgs;
+    type State = Arc<Users>;
+    type Arguments = Arc<Users>;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<RegionMsg>,
-        args: RegionArgs,
-    ) -> Result<RegionArgs, ActorProcessingErr> {
-        Ok(args)
+        users: Arc<Users>,
+    ) -> Result<Arc<Users>, ActorProcessingErr> {
+        Ok(users)
     }
 
     async fn handle(
         &self,
         _myself: ActorRef<RegionMsg>,
         msg: RegionMsg,
-        state: &mut RegionArgs,
+        users: &mut Arc<Users>,
     ) -> Result<(), ActorProcessingErr> {
-        let RegionMsg::Forward(bytes, reply) = msg;
-        let (router, metrics) = (state.router.clone(), Arc::clone(&state.metrics));
+        let RegionMsg::Forward(frame, reply) = msg;
+        let users = Arc::clone(users);
         // Requests run concurrently; the region only dispatches.
         tokio::spawn(async move {
-            let answer = match decode::<Forwarded>(&bytes) {
-                Ok(request) => {
-                    metrics.served_for_peers.fetch_add(1, Ordering::Relaxed);
-                    serve_forwarded(router, request).await
-                }
-                Err(err) => {
-                    metrics.bad_envelopes.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %err, "malformed envelope from a peer dropped");
-                    error_reply(StatusCode::BAD_REQUEST, "bad_envelope", &err.to_string())
-                }
-            };
-            let _ = reply.send(encode(&answer));
+            let _ = reply.send(users.serve_peer(&frame).await);
         });
         Ok(())
     }
-}
-
-fn error_reply(status: StatusCode, code: &str, message: &str) -> ForwardedReply {
-    ForwardedReply {
-        status: status.as_u16(),
-        retry_after: Some("1".to_owned()),
-        body: serde_json::json!({ "code": code, "message": message })
-            .to_string()
-            .into_bytes(),
-    }
-}
-
-/// Replays a forwarded request through this node's router.
-async fn serve_forwarded(router: Router, request: Forwarded) -> ForwardedReply {
-    let mut builder = Request::builder()
-        .method(request.method.as_str())
-        .uri(request.uri.as_str())
-        .extension(ForwardedMark)
-        .extension(request.caller);
-    if let Some(content_type) = &request.content_type {
-        builder = builder.header(header::CONTENT_TYPE, content_type.as_str());
-    }
-    let Ok(http) = builder.body(Body::from(request.body)) else {
-        return error_reply(StatusCode::BAD_REQUEST, "bad_envelope", "unusable request");
-    };
-    let Ok(response) = router.oneshot(http).await;
-    let status = response.status().as_u16();
-    let retry_after = response
-        .headers()
-        .get(header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .map(|b| b.to_vec())
-        .unwrap_or_default();
-    ForwardedReply {
-        status,
-        retry_after,
-        body,
-    }
-}
-
-/// Why a forward failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
-    /// No session with the owner (not dialled yet, or down).
-    #[error("node {0} is not reachable")]
-    Unreachable(String),
-    /// The owner did not answer in time, or the session broke.
-    #[error("node {node} did not answer: {reason}")]
-    NoAnswer {
-        /// The owner.
-        node: String,
-        /// What happened.
-        reason: String,
-    },
-    /// The answer was not an envelope this build reads.
-    #[error(transparent)]
-    Envelope(#[from] EnvelopeError),
 }
 
 /// Why a dial opened no link.
@@ -338,13 +244,9 @@ impl Transport {
         ))
     }
 
-    /// Starts this node's region, serving forwarded requests with `router`.
-    pub async fn start_region(&self, router: Router) -> std::io::Result<ActorRef<RegionMsg>> {
-        let args = RegionArgs {
-            router,
-            metrics: Arc::clone(&self.metrics),
-        };
-        let (region, _) = Actor::spawn(None, Region, args)
+    /// Starts this node's region, serving peers' requests through `users`.
+    pub async fn start_region(&self, users: Arc<Users>) -> std::io::Result<ActorRef<RegionMsg>> {
+        let (region, _) = Actor::spawn(None, Region, users)
             .await
             .map_err(|e| std::io::Error::other(format!("starting the shard region: {e}")))?;
         ractor::pg::join(region_group(&self.node_id), vec![region.get_cell()]);
@@ -436,29 +338,25 @@ impl Transport {
         }
     }
 
-    /// Hands `request` to `owner`'s region and waits up to `timeout` for its answer.
-    pub async fn forward(
+    /// Hands `frame` to `owner`'s region and waits up to `timeout` for its answer.
+    async fn forward(
         &self,
         owner: &str,
-        request: &Forwarded,
+        frame: Vec<u8>,
         timeout: Duration,
-    ) -> Result<ForwardedReply, ForwardError> {
+    ) -> Result<Vec<u8>, LinkError> {
         let region = self
             .region_of(owner)
-            .ok_or_else(|| ForwardError::Unreachable(owner.to_owned()))?;
-        let bytes = encode(request);
+            .ok_or_else(|| LinkError::Unreachable(owner.to_owned()))?;
         let result = region
-            .call(|reply| RegionMsg::Forward(bytes, reply), Some(timeout))
+            .call(|reply| RegionMsg::Forward(frame, reply), Some(timeout))
             .await;
-        let no_answer = |reason: String| ForwardError::NoAnswer {
+        let no_answer = |reason: String| LinkError::NoAnswer {
             node: owner.to_owned(),
             reason,
         };
         match result {
-            Ok(ractor::rpc::CallResult::Success(reply)) => {
-                self.metrics.forwarded.fetch_add(1, Ordering::Relaxed);
-                Ok(decode(&reply)?)
-            }
+            Ok(ractor::rpc::CallResult::Success(answer)) => Ok(answer),
             Ok(ractor::rpc::CallResult::Timeout) => {
                 // TCP may not notice a dead link for minutes: drop the session so that the
                 // dialer connects afresh (at once after a partition heals).
@@ -496,5 +394,11 @@ impl Transport {
     pub fn stop(&self) {
         self.acceptor.abort();
         self.server.stop(None);
+    }
+}
+
+impl PeerLink for Transport {
+    fn call<'a>(&'a self, node: &'a str, frame: Vec<u8>, timeout: Duration) -> LinkFuture<'a> {
+        Box::pin(self.forward(node, frame, timeout))
     }
 }

@@ -26,7 +26,7 @@ mod error;
 mod security;
 mod validate;
 
-pub use security::SecurityConfig;
+pub use security::{AuditReads, SecurityConfig};
 
 pub use error::{ConfigError, Problem};
 
@@ -128,6 +128,14 @@ pub struct MemoryConfig {
     pub token_budget: usize,
     /// Extra business words for entity extraction (product names, internal metrics).
     pub lexicon: Vec<String>,
+    /// Versions kept of each intent type of a user (at least 2); older ones are removed as
+    /// new ones are written.
+    pub intent_versions: usize,
+    /// Live user actors a node holds at most: beyond, the least recently used one stops (its
+    /// state is reloaded on next use); when all were used within the last second, 503.
+    pub max_actors: usize,
+    /// Memory records the live user actors of a node cache at most, enforced the same way.
+    pub max_cached_records: u64,
 }
 
 impl Default for MemoryConfig {
@@ -138,6 +146,9 @@ impl Default for MemoryConfig {
             archive_retention: Duration::from_secs(1826 * 24 * 3600),
             token_budget: 1200,
             lexicon: Vec::new(),
+            intent_versions: engram_actors::services::DEFAULT_INTENT_VERSIONS,
+            max_actors: engram_actors::services::DEFAULT_MAX_ACTORS,
+            max_cached_records: engram_actors::services::DEFAULT_MAX_CACHED_RECORDS,
         }
     }
 }
@@ -457,6 +468,27 @@ impl Default for LogConfig {
 }
 
 impl Config {
+    /// The user actors' settings this configuration makes. Where the actors crate has a
+    /// default, the configuration's default is read from it (a test checks that
+    /// `Config::default()` makes `Settings::default()`).
+    pub fn actor_settings(&self) -> engram_actors::services::Settings {
+        let mut index = engram_actors::model::index::IndexParams::default();
+        index.retriever.vectors.exact_threshold = self.inference.exact_search_below;
+        engram_actors::services::Settings {
+            idle_timeout: self.memory.idle_timeout,
+            retention_ms: i64::try_from(self.memory.retention.as_millis()).unwrap_or(i64::MAX),
+            archive_retention_ms: i64::try_from(self.memory.archive_retention.as_millis())
+                .unwrap_or(i64::MAX),
+            shards: self.cluster.shards,
+            index,
+            breaker: self.security.breaker(),
+            intent_versions: self.memory.intent_versions,
+            max_actors: self.memory.max_actors,
+            max_cached_records: self.memory.max_cached_records,
+            ..engram_actors::services::Settings::default()
+        }
+    }
+
     /// Loads the file at `path`, then applies `ENGRAM__SECTION__KEY` environment overrides.
     /// Does not validate; call [`Config::validate`].
     pub fn load(path: &Path) -> Result<Config, ConfigError> {

@@ -8,7 +8,6 @@
 
 mod admin;
 mod error;
-mod forward;
 #[cfg(test)]
 mod fuzz;
 pub(crate) mod openapi;
@@ -28,7 +27,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
-use engram_actors::directory::Directory;
+use engram_actors::front::{Ask, Reader, Users};
 use engram_actors::placement::UserKey;
 use engram_actors::user::check_id;
 use serde::de::DeserializeOwned;
@@ -43,26 +42,39 @@ use crate::metrics::NodeMetrics;
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct AppState {
-    /// The node's user actors.
-    pub directory: Arc<Directory>,
+    /// The front door to the user actors (this node's, and through peers every other's).
+    pub users: Arc<Users>,
     /// Metrics.
     pub metrics: Arc<NodeMetrics>,
     /// Token budget of contexts that name none.
     pub token_budget: usize,
     /// Heartbeat age after which a member is presumed dead (for the cluster view).
     pub lease_timeout: std::time::Duration,
-    /// The cluster transport, to forward requests for users this node does not own.
+    /// The cluster transport (for the cluster view and its metrics).
     pub cluster: Option<Arc<crate::cluster::Transport>>,
-    /// How long a request for a moving shard waits for an owner before 503.
-    pub handoff_wait: Duration,
-    /// Largest body, in bytes (forwarded requests are read whole).
+    /// Largest body, in bytes (the audit trail reads a seed request's body whole).
     pub max_body_bytes: usize,
     /// Checks API keys.
     pub auth: Arc<Authenticator>,
     /// The audit trail.
     pub audit: Arc<AuditLog>,
-    /// The circuit breaker of sensitive reads.
-    pub breaker: engram_actors::breaker::Policy,
+}
+
+impl AppState {
+    /// Asks `request` of `user` through the front door, as `caller`.
+    pub async fn ask<R: Ask>(
+        &self,
+        caller: &Caller,
+        user: &UserKey,
+        request: R,
+    ) -> Result<R::Reply, ApiError> {
+        let reader = Reader {
+            principal: caller.principal.clone(),
+            scope: caller.scope,
+            tenant: caller.tenant.clone(),
+        };
+        Ok(self.users.ask(&reader, user, request).await?)
+    }
 }
 
 /// Settings of the router.
@@ -123,10 +135,6 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             crate::audit::record,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            forward::to_owner,
         ))
         .layer(
             ServiceBuilder::new()
@@ -264,26 +272,6 @@ where
             Ok(())
         }
     }
-}
-
-/// `user_id` of a query string (the seed API's way to name the user).
-pub(crate) fn query_user(query: Option<&str>) -> Option<String> {
-    let uri = format!("/?{}", query?).parse().ok()?;
-    let axum::extract::Query(pairs) =
-        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri).ok()?;
-    pairs
-        .into_iter()
-        .find(|(k, _)| k == "user_id")
-        .map(|(_, v)| v)
-}
-
-/// `user_id` of a JSON body.
-pub(crate) fn body_user(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()?
-        .get("user_id")?
-        .as_str()
-        .map(str::to_owned)
 }
 
 /// A page size: `limit`, or `default` when absent; 400 when it is 0 or above `max`.

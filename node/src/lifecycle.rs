@@ -10,8 +10,8 @@
 //! and keys (`crate::secret`, `crate::tls`): a missing or bad file stops it with an error
 //! naming the setting and the path. Between start-up and shutdown, the node starts the
 //! cluster transport and its shard region, takes its shard leases (one lease round before serving), heartbeats and rebalances every
-//! `cluster.heartbeat-interval`, serves the HTTP gateway over its user actors (forwarding
-//! users it does not own) and runs the maintenance jobs. SIGTERM, or the end of a drain,
+//! `cluster.heartbeat-interval`, serves the HTTP gateway over the front door to its user actors
+//! (which sends requests for users it does not own to their owners) and runs the maintenance jobs. SIGTERM, or the end of a drain,
 //! stops accepting connections, lets in-flight requests and the writes already queued at
 //! user actors finish (bounded by `http.shutdown-grace`), releases every lease so others
 //! take the shards at once, and exits.
@@ -23,9 +23,9 @@ use engram_actors::clock::SystemClock;
 use engram_actors::cluster::{LeaseManager, LeaseSettings, Ownership};
 use engram_actors::directory::Directory;
 use engram_actors::embed::Embedder;
+use engram_actors::front::{PeerLink, Users};
 use engram_actors::model::entities::EntityExtractor;
-use engram_actors::model::index::IndexParams;
-use engram_actors::services::{Metrics, Services, Settings};
+use engram_actors::services::{Metrics, Services};
 
 use engram_inference::EmbeddingPool;
 use engram_storage::model::{Member, MemberStatus, Timestamp};
@@ -122,8 +122,6 @@ pub async fn run(config: Config) -> Result<()> {
         heartbeat_interval: config.cluster.heartbeat_interval,
         lease_timeout: config.cluster.lease_timeout,
     };
-    let mut index = IndexParams::default();
-    index.retriever.vectors.exact_threshold = config.inference.exact_search_below;
     let services = Services {
         store: store.clone(),
         keyspace: keyspace.clone(),
@@ -131,15 +129,7 @@ pub async fn run(config: Config) -> Result<()> {
         extractor: Arc::new(extractor),
         embedder: embedder.clone(),
         ownership: Some(Ownership::new(&lease_settings)),
-        settings: Settings {
-            idle_timeout: config.memory.idle_timeout,
-            retention_ms: i64::try_from(config.memory.retention.as_millis()).unwrap_or(i64::MAX),
-            archive_retention_ms: i64::try_from(config.memory.archive_retention.as_millis())
-                .unwrap_or(i64::MAX),
-            shards: config.cluster.shards,
-            index,
-            ..Settings::default()
-        },
+        settings: config.actor_settings(),
         metrics: Arc::new(Metrics::default()),
     };
     let directory = Directory::new(services);
@@ -161,7 +151,11 @@ pub async fn run(config: Config) -> Result<()> {
         store.clone(),
         keyspace.clone(),
         clock,
-        (config.security.audit_retention, config.security.audit),
+        (
+            config.security.audit_retention,
+            config.security.audit,
+            config.security.audit_reads == crate::config::AuditReads::Batched,
+        ),
         Arc::clone(&metrics),
     )
     .await
@@ -172,16 +166,20 @@ pub async fn run(config: Config) -> Result<()> {
         Some(&admin_key),
         crate::auth::RateLimiter::new(config.security.rate_limit, config.security.rate_burst),
     );
+    let link: Arc<dyn PeerLink> = transport.clone();
+    let users = Arc::new(Users::new(
+        Arc::clone(&directory),
+        Some(link),
+        config.cluster.handoff_wait,
+    ));
     let state = AppState {
-        directory: directory.clone(),
+        users: Arc::clone(&users),
         auth: Arc::new(auth),
         audit,
-        breaker: config.security.breaker(),
         metrics,
         token_budget: config.memory.token_budget,
         lease_timeout: config.cluster.lease_timeout,
         cluster: Some(Arc::clone(&transport)),
-        handoff_wait: config.cluster.handoff_wait,
         max_body_bytes: config.http.max_body_bytes,
     };
     let limits = Limits {
@@ -189,9 +187,9 @@ pub async fn run(config: Config) -> Result<()> {
         max_in_flight: config.http.max_in_flight,
     };
     let app = router(state, limits);
-    // Peers' forwarded requests are served by the same router.
+    // Peers' requests for users this node owns come in through the same front door.
     transport
-        .start_region(app.clone())
+        .start_region(users)
         .await
         .map_err(|source| Error::Io {
             step: "starting the shard region".to_owned(),

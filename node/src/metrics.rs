@@ -9,6 +9,7 @@ use engram_actors::cluster::Ownership;
 
 use crate::cluster::Transport;
 use engram_actors::directory::Directory;
+use engram_actors::front::Users;
 use engram_inference::{BATCH_BUCKETS, PoolStats};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -183,11 +184,18 @@ impl NodeMetrics {
         let mut text = String::from_utf8(out).unwrap_or_default();
         let actors = &directory.services().metrics;
         let store = directory.services().store.stats();
-        let gauges = [(
-            "engram_user_actors_alive",
-            "User actors running on this node",
-            directory.alive() as u64,
-        )];
+        let gauges = [
+            (
+                "engram_user_actors_alive",
+                "User actors running on this node",
+                directory.alive() as u64,
+            ),
+            (
+                "engram_cached_records",
+                "Memory records cached by this node's live user actors",
+                actors.cached_records.load(Ordering::Relaxed),
+            ),
+        ];
         let counters = [
             (
                 "engram_user_actors_started_total",
@@ -198,6 +206,21 @@ impl NodeMetrics {
                 "engram_user_actors_passivated_total",
                 "User actors stopped for being idle",
                 actors.passivations.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_user_actors_evicted_total",
+                "User actors stopped to make room for others (max-actors or max-cached-records)",
+                actors.evictions.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_user_admissions_refused_total",
+                "Requests refused with 503 because the node was full of recently used actors",
+                actors.admissions_refused.load(Ordering::Relaxed),
+            ),
+            (
+                "engram_sensitive_reads_refused_total",
+                "Sensitive reads refused or withheld by the breaker",
+                actors.sensitive_refusals.load(Ordering::Relaxed),
             ),
             (
                 "engram_user_actors_failed_total",
@@ -274,32 +297,32 @@ impl NodeMetrics {
         text
     }
 
-    /// [`NodeMetrics::render`] plus the cluster transport's counters.
-    pub fn render_with(&self, directory: &Directory, transport: Option<&Transport>) -> String {
-        let mut text = self.render(directory);
+    /// [`NodeMetrics::render`] plus the front door's and the cluster transport's counters.
+    pub fn render_with(&self, users: &Users, transport: Option<&Transport>) -> String {
+        let mut text = self.render(users.directory());
         if let Some(transport) = transport {
             use std::fmt::Write;
-            let m = &transport.metrics;
+            let (f, m) = (&users.metrics, &transport.metrics);
             for (name, help, value) in [
                 (
                     "requests_forwarded",
-                    "Requests this node forwarded to a shard's owner",
-                    &m.forwarded,
+                    "Requests this node sent to their user's owner (each counted once)",
+                    &f.forwarded,
                 ),
                 (
                     "requests_served_for_peers",
-                    "Forwarded requests served for peers",
-                    &m.served_for_peers,
+                    "Requests served for peers",
+                    &f.served_for_peers,
                 ),
                 (
                     "forward_failures",
-                    "Forwards that failed and were retried or refused",
-                    &m.forward_failures,
+                    "Attempts at an owner that failed and were retried or refused",
+                    &f.forward_failures,
                 ),
                 (
-                    "bad_envelopes",
-                    "Malformed envelopes received from peers",
-                    &m.bad_envelopes,
+                    "bad_frames",
+                    "Malformed front-door frames received from peers",
+                    &f.bad_frames,
                 ),
                 ("peer_dials", "Dials of peers", &m.dials),
                 (

@@ -40,6 +40,23 @@ pub struct SecurityConfig {
     /// The window of `sensitive-read-limit`.
     #[serde(with = "humantime_serde")]
     pub sensitive_read_window: Duration,
+    /// How masked gateway reads (contexts, searches, lists, session turns, conflicts, recall)
+    /// that show nothing sensitive are audited: `"batched"` records them without making the
+    /// answer wait (a crash can lose the entries still queued, at most
+    /// `crate::audit::MAX_UNWRITTEN`), `"durable"` answers only once the entry is durable.
+    /// Every other request (admin full-text reads, reads counted by the sensitive-read
+    /// breaker, writes, key, approval and cluster operations) always waits for its entry.
+    pub audit_reads: AuditReads,
+}
+
+/// How masked gateway reads are audited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AuditReads {
+    /// Recorded without making the answer wait.
+    Batched,
+    /// Answered once the entry is durable.
+    Durable,
 }
 
 impl Default for SecurityConfig {
@@ -52,8 +69,11 @@ impl Default for SecurityConfig {
             rate_burst: 2_000,
             audit: true,
             audit_retention: Duration::from_secs(400 * 24 * 3_600),
-            sensitive_read_limit: 5,
-            sensitive_read_window: Duration::from_secs(24 * 3_600),
+            sensitive_read_limit: engram_actors::breaker::Policy::default().threshold,
+            sensitive_read_window: Duration::from_millis(
+                u64::try_from(engram_actors::breaker::Policy::default().window_ms).unwrap_or(0),
+            ),
+            audit_reads: AuditReads::Batched,
         }
     }
 }

@@ -556,3 +556,21 @@ fn plain_listeners_beyond_loopback_get_advice() {
     config.cluster.tls_key_file = Some("node.key".into());
     assert!(config.advice().is_empty(), "{:?}", config.advice());
 }
+
+#[test]
+fn the_default_configuration_makes_the_actors_default_settings() {
+    assert_eq!(
+        Config::default().actor_settings(),
+        engram_actors::services::Settings::default()
+    );
+}
+
+#[test]
+fn the_reference_configuration_states_what_batched_audit_reads_can_lose() {
+    let reference = std::fs::read_to_string(reference_path()).unwrap();
+    let bound = format!("at most {}", crate::audit::MAX_UNWRITTEN);
+    assert!(
+        reference.contains(&bound),
+        "cluster.toml must say {bound:?}"
+    );
+}

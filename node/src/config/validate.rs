@@ -169,6 +169,18 @@ impl Config {
                 "must be between 100 and 32000".to_owned(),
             );
         }
+        if !(2..=10_000).contains(&self.memory.intent_versions) {
+            problem(
+                "memory.intent-versions",
+                "must be between 2 and 10000".to_owned(),
+            );
+        }
+        if self.memory.max_actors == 0 {
+            problem("memory.max-actors", "must be at least 1".to_owned());
+        }
+        if self.memory.max_cached_records == 0 {
+            problem("memory.max-cached-records", "must be at least 1".to_owned());
+        }
         let inference = &self.inference;
         if inference.workers == 0 || inference.workers > 64 {
             problem("inference.workers", "must be between 1 and 64".to_owned());

@@ -17,14 +17,15 @@ use super::wire::admin::{
 use super::{ApiError, ApiJson, AppState, ok, optional_json, page_limit, user_key};
 use crate::auth::Caller;
 use crate::keys;
-use engram_actors::user::UserMsg;
-use engram_actors::user::api::{AnchorMatch, ArchiveCursor, ArchiveQuery, MAX_ARCHIVE_PAGE};
+use engram_actors::user::api::{
+    AnchorMatch, AnchorQuery, ApproveReads, ArchiveCursor, ArchiveQuery, MAX_ARCHIVE_PAGE,
+};
 
 /// Largest page of the audit trail.
 const MAX_AUDIT_PAGE: usize = 1_000;
 
 fn now(s: &AppState) -> Timestamp {
-    s.directory.services().clock.now()
+    s.users.directory().services().clock.now()
 }
 
 /// The tenant whose keys a caller manages: the one it acts for (the root names it with
@@ -76,7 +77,7 @@ pub async fn create_key(
     if name.chars().count() > 200 {
         return Err(ApiError::invalid("invalid name: at most 200 characters"));
     }
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let new = keys::create(
         &services.store,
         &services.keyspace,
@@ -92,7 +93,7 @@ pub async fn create_key(
     responses((status = 200, body = KeysResponse), (status = 403, body = ErrorBody)))]
 /// Lists the tenant's keys (never their secrets), revoked and rotated ones included.
 pub async fn list_keys(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let keys = keys::list(&services.store, &services.keyspace, Some(&caller.tenant)).await?;
     Ok(ok(KeysResponse {
         keys: keys.into_iter().map(Into::into).collect(),
@@ -114,7 +115,7 @@ pub async fn rotate_key(
     let body: RotateBody = optional_json(&body, "rotate")?;
     let grace_ms = i64::try_from(body.grace_seconds.unwrap_or(0).saturating_mul(1_000))
         .map_err(|_| ApiError::invalid("invalid grace_seconds: too large"))?;
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let tenant = Some(caller.tenant.as_str());
     let rotated = keys::rotate(
         &services.store,
@@ -141,7 +142,7 @@ pub async fn revoke_key(
     caller: Caller,
     Path(key_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let tenant = Some(caller.tenant.as_str());
     let revoked = keys::revoke(
         &services.store,
@@ -178,7 +179,7 @@ pub async fn audit(
         .as_deref()
         .map(|u| s.audit.pseudonym(&caller.tenant, u));
     let principal = query.principal;
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let (ks, tenant) = (services.keyspace.clone(), caller.tenant.clone());
     let (entries, next) = services
         .store
@@ -206,8 +207,10 @@ pub async fn approve_sensitive_reads(
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    let cleared = engram_actors::breaker::approve(s.directory.services(), &key).await?;
-    Ok(ok(ApprovalResponse { cleared }))
+    let ack = s.ask(&caller, &key, ApproveReads).await?;
+    Ok(ok(ApprovalResponse {
+        cleared: ack.cleared,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/admin/users/{user}/archive", tag = "admin",
@@ -238,10 +241,7 @@ pub async fn archive(
         after,
         limit,
     };
-    let page = s
-        .directory
-        .call(&key, |reply| UserMsg::ReadArchive(query.clone(), reply))
-        .await?;
+    let page = s.ask(&caller, &key, query).await?;
     Ok(ok(ArchiveResponse {
         turns: page
             .turns
@@ -276,13 +276,8 @@ pub async fn match_anchor(
     ApiJson(body): ApiJson<AnchorBody>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    let value = body.value;
     let found = s
-        .directory
-        .call(&key, |reply| UserMsg::MatchAnchor {
-            value: value.clone(),
-            reply,
-        })
+        .ask(&caller, &key, AnchorQuery { value: body.value })
         .await?;
     let (matched, keyed) = match &found {
         AnchorMatch::Matched { kind, first_seen } => (Some((*kind, *first_seen)), true),

@@ -88,6 +88,16 @@ impl From<engram_actors::Error> for ApiError {
                 "not_owner",
                 err.to_string(),
             ),
+            E::Forbidden(_) => ApiError::new(StatusCode::FORBIDDEN, "forbidden", err.to_string()),
+            E::ApprovalRequired { reads } => ApiError::new(
+                StatusCode::FORBIDDEN,
+                "approval_required",
+                format!(
+                    "{reads} reads of this user's sensitive memories by this key in the window \
+                     already; an admin must approve more (POST /v1/admin/users/{{user}}/approvals)"
+                ),
+            ),
+            E::TooLarge(_) => ApiError::new(StatusCode::BAD_REQUEST, "too_large", err.to_string()),
             E::Storage(storage) => storage.into(),
             E::Internal(_) => internal(&err),
         }
@@ -96,17 +106,17 @@ impl From<engram_actors::Error> for ApiError {
 
 impl From<engram_storage::Error> for ApiError {
     fn from(err: engram_storage::Error) -> Self {
-        use engram_storage::Error as E;
-        match err {
-            E::KeyTooLarge { .. } | E::ValueTooLarge { .. } | E::TransactionTooLarge { .. } => {
+        use engram_storage::Outcome;
+        match err.outcome() {
+            Outcome::TooLarge => {
                 ApiError::new(StatusCode::BAD_REQUEST, "too_large", err.to_string())
             }
-            E::Conflict | E::Busy | E::RetriesExhausted { .. } | E::Fenced { .. } => ApiError::new(
+            Outcome::Busy => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "storage is busy; retry with the same request id",
             ),
-            E::KeyService(_) => {
+            Outcome::KeyService => {
                 tracing::warn!(error = %err, "key service failed");
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -114,14 +124,7 @@ impl From<engram_storage::Error> for ApiError {
                     "the key service is unavailable; retry with the same request id",
                 )
             }
-            E::ReadOnly
-            | E::Decode { .. }
-            | E::Encode { .. }
-            | E::Open(_)
-            | E::Sqlite(_)
-            | E::Task(_) => internal(&err),
-            #[cfg(feature = "fdb")]
-            E::Fdb(_) => internal(&err),
+            Outcome::Internal => internal(&err),
         }
     }
 }

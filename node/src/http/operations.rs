@@ -16,7 +16,7 @@ pub async fn health() -> Response {
 #[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, description = "Storage answers"), (status = 503, body = ErrorBody)))]
 /// Readiness: storage answers a read.
 pub async fn ready(State(s): State<AppState>) -> Response {
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let (store, ks) = (services.store.clone(), services.keyspace.clone());
     match store
         .read(move |txn| engram_storage::cluster::members(txn, &ks))
@@ -40,7 +40,7 @@ pub async fn ready(State(s): State<AppState>) -> Response {
 /// The cluster as storage records it: members with their liveness and shard counts, and every
 /// shard's lease (owner and epoch), plus what this node serves.
 pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let (store, ks) = (services.store.clone(), services.keyspace.clone());
     let (members, leases) = store
         .read(move |txn| {
@@ -94,7 +94,7 @@ pub async fn drain(
     State(s): State<AppState>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let services = s.directory.services();
+    let services = s.users.directory().services();
     let me = services
         .ownership
         .as_ref()
@@ -122,7 +122,7 @@ pub async fn drain(
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]
 /// Prometheus metrics.
 pub async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s.metrics.render_with(&s.directory, s.cluster.as_deref());
+    let text = s.metrics.render_with(&s.users, s.cluster.as_deref());
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -3,27 +3,26 @@
 //! document them.
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use engram_actors::placement::UserKey;
-use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
-    ContextQuery, FeedbackRequest, MemoryWrite, SearchQuery, StatusChange, TurnRequest,
+    ClearSession, ContextQuery, FeedbackRequest, Forget, ListFlags, ListMemories, ListSessions,
+    MemoryWrite, SearchQuery, SessionQuery, StatusChange, TurnRequest,
 };
+use engram_storage::model::PiiLevel;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
+use super::wire::TurnView;
 use super::wire::{
     ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
     FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, SearchBody,
     SearchHitView, SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody,
     TurnResponse, parse_kind, parse_mode, parse_route, parse_status, ts,
 };
-use super::wire::{MemoryView, TurnView};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
 use crate::auth::Caller;
-use engram_actors::breaker::Verdict;
-use engram_storage::model::PiiLevel;
 
 /// Longest accepted `limit` of a session's memory.
 pub const MAX_LIMIT: usize = 500;
@@ -60,10 +59,7 @@ pub async fn append_turn(
             .map(|c| (c.topic, c.value))
             .collect(),
     };
-    let ack = s
-        .directory
-        .call(&key, |reply| UserMsg::Turn(req.clone(), reply))
-        .await?;
+    let ack = s.ask(&caller, &key, req).await?;
     Ok(ok(TurnResponse::from(ack)))
 }
 
@@ -97,10 +93,7 @@ pub async fn feedback(
         comment: body.comment,
         trace_id: body.trace_id,
     };
-    let ack = s
-        .directory
-        .call(&key, |reply| UserMsg::Feedback(req.clone(), reply))
-        .await?;
+    let ack = s.ask(&caller, &key, req).await?;
     Ok(ok(FeedbackResponse::from(ack)))
 }
 
@@ -122,11 +115,9 @@ pub async fn context(
         route: parse_route(body.route.as_deref())?,
         token_budget: body.token_budget.unwrap_or(s.token_budget),
     };
-    let ctx = s
-        .directory
-        .call(&key, |reply| UserMsg::Context(query.clone(), reply))
-        .await?;
-    Ok(ok(ContextResponse::from(ctx)))
+    let ctx = s.ask(&caller, &key, query).await?;
+    let sensitive = ctx.sensitive;
+    Ok(sensitive_if(sensitive, ok(ContextResponse::from(ctx))))
 }
 
 #[utoipa::path(post, path = "/v1/users/{user}/memories/search", tag = "memories",
@@ -154,27 +145,25 @@ pub async fn search(
         kinds,
         mode: parse_mode(body.mode.as_deref())?,
     };
-    let result = s
-        .directory
-        .call(&key, |reply| UserMsg::Search(query.clone(), reply))
-        .await?;
+    let result = s.ask(&caller, &key, query).await?;
     let sensitive = result
         .hits
         .iter()
         .any(|h| h.memory.pii_level == PiiLevel::High);
-    guard_sensitive(&s, &caller, &key, sensitive).await?;
-    let full = caller.sees_full_text();
-    Ok(ok(SearchResponse {
-        hits: result
-            .hits
-            .into_iter()
-            .map(|h| SearchHitView {
-                memory: MemoryView::for_reader(h.memory, full),
-                score: h.score,
-            })
-            .collect(),
-        embedded: result.embedded,
-    }))
+    Ok(sensitive_if(
+        sensitive,
+        ok(SearchResponse {
+            hits: result
+                .hits
+                .into_iter()
+                .map(|h| SearchHitView {
+                    memory: h.memory.into(),
+                    score: h.score,
+                })
+                .collect(),
+            embedded: result.embedded,
+        }),
+    ))
 }
 
 /// Builds a memory write from its body.
@@ -212,10 +201,7 @@ pub async fn create_memory(
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
     let write = memory_write(body, None)?;
-    let ack = s
-        .directory
-        .call(&key, |reply| UserMsg::WriteMemory(write.clone(), reply))
-        .await?;
+    let ack = s.ask(&caller, &key, write).await?;
     Ok(ok(MemoryResponse::from(ack)))
 }
 
@@ -232,10 +218,7 @@ pub async fn upsert_memory(
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
     let write = memory_write(body, Some(memory_id))?;
-    let ack = s
-        .directory
-        .call(&key, |reply| UserMsg::WriteMemory(write.clone(), reply))
-        .await?;
+    let ack = s.ask(&caller, &key, write).await?;
     Ok(ok(MemoryResponse::from(ack)))
 }
 
@@ -256,10 +239,7 @@ pub async fn set_status(
         memory_id,
         status: parse_status(&body.status)?,
     };
-    let ack = s
-        .directory
-        .call(&key, |reply| UserMsg::SetStatus(change.clone(), reply))
-        .await?;
+    let ack = s.ask(&caller, &key, change).await?;
     Ok(ok(MemoryResponse::from(ack)))
 }
 
@@ -284,19 +264,14 @@ pub async fn list_memories(
     let key = user_key(&caller, &user)?;
     let Query(query) = query?;
     let kind = query.kind.as_deref().map(parse_kind).transpose()?;
-    let records = s
-        .directory
-        .call(&key, |reply| UserMsg::ListMemories(kind, reply))
-        .await?;
+    let records = s.ask(&caller, &key, ListMemories { kind }).await?;
     let sensitive = records.iter().any(|r| r.pii_level == PiiLevel::High);
-    guard_sensitive(&s, &caller, &key, sensitive).await?;
-    let full = caller.sees_full_text();
-    Ok(ok(MemoriesResponse {
-        memories: records
-            .into_iter()
-            .map(|r| MemoryView::for_reader(r, full))
-            .collect(),
-    }))
+    Ok(sensitive_if(
+        sensitive,
+        ok(MemoriesResponse {
+            memories: records.into_iter().map(Into::into).collect(),
+        }),
+    ))
 }
 
 #[utoipa::path(get, path = "/v1/users/{user}/sessions", tag = "sessions",
@@ -309,7 +284,7 @@ pub async fn list_sessions(
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    let sessions = s.directory.call(&key, UserMsg::ListSessions).await?;
+    let sessions = s.ask(&caller, &key, ListSessions).await?;
     Ok(ok(SessionsResponse {
         sessions: sessions.into_iter().map(Into::into).collect(),
     }))
@@ -347,56 +322,26 @@ pub async fn session_memory_of(
     limit: Option<usize>,
 ) -> Result<Response, ApiError> {
     let limit = super::page_limit(limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let memory = s
-        .directory
-        .call(key, |reply| UserMsg::SessionMemory {
-            session: session.clone(),
-            limit,
-            reply,
-        })
-        .await?;
+    let memory = s.ask(caller, key, SessionQuery { session, limit }).await?;
     let sensitive = memory.turns.iter().any(|t| t.pii_level == PiiLevel::High);
-    guard_sensitive(s, caller, key, sensitive).await?;
-    let full = caller.sees_full_text();
-    Ok(ok(SessionMemoryResponse {
-        session: memory.session.into(),
-        turns: memory
-            .turns
-            .into_iter()
-            .map(|t| TurnView::for_reader(t, full))
-            .collect(),
-    }))
+    Ok(sensitive_if(
+        sensitive,
+        ok(SessionMemoryResponse {
+            session: memory.session.into(),
+            turns: memory.turns.into_iter().map(TurnView::from).collect(),
+        }),
+    ))
 }
 
-/// The circuit breaker of sensitive reads: a read by a non-admin key that returns a user's
-/// high-PII memories is counted; beyond `security.sensitive-read-limit` within the window it
-/// is refused (403 `approval_required`) until an admin approves. Admins' full-text reads are
-/// not limited (they are audited, like every read).
-pub async fn guard_sensitive(
-    s: &AppState,
-    caller: &Caller,
-    key: &UserKey,
-    sensitive: bool,
-) -> Result<(), ApiError> {
-    if !sensitive || caller.sees_full_text() {
-        return Ok(());
+/// Marks `response` as having shown the user's high-PII items when `sensitive`: its audit
+/// entry is then durable before it is sent, however reads are audited.
+fn sensitive_if(sensitive: bool, mut response: Response) -> Response {
+    if sensitive {
+        response
+            .extensions_mut()
+            .insert(crate::audit::SensitiveRead);
     }
-    let services = s.directory.services();
-    let now = services.clock.now();
-    match engram_actors::breaker::count_read(services, key, s.breaker, now).await? {
-        Verdict::Allowed => Ok(()),
-        Verdict::Refused { reads } => {
-            s.metrics.auth_refused("approval");
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "approval_required",
-                format!(
-                    "{reads} reads of this user's sensitive memories in the window already; \
-                     an admin must approve more (POST /v1/admin/users/{{user}}/approvals)"
-                ),
-            ))
-        }
-    }
+    response
 }
 
 /// The idempotency key of a request without a body: the `Idempotency-Key` header, or a
@@ -423,12 +368,13 @@ pub async fn clear_session(
     Path((user, session)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    clear_session_of(&s, &key, &headers, session).await
+    clear_session_of(&s, &caller, &key, &headers, session).await
 }
 
 /// Deletes a session's turns, for `/v1` and the seed endpoint.
 pub async fn clear_session_of(
     s: &AppState,
+    caller: &Caller,
     key: &UserKey,
     headers: &HeaderMap,
     session: String,
@@ -436,12 +382,14 @@ pub async fn clear_session_of(
     engram_actors::user::check_id("session_id", &session)?;
     let request_id = idempotency_key(headers)?;
     let ack = s
-        .directory
-        .call(key, |reply| UserMsg::ClearSession {
-            request_id: request_id.clone(),
-            session: session.clone(),
-            reply,
-        })
+        .ask(
+            caller,
+            key,
+            ClearSession {
+                request_id,
+                session,
+            },
+        )
         .await?;
     Ok(ok(DeletedResponse::from(ack)))
 }
@@ -456,7 +404,7 @@ pub async fn conflicts(
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    let flags = s.directory.call(&key, UserMsg::Flags).await?;
+    let flags = s.ask(&caller, &key, ListFlags).await?;
     Ok(ok(ConflictsResponse {
         conflicts: flags.into_iter().map(Into::into).collect(),
     }))
@@ -472,6 +420,6 @@ pub async fn forget(
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    let ack = s.directory.call(&key, UserMsg::Forget).await?;
+    let ack = s.ask(&caller, &key, Forget).await?;
     Ok(ok(ForgetResponse::from(ack)))
 }

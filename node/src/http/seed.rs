@@ -5,8 +5,8 @@
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use engram_actors::user::UserMsg;
-use engram_actors::user::api::IntentWrite;
+use engram_actors::user::api::{IntentQuery, IntentWrite, ListSessions, MAX_INTENT_PAGE};
+use engram_storage::model::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -33,7 +33,7 @@ pub struct UserLimitQuery {
     pub limit: Option<usize>,
 }
 
-/// `?user_id=&intent_type=`.
+/// `?user_id=&intent_type=&limit=&before=`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct RecallQuery {
@@ -41,6 +41,10 @@ pub struct RecallQuery {
     pub user_id: String,
     /// The intent type.
     pub intent_type: String,
+    /// Versions to return, newest first (default 50, at most 500).
+    pub limit: Option<usize>,
+    /// Only versions older than this one (`next_before` of the previous page).
+    pub before: Option<i64>,
 }
 
 type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
@@ -55,7 +59,7 @@ pub async fn sessions(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    let sessions = s.directory.call(&key, UserMsg::ListSessions).await?;
+    let sessions = s.ask(&caller, &key, ListSessions).await?;
     Ok(ok(SessionsResponse {
         sessions: sessions.into_iter().map(Into::into).collect(),
     }))
@@ -89,7 +93,7 @@ pub async fn clear_session(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    clear_session_of(&s, &key, &headers, session).await
+    clear_session_of(&s, &caller, &key, &headers, session).await
 }
 
 /// A distilled intent to record.
@@ -134,10 +138,7 @@ pub async fn write(
         intent_type: body.intent_type,
         fields: body.fields,
     };
-    let ack = s
-        .directory
-        .call(&key, |reply| UserMsg::WriteIntent(req.clone(), reply))
-        .await?;
+    let ack = s.ask(&caller, &key, req).await?;
     Ok(ok(WriteResponse {
         intent_type: ack.intent_type,
         version: ack.version.0,
@@ -160,11 +161,13 @@ pub struct IntentView {
     pub active: bool,
 }
 
-/// The versions of an intent type, newest first.
+/// A page of the versions of an intent type, newest first.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RecallResponse {
     /// Versions, newest first.
     pub intents: Vec<IntentView>,
+    /// `before` of the next page; absent on the last one.
+    pub next_before: Option<i64>,
 }
 
 #[utoipa::path(get, path = "/recall", tag = "seed", params(RecallQuery),
@@ -177,21 +180,25 @@ pub async fn recall(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    let intent_type = q.intent_type;
-    let intents = s
-        .directory
-        .call(&key, |reply| UserMsg::Intents(intent_type.clone(), reply))
-        .await?;
+    let limit = super::page_limit(q.limit, 50, MAX_INTENT_PAGE)?;
+    let query = IntentQuery {
+        intent_type: q.intent_type,
+        before: q.before.map(Timestamp),
+        limit,
+    };
+    let intents = s.ask(&caller, &key, query).await?;
+    let next_before = (intents.len() == limit)
+        .then(|| intents.last().map(|i| i.version.0))
+        .flatten();
     Ok(ok(RecallResponse {
+        next_before,
         intents: intents
             .into_iter()
             .map(|i| IntentView {
                 intent_type: i.intent_type,
                 version: i.version.0,
-                fields: serde_json::from_str(&engram_actors::model::context::gateway_text(
-                    &i.fields,
-                ))
-                .unwrap_or(serde_json::Value::Null),
+                // Masked by the user's actor.
+                fields: serde_json::from_str(&i.fields).unwrap_or(serde_json::Value::Null),
                 active: i.active,
             })
             .collect(),

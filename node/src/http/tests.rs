@@ -9,6 +9,7 @@ use axum::body::{Body, to_bytes};
 use axum::http::{Method, Request, StatusCode};
 use engram_actors::clock::SystemClock;
 use engram_actors::directory::Directory;
+use engram_actors::front::Users;
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_storage::sqlite::SqliteOptions;
@@ -58,7 +59,7 @@ pub(super) async fn app(dir: &tempfile::TempDir) -> Router {
         store.clone(),
         keyspace.clone(),
         Arc::new(SystemClock),
-        (std::time::Duration::from_secs(3_600), true),
+        (std::time::Duration::from_secs(3_600), true, false),
         Arc::clone(&metrics),
     )
     .await
@@ -80,15 +81,17 @@ pub(super) async fn app(dir: &tempfile::TempDir) -> Router {
         metrics: Arc::new(Metrics::default()),
     };
     let state = AppState {
-        directory: Directory::new(services),
+        users: Arc::new(Users::new(
+            Directory::new(services),
+            None,
+            std::time::Duration::from_secs(1),
+        )),
         auth: Arc::new(auth),
         audit,
-        breaker: engram_actors::breaker::Policy::default(),
         metrics,
         token_budget: 1200,
         lease_timeout: std::time::Duration::from_secs(3),
         cluster: None,
-        handoff_wait: std::time::Duration::from_secs(1),
         max_body_bytes: 1024 * 1024,
     };
     router(

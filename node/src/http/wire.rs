@@ -418,7 +418,7 @@ impl From<MemoryContext> for ContextResponse {
                 .map(|s: ContextSummary| ContextSummaryView {
                     seq: s.seq,
                     text: s.text,
-                    method: s.method.into(),
+                    method: s.method,
                 })
                 .collect(),
             profile: memory_views(c.profile),

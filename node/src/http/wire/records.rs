@@ -1,10 +1,7 @@
 //! Wire types of memory records, sessions, turns, conflicts and forgetting.
 
-use engram_actors::model::context::gateway_text;
 use engram_actors::user::api::{ClearAck, ForgetAck, MemoryAck};
-use engram_storage::model::{
-    MemoryRecord, MemoryStatus, RedactionLevel, ReviewFlag, SessionRow, Timestamp, Turn,
-};
+use engram_storage::model::{MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, Timestamp, Turn};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -112,30 +109,11 @@ pub struct MemoryView {
 }
 
 impl From<MemoryRecord> for MemoryView {
-    /// The gateway's view: ID, bank card and passport numbers masked; a record whose
-    /// redaction level is `reference_only` shows neither text nor payload.
+    /// The record as the user's actor gave it for the reader (masked and withheld there).
     fn from(r: MemoryRecord) -> Self {
-        MemoryView::for_reader(r, false)
-    }
-}
-
-impl MemoryView {
-    /// The view of a reader who sees personal data in full (`full`: admins), or the
-    /// gateway's view.
-    pub fn for_reader(r: MemoryRecord, full: bool) -> Self {
-        let withheld = !full && r.redaction_level == RedactionLevel::ReferenceOnly;
-        let text = |t: &str| if full { t.to_owned() } else { gateway_text(t) };
         MemoryView {
-            text: if withheld {
-                "[withheld: personal data]".to_owned()
-            } else {
-                text(&r.summary_text)
-            },
-            payload: if withheld {
-                serde_json::Value::Null
-            } else {
-                serde_json::from_str(&text(&r.payload)).unwrap_or(serde_json::Value::Null)
-            },
+            text: r.summary_text,
+            payload: serde_json::from_str(&r.payload).unwrap_or(serde_json::Value::Null),
             memory_id: r.memory_id,
             kind: r.kind.as_str().into(),
             status: status_name(r.status).into(),
@@ -235,20 +213,12 @@ pub struct TurnView {
 }
 
 impl From<Turn> for TurnView {
+    /// The turn as the user's actor gave it for the reader (masked there).
     fn from(t: Turn) -> Self {
-        TurnView::for_reader(t, false)
-    }
-}
-
-impl TurnView {
-    /// The view of a reader who sees personal data in full (`full`: admins), or the
-    /// gateway's view (ID, bank card and passport numbers masked).
-    pub fn for_reader(t: Turn, full: bool) -> Self {
-        let text = |t: &str| if full { t.to_owned() } else { gateway_text(t) };
         TurnView {
             seq: t.seq,
-            user_text: text(&t.user_text),
-            assistant_text: text(&t.assistant_text),
+            user_text: t.user_text,
+            assistant_text: t.assistant_text,
             route: t.route,
             entities: t.entities,
             created_at: t.created_at.0,

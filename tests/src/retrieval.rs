@@ -22,7 +22,6 @@ use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::UserMsg;
 use engram_actors::user::api::{SearchQuery, TurnRequest};
 use engram_inference::{EmbeddingPool, PoolConfig};
 use engram_storage::model::{MemoryKind, Timestamp};
@@ -98,7 +97,7 @@ impl Bench {
             };
             let ack = self
                 .directory
-                .call(&key, |reply| UserMsg::Turn(req.clone(), reply))
+                .ask_admin(&key, req.clone())
                 .await
                 .with_context(|| format!("writing passage {} of {user}", passage.id))?;
             let seq = ack.seq.ok_or_else(|| anyhow!("turn {i} was not written"))?;
@@ -119,7 +118,7 @@ impl Bench {
                 let started = Instant::now();
                 let result = self
                     .directory
-                    .call(&key, |reply| UserMsg::Search(query.clone(), reply))
+                    .ask_admin(&key, query.clone())
                     .await
                     .with_context(|| format!("searching for {user}"))?;
                 report

@@ -171,6 +171,7 @@ pub async fn run(config: Config) -> Result<()> {
         keyspace.clone(),
         Some(&admin_key),
         crate::auth::RateLimiter::new(config.security.rate_limit, config.security.rate_burst),
+        config.security.key_lookups(),
     );
     let state = AppState {
         directory: directory.clone(),

@@ -21,7 +21,8 @@
 //! - Per-user actors stay local. The only remote-capable actor is the [`Region`], which joins
 //!   the process group `engram.region.<node id>`; peers find it there.
 //! - A forwarded request travels as one versioned byte envelope ([`encode`] / [`decode`]):
-//!   method, path, the authenticated caller, content type and body in, status and body out
+//!   method, path, the authenticated caller, content type, `Idempotency-Key` and body in,
+//!   status and body out
 //!   ([`envelope`]). The receiving
 //!   region decodes it fallibly inside its handler (a malformed frame is logged and answered
 //!   with an error, never a panic) and replays it through its own HTTP router, marked as
@@ -51,7 +52,9 @@ use crate::tls::ClusterTls;
 mod envelope;
 mod listen;
 
-pub use envelope::{EnvelopeError, Forwarded, ForwardedReply, decode, encode, into_response};
+pub use envelope::{
+    EnvelopeError, Forwarded, ForwardedReply, IDEMPOTENCY_KEY, decode, encode, into_response,
+};
 use listen::accept_links;
 
 /// Marks a request replayed from a peer (it is served here or refused, never forwarded
@@ -187,6 +190,9 @@ async fn serve_forwarded(router: Router, request: Forwarded) -> ForwardedReply {
         .extension(request.caller);
     if let Some(content_type) = &request.content_type {
         builder = builder.header(header::CONTENT_TYPE, content_type.as_str());
+    }
+    if let Some(key) = &request.idempotency_key {
+        builder = builder.header(IDEMPOTENCY_KEY, key.as_slice());
     }
     let Ok(http) = builder.body(Body::from(request.body)) else {
         return error_reply(StatusCode::BAD_REQUEST, "bad_envelope", "unusable request");
@@ -496,5 +502,39 @@ impl Transport {
     pub fn stop(&self) {
         self.acceptor.abort();
         self.server.stop(None);
+    }
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_replayed_request_carries_the_forwarded_idempotency_key() {
+        let router = Router::new().route(
+            "/v1/users/{user}/sessions/{session}/memory",
+            axum::routing::delete(|headers: axum::http::HeaderMap| async move {
+                headers
+                    .get(IDEMPOTENCY_KEY)
+                    .map(|v| v.as_bytes().to_vec())
+                    .unwrap_or_default()
+            }),
+        );
+        let request = Forwarded {
+            method: "DELETE".into(),
+            uri: "/v1/users/alice/sessions/s1/memory".into(),
+            caller: crate::auth::Caller {
+                principal: "0123456789abcdef".into(),
+                scope: engram_storage::access::Scope::Gateway,
+                root: false,
+                tenant: "acme".into(),
+                client: None,
+            },
+            content_type: None,
+            idempotency_key: Some(b"clear-s1-once".to_vec()),
+            body: Vec::new(),
+        };
+        let reply = serve_forwarded(router, request).await;
+        assert_eq!((reply.status, reply.body), (200, b"clear-s1-once".to_vec()));
     }
 }

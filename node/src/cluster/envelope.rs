@@ -6,8 +6,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// The envelope format this build writes and reads.
-const ENVELOPE_VERSION: u8 = 2;
+/// The envelope format this build writes and reads (3: the request carries its
+/// `Idempotency-Key`).
+const ENVELOPE_VERSION: u8 = 3;
+
+/// The header a body-less write names its request id with; it travels in the envelope.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// A request handed to the owner's region.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +25,9 @@ pub struct Forwarded {
     pub caller: crate::auth::Caller,
     /// The content type, if any.
     pub content_type: Option<String>,
+    /// The `Idempotency-Key` header, if any (body-less writes name their request id with it,
+    /// so a retry through another node stays idempotent).
+    pub idempotency_key: Option<Vec<u8>>,
     /// The body.
     pub body: Vec<u8>,
 }
@@ -101,6 +108,7 @@ mod tests {
                 client: Some("10.0.0.1:5000".into()),
             },
             content_type: Some("application/json".into()),
+            idempotency_key: Some(b"retry-7".to_vec()),
             body: b"{}".to_vec(),
         };
         let bytes = encode(&request);

@@ -73,21 +73,7 @@ pub async fn to_owner(
             .await;
     };
     let shard = shard_of(&user);
-    let forwarded = Forwarded {
-        method: parts.method.to_string(),
-        uri: parts
-            .uri
-            .path_and_query()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        caller: caller.clone(),
-        content_type: parts
-            .headers
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        body: bytes.to_vec(),
-    };
+    let forwarded = envelope_of(&parts, &caller, &bytes);
     let deadline = Instant::now() + s.handoff_wait;
     loop {
         if ownership.lease(shard).is_ok() {
@@ -129,7 +115,57 @@ pub async fn to_owner(
     }
 }
 
+/// The envelope of a request to forward: method, path and query, the caller, the headers the
+/// owner's handlers read (content type, `Idempotency-Key`) and the body.
+fn envelope_of(parts: &axum::http::request::Parts, caller: &Caller, body: &[u8]) -> Forwarded {
+    let header = |name: &str| parts.headers.get(name).map(|v| v.as_bytes().to_vec());
+    Forwarded {
+        method: parts.method.to_string(),
+        uri: parts
+            .uri
+            .path_and_query()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+        caller: caller.clone(),
+        content_type: header(axum::http::header::CONTENT_TYPE.as_str())
+            .and_then(|v| String::from_utf8(v).ok()),
+        idempotency_key: header(crate::cluster::IDEMPOTENCY_KEY),
+        body: body.to_vec(),
+    }
+}
+
 fn is_not_owner(body: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(body)
         .is_ok_and(|v| v.get("code").and_then(|c| c.as_str()) == Some("not_owner"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_envelope_carries_the_idempotency_key_and_the_owner_gets_it_back() {
+        let caller = Caller {
+            principal: "0123456789abcdef".into(),
+            scope: engram_storage::access::Scope::Gateway,
+            root: false,
+            tenant: "acme".into(),
+            client: None,
+        };
+        let request = axum::http::Request::builder()
+            .method("DELETE")
+            .uri("/v1/users/alice/sessions/s1/memory")
+            .header("idempotency-key", "clear-s1-once")
+            .body(())
+            .unwrap();
+        let (parts, ()) = request.into_parts();
+        let envelope = envelope_of(&parts, &caller, b"");
+        assert_eq!(
+            envelope.idempotency_key.as_deref(),
+            Some(&b"clear-s1-once"[..])
+        );
+        let decoded: Forwarded =
+            crate::cluster::decode(&crate::cluster::encode(&envelope)).unwrap();
+        assert_eq!(decoded, envelope);
+    }
 }

@@ -89,6 +89,12 @@ impl AuditLog {
         let pepper = store
             .run(move |txn| access::audit_pepper(txn, &ks, fresh))
             .await?;
+        if enabled && batched_reads {
+            tracing::info!(
+                max_unwritten = MAX_UNWRITTEN,
+                "masked gateway reads are audited without waiting"
+            );
+        }
         let (tx, rx) = mpsc::channel(QUEUE);
         tokio::spawn(write_loop(store.clone(), keyspace.clone(), rx, metrics));
         let purge_clock = clock.clone();

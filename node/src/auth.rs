@@ -9,6 +9,11 @@
 //!
 //! What each route needs is one table, [`rule`], keyed by the route's template, so that a
 //! route without a rule is refused and a test can check every documented route has one.
+//! Cluster operation is not a tenant's business: operator keys are made only by the root key
+//! or the command line ([`CLI`]), a tenant's admin may neither make nor rotate nor revoke one,
+//! and `/v1/cluster` accepts only the root and operator keys so made (an operator key a
+//! tenant admin made before this rule is refused there).
+//!
 //! The result of authentication travels with the request as a [`Caller`] extension; the
 //! handler asks the user's actor through the front door with the caller's reader (key id,
 //! scope, tenant), which travels with the typed request to the owner, never as a header a
@@ -30,12 +35,20 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+pub use self::limiter::RateLimiter;
+pub use self::lookup::LookupLimits;
+use self::lookup::{LookupStats, MAX_SECRET_LEN, NegativeCache};
 use crate::http::{ApiError, AppState};
+
+mod limiter;
+pub mod lookup;
 
 /// Prefix of every API key token.
 pub const TOKEN_PREFIX: &str = "egk_";
 /// The principal name of the configured admin key.
 pub const ROOT: &str = "root";
+/// The principal name of key changes made with the command line (`engram-node keys`).
+pub const CLI: &str = "cli";
 /// Header with which the root key names the tenant it acts for.
 pub const TENANT_HEADER: &str = "x-engram-tenant";
 /// Tenant the root key acts for when it names none.
@@ -45,6 +58,8 @@ pub const MIN_ADMIN_KEY_LEN: usize = 32;
 /// How long a key row read from storage is trusted before it is read again (a revocation
 /// made on another node takes effect within this; on the node that made it, at once).
 const CACHE_TTL: Duration = Duration::from_secs(2);
+/// Key rows cached before stale ones are dropped.
+const MAX_CACHED_KEYS: usize = 100_000;
 
 /// Who is calling: a key (or the root), its scope, and the tenant it acts for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,41 +178,24 @@ pub fn fresh_token() -> (String, String, String) {
     (id, secret, token)
 }
 
-/// A per-key token bucket: `rate` requests a second, bursts of `burst`.
-#[derive(Debug)]
-pub struct RateLimiter {
-    rate: f64,
-    burst: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+/// Whether a key made (or last rotated) by `created_by` was made by the root key or the
+/// command line, the only makers of operator keys.
+pub fn made_by_root(created_by: &str) -> bool {
+    created_by == ROOT || created_by == CLI
 }
 
-impl RateLimiter {
-    /// A limiter; `rate == 0` lets everything through.
-    pub fn new(rate: u32, burst: u32) -> Self {
-        RateLimiter {
-            rate: f64::from(rate),
-            burst: f64::from(burst.max(rate).max(1)),
-            buckets: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Takes a token for `key`; `Err(wait)` when its bucket is empty.
-    pub fn take(&self, key: &str) -> Result<(), Duration> {
-        if self.rate <= 0.0 {
-            return Ok(());
-        }
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        let (tokens, at) = buckets.entry(key.to_owned()).or_insert((self.burst, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.rate).min(self.burst);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - *tokens) / self.rate))
-        }
-    }
+/// What a token was found to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    /// Key id (`root` for the configured admin key).
+    pub principal: String,
+    /// The key's tenant; `None` for the root.
+    pub tenant: Option<String>,
+    /// The key's scope.
+    pub scope: Scope,
+    /// Whether it may operate the cluster: the root, or an operator key the root or the
+    /// command line made.
+    pub operates_cluster: bool,
 }
 
 /// Checks tokens against the configured admin key and the key rows in storage.
@@ -205,9 +203,25 @@ pub struct Authenticator {
     store: Store,
     keyspace: Keyspace,
     root: Option<[u8; 32]>,
-    cache: Mutex<HashMap<String, (Option<ApiKey>, Instant)>>,
+    /// Key rows read from storage (only keys that exist), each trusted for [`CACHE_TTL`].
+    cache: Mutex<HashMap<String, (ApiKey, Instant)>>,
+    /// Ids storage has no key for.
+    unknown: Mutex<NegativeCache>,
+    /// Storage reads of key rows per client address.
+    lookups: RateLimiter,
     /// The per-key request rate.
     pub limiter: RateLimiter,
+    /// Counters of key lookups.
+    pub stats: LookupStats,
+}
+
+/// Why a token was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// Not a key, a wrong secret, revoked or expired: 401.
+    Invalid,
+    /// The client address caused too many key lookups: 429, retry after the wait.
+    Limited(Duration),
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -219,52 +233,103 @@ impl std::fmt::Debug for Authenticator {
 }
 
 impl Authenticator {
-    /// An authenticator over `store`, with the configured admin key `root` (if any).
-    pub fn new(store: Store, keyspace: Keyspace, root: Option<&str>, limiter: RateLimiter) -> Self {
+    /// An authenticator over `store`, with the configured admin key `root` (if any), the
+    /// per-key request rate `limiter` and the bounds of key lookups.
+    pub fn new(
+        store: Store,
+        keyspace: Keyspace,
+        root: Option<&str>,
+        limiter: RateLimiter,
+        lookups: LookupLimits,
+    ) -> Self {
         Authenticator {
             store,
             keyspace,
             root: root.map(hash_secret),
             cache: Mutex::new(HashMap::new()),
+            unknown: Mutex::new(NegativeCache::new(lookups.negative_entries)),
+            lookups: RateLimiter::new(lookups.per_address_rate, lookups.per_address_burst),
             limiter,
+            stats: LookupStats::default(),
         }
     }
 
-    /// Forgets the cached row of `key_id` (after it changed on this node).
+    /// Forgets what is cached of `key_id` (after it changed, or was made, on this node).
     pub fn invalidate(&self, key_id: &str) {
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key_id);
+        self.unknown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key_id);
     }
 
-    /// The key a bearer token stands for, `(principal, tenant, scope)` with the tenant `None`
-    /// for the root; `None` for a token that is not a key, has a wrong secret, or is revoked
-    /// or expired.
+    /// Negative answers held.
+    pub fn unknown_ids_cached(&self) -> usize {
+        self.unknown.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The key a bearer token stands for, from `client` (its address; storage reads of key
+    /// rows are limited per address). A malformed token costs no storage read.
     pub async fn check(
         &self,
         token: &str,
         now: Timestamp,
-    ) -> Option<(String, Option<String>, Scope)> {
+        client: &str,
+    ) -> Result<Checked, Denied> {
         if let Some(root) = &self.root
             && bool::from(hash_secret(token).ct_eq(root))
         {
-            return Some((ROOT.to_owned(), None, Scope::Admin));
+            return Ok(Checked {
+                principal: ROOT.to_owned(),
+                tenant: None,
+                scope: Scope::Admin,
+                operates_cluster: true,
+            });
         }
-        let (id, secret) = parse_token(token)?;
-        let key = self.key(id).await?;
+        let Some((id, secret)) = parse_token(token)
+            .filter(|(id, secret)| lookup::well_formed_id(id) && secret.len() <= MAX_SECRET_LEN)
+        else {
+            LookupStats::count(&self.stats.malformed);
+            return Err(Denied::Invalid);
+        };
+        let key = self.key(id, client).await?.ok_or(Denied::Invalid)?;
         if !bool::from(hash_secret(secret).ct_eq(&key.secret_hash)) || !key.is_valid_at(now) {
-            return None;
+            return Err(Denied::Invalid);
         }
-        Some((key.id, Some(key.tenant), key.scope))
+        let operates_cluster = key.scope == Scope::Operator && made_by_root(&key.created_by);
+        Ok(Checked {
+            principal: key.id,
+            tenant: Some(key.tenant),
+            scope: key.scope,
+            operates_cluster,
+        })
     }
 
-    async fn key(&self, id: &str) -> Option<ApiKey> {
+    /// The row of key `id`: cached, or read from storage when `client` is within its rate of
+    /// lookups.
+    async fn key(&self, id: &str, client: &str) -> Result<Option<ApiKey>, Denied> {
         if let Some((key, at)) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(id)
             && at.elapsed() < CACHE_TTL
         {
-            return key.clone();
+            return Ok(Some(key.clone()));
         }
+        if self
+            .unknown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id, CACHE_TTL)
+        {
+            LookupStats::count(&self.stats.negative_hits);
+            return Ok(None);
+        }
+        if let Err(wait) = self.lookups.take(client) {
+            LookupStats::count(&self.stats.refused_by_address);
+            return Err(Denied::Limited(wait));
+        }
+        LookupStats::count(&self.stats.storage_reads);
         let (ks, key_id) = (self.keyspace.clone(), id.to_owned());
         let key = match self
             .store
@@ -274,15 +339,26 @@ impl Authenticator {
             Ok(key) => key,
             Err(err) => {
                 tracing::warn!(%err, "reading an API key failed");
-                return None;
+                return Ok(None);
             }
         };
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() > 100_000 {
-            cache.clear();
+        match &key {
+            Some(row) => {
+                let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                // Only keys that exist are cached here, so this holds at most the key rows;
+                // stale ones are dropped when it grows.
+                if cache.len() >= MAX_CACHED_KEYS {
+                    cache.retain(|_, (_, at)| at.elapsed() < CACHE_TTL);
+                }
+                cache.insert(id.to_owned(), (row.clone(), Instant::now()));
+            }
+            None => self
+                .unknown
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id),
         }
-        cache.insert(id.to_owned(), (key.clone(), Instant::now()));
-        key
+        Ok(key)
     }
 }
 
@@ -296,13 +372,24 @@ fn unauthenticated(message: &str) -> Response {
     response
 }
 
+/// 429 `rate_limited` with Retry-After (whole seconds, at least 1).
+fn rate_limited(message: &str, wait: Duration) -> Response {
+    let mut response =
+        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message).into_response();
+    let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
+        .max(1)
+        .to_string();
+    if let Ok(value) = header::HeaderValue::from_str(&secs) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
 /// The middleware: finds the route's rule, authenticates the bearer token, checks the scope
 /// and the tenant, applies the key's rate limit, and puts the [`Caller`] on the request.
-/// Requests replayed from a peer already carry their caller and pass.
+/// (No request reaches a router from a peer: peers ask the front door, whose user actor
+/// checks the reader's tenant and scope itself.)
 pub async fn authenticate(State(s): State<AppState>, mut request: Request, next: Next) -> Response {
-    if request.extensions().get::<Caller>().is_some() {
-        return next.run(request).await;
-    }
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -330,11 +417,32 @@ pub async fn authenticate(State(s): State<AppState>, mut request: Request, next:
         return unauthenticated("send an API key: Authorization: Bearer <key>");
     };
     let now = s.users.directory().services().clock.now();
-    let (principal, key_tenant, scope) = match s.auth.check(token, now).await {
-        Some(found) => found,
-        None => {
+    let address = request
+        .extensions()
+        .get::<ConnectInfo<crate::http::ClientAddr>>()
+        .map(|ConnectInfo(addr)| addr.0.ip().to_string());
+    let Checked {
+        principal,
+        tenant: key_tenant,
+        scope,
+        operates_cluster,
+    } = match s
+        .auth
+        .check(token, now, address.as_deref().unwrap_or("unknown"))
+        .await
+    {
+        Ok(found) => found,
+        Err(Denied::Invalid) => {
             s.metrics.auth_refused("invalid");
             return unauthenticated("the API key is unknown, revoked or expired");
+        }
+        Err(Denied::Limited(wait)) => {
+            s.metrics.auth_refused("lookup_rate");
+            return rate_limited(
+                "this address looked up too many unknown keys \
+                 (security.key-lookup-rate); retry after the delay",
+                wait,
+            );
         }
     };
     let root = key_tenant.is_none();
@@ -365,17 +473,10 @@ pub async fn authenticate(State(s): State<AppState>, mut request: Request, next:
     }
     if let Err(wait) = s.auth.limiter.take(&principal) {
         s.metrics.auth_refused("rate");
-        let mut response = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
+        return rate_limited(
             "this key is over its request rate (security.rate-limit); retry after the delay",
-        )
-        .into_response();
-        let secs = wait.as_secs().max(1).to_string();
-        if let Ok(value) = header::HeaderValue::from_str(&secs) {
-            response.headers_mut().insert(header::RETRY_AFTER, value);
-        }
-        return response;
+            wait,
+        );
     }
     let client = request
         .extensions()
@@ -388,15 +489,24 @@ pub async fn authenticate(State(s): State<AppState>, mut request: Request, next:
         tenant,
         client,
     };
-    if !access.allows(caller.scope, caller.root) {
+    let refused = if !access.allows(caller.scope, caller.root) {
+        Some(format!(
+            "a {} key may not use this endpoint",
+            caller.scope.as_str()
+        ))
+    } else if access == Access::Operator && !operates_cluster {
+        Some(
+            "this operator key was made by a tenant's admin: cluster operations take the root \
+             key or an operator key made by it or by `engram-node keys create`"
+                .to_owned(),
+        )
+    } else {
+        None
+    };
+    if let Some(message) = refused {
         s.metrics.auth_refused("scope");
         request.extensions_mut().insert(caller.clone());
-        let refusal = ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("a {} key may not use this endpoint", caller.scope.as_str()),
-        )
-        .into_response();
+        let refusal = ApiError::new(StatusCode::FORBIDDEN, "forbidden", message).into_response();
         let method = request.method().clone();
         crate::audit::record_refusal(&s, &caller, &method, &route, refusal.status()).await;
         return refusal;

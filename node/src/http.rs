@@ -13,6 +13,8 @@ mod fuzz;
 pub(crate) mod openapi;
 mod operations;
 mod routes;
+#[cfg(test)]
+mod security_tests;
 mod seed;
 #[cfg(test)]
 mod tests;
@@ -169,19 +171,46 @@ pub fn router(state: AppState, limits: Limits) -> Router {
         .with_state(state)
 }
 
-/// Records count and latency of every request by route template (never by user).
+/// The metric label of a request's method: one of the standard methods, else `other` (a
+/// client may send any token as a method, and labels are kept forever).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    const KNOWN: [(Method, &str); 9] = [
+        (Method::GET, "GET"),
+        (Method::POST, "POST"),
+        (Method::PUT, "PUT"),
+        (Method::DELETE, "DELETE"),
+        (Method::HEAD, "HEAD"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::PATCH, "PATCH"),
+        (Method::TRACE, "TRACE"),
+        (Method::CONNECT, "CONNECT"),
+    ];
+    KNOWN
+        .iter()
+        .find(|(known, _)| known == method)
+        .map_or("other", |(_, label)| label)
+}
+
+/// The route label of a path no route matched.
+const UNMATCHED: &str = "unmatched";
+
+/// Records count and latency of every request by method and route template (never by user,
+/// and never by a string the client chose: unknown methods are `other`, unmatched paths
+/// `unmatched`, so unauthenticated requests cannot grow the label sets).
 async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = request.method().as_str().to_owned();
+    let method = method_label(request.method());
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let in_flight = state.metrics.started(&method, &route);
+        .map_or(UNMATCHED, |p| p.as_str())
+        .to_owned();
+    let in_flight = state.metrics.started(method, &route);
     let response = next.run(request).await;
     drop(in_flight);
     state.metrics.request(
-        &method,
+        method,
         &route,
         response.status().as_u16(),
         started.elapsed(),
@@ -200,9 +229,50 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let Json(value) = Json::<T>::from_request(req, state).await?;
-        Ok(ApiJson(value))
+        if !json_content_type(req.headers()) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "expected a request with `Content-Type: application/json`",
+            ));
+        }
+        let body = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "payload_too_large",
+                        rejection.body_text(),
+                    )
+                } else {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "invalid_json",
+                        rejection.body_text(),
+                    )
+                }
+            })?;
+        error::decode_json(&body, "body").map(ApiJson)
     }
+}
+
+/// Whether the request says its body is JSON (`application/json`, or `application/*+json`).
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The user addressed by a request, checked.
@@ -278,9 +348,7 @@ where
 pub fn page_limit(limit: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
     match limit.unwrap_or(default) {
         0 => Err(ApiError::invalid("invalid limit: must be at least 1")),
-        n if n > max => Err(ApiError::invalid(format!(
-            "invalid limit: {n} is more than {max}"
-        ))),
+        n if n > max => Err(ApiError::invalid(format!("invalid limit: more than {max}"))),
         n => Ok(n),
     }
 }
@@ -294,7 +362,7 @@ pub fn optional_json<T: DeserializeOwned + Default>(
     if body.is_empty() {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("invalid {what} body: {e}")))
+    error::decode_json(body, &format!("{what} body"))
 }
 
 /// 200 with a JSON body.

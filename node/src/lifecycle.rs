@@ -165,6 +165,7 @@ pub async fn run(config: Config) -> Result<()> {
         keyspace.clone(),
         Some(&admin_key),
         crate::auth::RateLimiter::new(config.security.rate_limit, config.security.rate_burst),
+        config.security.key_lookups(),
     );
     let link: Arc<dyn PeerLink> = transport.clone();
     let users = Arc::new(Users::new(

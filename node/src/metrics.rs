@@ -1,12 +1,14 @@
 //! Prometheus metrics of the node: HTTP requests (count and latency per method, route and
 //! status), plus the actor and storage counters, rendered at `/metrics` in the text format.
-//! Labels are routes (the matched path template) and statuses: never user ids or text.
+//! Labels are known methods (others are `other`), routes (the matched path template, or
+//! `unmatched`) and statuses: never user ids, text, or any string a client chose.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_actors::cluster::Ownership;
 
+use crate::auth::Authenticator;
 use crate::cluster::Transport;
 use engram_actors::directory::Directory;
 use engram_actors::front::Users;
@@ -92,7 +94,7 @@ impl NodeMetrics {
             Opts::new(
                 "engram_auth_refused_total",
                 "Requests refused by authentication or authorisation, by reason \
-                 (missing, invalid, tenant, scope, rate, approval)",
+                 (missing, invalid, lookup_rate, tenant, scope, rate, approval)",
             ),
             &["reason"],
         )
@@ -297,9 +299,16 @@ impl NodeMetrics {
         text
     }
 
-    /// [`NodeMetrics::render`] plus the front door's and the cluster transport's counters.
-    pub fn render_with(&self, users: &Users, transport: Option<&Transport>) -> String {
+    /// [`NodeMetrics::render`] plus the key lookups of `auth`, the front door's and the
+    /// cluster transport's counters.
+    pub fn render_with(
+        &self,
+        users: &Users,
+        auth: &Authenticator,
+        transport: Option<&Transport>,
+    ) -> String {
         let mut text = self.render(users.directory());
+        render_lookups(&mut text, auth);
         if let Some(transport) = transport {
             use std::fmt::Write;
             let (f, m) = (&users.metrics, &transport.metrics);
@@ -344,6 +353,50 @@ impl NodeMetrics {
             }
         }
         text
+    }
+}
+
+/// Key lookups: storage reads of key rows, answers from the negative cache, lookups refused
+/// by the per-address limit, malformed tokens, and the negative cache's size.
+fn render_lookups(text: &mut String, auth: &Authenticator) {
+    use std::fmt::Write;
+    let s = &auth.stats;
+    let _ = write!(
+        text,
+        "# HELP engram_key_unknown_cached Unknown key ids remembered (a fixed-size cache)
+\
+         # TYPE engram_key_unknown_cached gauge
+engram_key_unknown_cached {}
+",
+        auth.unknown_ids_cached()
+    );
+    for (name, help, value) in [
+        (
+            "key_lookups",
+            "Key rows read from storage to authenticate a request",
+            &s.storage_reads,
+        ),
+        (
+            "key_lookups_negative_cached",
+            "Unknown key ids answered from the negative cache (no storage read)",
+            &s.negative_hits,
+        ),
+        (
+            "key_lookups_refused",
+            "Key lookups refused by the per-address limit (security.key-lookup-rate)",
+            &s.refused_by_address,
+        ),
+        (
+            "key_tokens_malformed",
+            "Bearer tokens refused as malformed (no storage read)",
+            &s.malformed,
+        ),
+    ] {
+        let _ = write!(
+            text,
+            "# HELP engram_{name}_total {help}\n# TYPE engram_{name}_total counter\nengram_{name}_total {}\n",
+            value.load(Ordering::Relaxed)
+        );
     }
 }
 

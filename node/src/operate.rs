@@ -11,6 +11,7 @@ use engram_actors::cluster::{is_live, request_drain};
 use engram_storage::model::{Member, MemberStatus, ShardLease, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 
+use crate::auth::CLI;
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -132,9 +133,6 @@ pub async fn drain(config: &Config, node: &str, wait: Duration) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
-
-/// The principal of key changes made with the command line.
-const CLI: &str = "cli";
 
 async fn open_keys(config: &Config) -> Result<(Store, Keyspace)> {
     let store = crate::store::open(config).await?;

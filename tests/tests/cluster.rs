@@ -17,7 +17,7 @@ use engram_tests::chaos::{
     texts, user_of,
 };
 use engram_tests::harness::{HttpClient, Sandbox, turn};
-use hyper::StatusCode;
+use hyper::{Method, StatusCode};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_split_the_shards_and_either_serves_any_user() {
@@ -93,6 +93,27 @@ async fn two_nodes_split_the_shards_and_either_serves_any_user() {
             .any(|l| l.starts_with("engram_requests_forwarded_total ") && !l.ends_with(" 0")),
         "{metrics}"
     );
+    // A body-less write names its request id with `Idempotency-Key`: forwarded with it, a
+    // retry through the other node replays instead of deleting what came since.
+    owner
+        .must_append_turn(user, &turn("split-4", "s2", "first of s2", "ok"))
+        .await;
+    let keyed = other
+        .clone()
+        .with_header("idempotency-key", "clear-s2-once");
+    let path = format!("/v1/users/{user}/sessions/s2/memory");
+    let cleared = keyed.must(Method::DELETE, &path, None).await;
+    assert_eq!(cleared["deleted"], 1, "{cleared}");
+    owner
+        .must_append_turn(user, &turn("split-5", "s2", "second of s2", "ok"))
+        .await;
+    let retried = keyed.must(Method::DELETE, &path, None).await;
+    assert_eq!(
+        (retried["deleted"].as_u64(), retried["replayed"].as_bool()),
+        (Some(1), Some(true)),
+        "the retry through the other node is the same request: {retried}"
+    );
+    assert_eq!(owner.must_session_turns(user, "s2").await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,11 @@ pub struct SecurityConfig {
     pub rate_limit: u32,
     /// Requests a key may make in a burst above the rate.
     pub rate_burst: u32,
+    /// Storage reads of API key rows a client address may cause a second (0: unlimited),
+    /// before authentication: a flood of unknown key ids gets 429 instead of reads.
+    pub key_lookup_rate: u32,
+    /// Such reads in a burst above the rate.
+    pub key_lookup_burst: u32,
     /// Whether requests are recorded in the audit trail. Off only to measure its cost:
     /// nothing is recorded then.
     pub audit: bool,
@@ -67,6 +72,8 @@ impl Default for SecurityConfig {
             admin_key_file: None,
             rate_limit: 1_000,
             rate_burst: 2_000,
+            key_lookup_rate: crate::auth::LookupLimits::default().per_address_rate,
+            key_lookup_burst: crate::auth::LookupLimits::default().per_address_burst,
             audit: true,
             audit_retention: Duration::from_secs(400 * 24 * 3_600),
             sensitive_read_limit: engram_actors::breaker::Policy::default().threshold,
@@ -82,6 +89,15 @@ impl Default for SecurityConfig {
 pub const ADMIN_KEY_ENV: &str = "ENGRAM_ADMIN_KEY";
 
 impl SecurityConfig {
+    /// The bounds of API key lookups.
+    pub fn key_lookups(&self) -> crate::auth::LookupLimits {
+        crate::auth::LookupLimits {
+            per_address_rate: self.key_lookup_rate,
+            per_address_burst: self.key_lookup_burst,
+            ..crate::auth::LookupLimits::default()
+        }
+    }
+
     /// The circuit breaker of sensitive reads.
     pub fn breaker(&self) -> engram_actors::breaker::Policy {
         engram_actors::breaker::Policy {

@@ -2,6 +2,10 @@
 //! of sensitive reads. Every one needs an admin key and acts on the tenant the key acts for:
 //! a tenant's admin on its own, the root key (the configured one) on the tenant it names with
 //! `x-engram-tenant`.
+//!
+//! Operator keys are the root's business: only the root key makes, rotates or revokes them
+//! through these endpoints (or the command line); a tenant's admin gets 403 and nothing is
+//! stored.
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -42,6 +46,36 @@ fn key_tenant(caller: &Caller, named: Option<String>) -> Result<String, ApiError
     }
 }
 
+/// 403: a tenant's admin asked to make, rotate or revoke an operator key.
+fn operator_keys_are_the_roots() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        "operator keys operate the whole cluster: only the root key or `engram-node keys` \
+         makes, rotates or revokes them",
+    )
+}
+
+/// Refuses a tenant's admin (anyone but the root) acting on the key `key_id` when it is an
+/// operator key. A key's scope never changes, so reading it before the change is enough.
+async fn refuse_operator_key(s: &AppState, caller: &Caller, key_id: &str) -> Result<(), ApiError> {
+    if caller.root {
+        return Ok(());
+    }
+    let services = s.users.directory().services();
+    let (ks, id) = (services.keyspace.clone(), key_id.to_owned());
+    let key = services
+        .store
+        .read(move |txn| access::api_key(txn, &ks, &id))
+        .await?;
+    match key {
+        Some(key) if key.scope == Scope::Operator && key.tenant == caller.tenant => {
+            Err(operator_keys_are_the_roots())
+        }
+        Some(_) | None => Ok(()),
+    }
+}
+
 /// 201 with the new key and its token; its id goes into the audit entry.
 fn new_key_response(new: keys::NewKey) -> Response {
     let made = crate::audit::AuditIds(vec![format!("new_key_id={}", new.key.id)]);
@@ -67,12 +101,11 @@ pub async fn create_key(
     ApiJson(body): ApiJson<KeyBody>,
 ) -> Result<Response, ApiError> {
     let tenant = key_tenant(&caller, body.tenant)?;
-    let scope = Scope::parse(&body.scope).ok_or_else(|| {
-        ApiError::invalid(format!(
-            "invalid scope: {:?}; expected gateway, operator or admin",
-            body.scope
-        ))
-    })?;
+    let scope = Scope::parse(&body.scope)
+        .ok_or_else(|| ApiError::invalid("invalid scope: expected gateway, operator or admin"))?;
+    if scope == Scope::Operator && !caller.root {
+        return Err(operator_keys_are_the_roots());
+    }
     let name = body.name.unwrap_or_default();
     if name.chars().count() > 200 {
         return Err(ApiError::invalid("invalid name: at most 200 characters"));
@@ -113,6 +146,7 @@ pub async fn rotate_key(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let body: RotateBody = optional_json(&body, "rotate")?;
+    refuse_operator_key(&s, &caller, &key_id).await?;
     let grace_ms = i64::try_from(body.grace_seconds.unwrap_or(0).saturating_mul(1_000))
         .map_err(|_| ApiError::invalid("invalid grace_seconds: too large"))?;
     let services = s.users.directory().services();
@@ -142,6 +176,7 @@ pub async fn revoke_key(
     caller: Caller,
     Path(key_id): Path<String>,
 ) -> Result<Response, ApiError> {
+    refuse_operator_key(&s, &caller, &key_id).await?;
     let services = s.users.directory().services();
     let tenant = Some(caller.tenant.as_str());
     let revoked = keys::revoke(

@@ -78,10 +78,10 @@ pub async fn feedback(
     let liked = match body.rating.as_str() {
         "like" => true,
         "dislike" => false,
-        other => {
-            return Err(ApiError::invalid(format!(
-                "invalid rating: {other:?}; expected like or dislike"
-            )));
+        _ => {
+            return Err(ApiError::invalid(
+                "invalid rating: expected like or dislike",
+            ));
         }
     };
     let req = FeedbackRequest {

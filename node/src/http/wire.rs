@@ -29,10 +29,7 @@ pub fn parse_route(route: Option<&str>) -> Result<Route, Error> {
             let known: Vec<_> = Route::ALL.iter().map(|r| r.as_str()).collect();
             Error::invalid(
                 "route",
-                format!(
-                    "unknown route {name:?}; expected one of {}",
-                    known.join(", ")
-                ),
+                format!("unknown route; expected one of {}", known.join(", ")),
             )
         }),
     }
@@ -43,7 +40,7 @@ pub fn parse_kind(kind: &str) -> Result<MemoryKind, Error> {
     MemoryKind::parse(kind).ok_or_else(|| {
         Error::invalid(
             "kind",
-            format!("unknown kind {kind:?}; expected profile, episodic or correction"),
+            "unknown kind; expected profile, episodic or correction",
         )
     })
 }
@@ -56,9 +53,9 @@ pub fn parse_status(status: &str) -> Result<MemoryStatus, Error> {
         "suppressed" => Ok(MemoryStatus::Suppressed),
         "deleted" => Ok(MemoryStatus::Deleted),
         "expired" => Ok(MemoryStatus::Expired),
-        other => Err(Error::invalid(
+        _ => Err(Error::invalid(
             "status",
-            format!("unknown status {other:?}"),
+            "unknown status; expected candidate, active, suppressed, deleted or expired",
         )),
     }
 }
@@ -317,9 +314,9 @@ pub fn parse_mode(mode: Option<&str>) -> Result<SearchMode, Error> {
         None | Some("hybrid") => Ok(SearchMode::Hybrid),
         Some("dense") => Ok(SearchMode::Dense),
         Some("bm25") => Ok(SearchMode::Bm25),
-        Some(other) => Err(Error::invalid(
+        Some(_) => Err(Error::invalid(
             "mode",
-            format!("unknown mode {other:?}; expected hybrid, dense or bm25"),
+            "unknown mode; expected hybrid, dense or bm25",
         )),
     }
 }

@@ -1,0 +1,155 @@
+//! What an unknown key id may cost: a token whose id is malformed is refused without a
+//! storage read; an id storage has no key for is remembered in a fixed-size cache of negative
+//! answers (the oldest forgotten first, never flushed whole); and the storage reads of key
+//! rows a client address causes are rate limited before they happen. Counters of each
+//! outcome are exported as metrics.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Longest key id accepted (ids this build makes are 16 hex digits).
+pub const MAX_KEY_ID_LEN: usize = 32;
+/// Longest secret accepted (secrets this build makes are 64 hex digits).
+pub const MAX_SECRET_LEN: usize = 128;
+/// Negative answers remembered by default.
+pub const NEGATIVE_ENTRIES: usize = 10_000;
+
+/// Whether `id` may be a key id: 1 to [`MAX_KEY_ID_LEN`] lowercase hex digits.
+pub fn well_formed_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_KEY_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Bounds of key lookups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LookupLimits {
+    /// Negative answers remembered.
+    pub negative_entries: usize,
+    /// Storage reads of key rows a client address may cause a second (0: unlimited).
+    pub per_address_rate: u32,
+    /// Such reads in a burst above the rate.
+    pub per_address_burst: u32,
+}
+
+impl Default for LookupLimits {
+    fn default() -> Self {
+        LookupLimits {
+            negative_entries: NEGATIVE_ENTRIES,
+            per_address_rate: 20,
+            per_address_burst: 100,
+        }
+    }
+}
+
+/// Counters of key lookups.
+#[derive(Debug, Default)]
+pub struct LookupStats {
+    /// Key rows read from storage.
+    pub storage_reads: AtomicU64,
+    /// Lookups answered by the cache of negative answers.
+    pub negative_hits: AtomicU64,
+    /// Lookups refused by the per-address limit (no storage read).
+    pub refused_by_address: AtomicU64,
+    /// Tokens refused as malformed (no storage read).
+    pub malformed: AtomicU64,
+}
+
+impl LookupStats {
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A fixed-size cache of ids storage has no key for, each trusted for `ttl`; when full,
+/// the oldest entry makes room.
+#[derive(Debug)]
+pub struct NegativeCache {
+    capacity: usize,
+    entries: HashMap<String, Instant>,
+    order: VecDeque<String>,
+}
+
+impl NegativeCache {
+    /// An empty cache of at most `capacity` entries (at least one).
+    pub fn new(capacity: usize) -> Self {
+        NegativeCache {
+            capacity: capacity.max(1),
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether `id` was found absent less than `ttl` ago.
+    pub fn contains(&self, id: &str, ttl: Duration) -> bool {
+        self.entries.get(id).is_some_and(|at| at.elapsed() < ttl)
+    }
+
+    /// Remembers that `id` is absent, forgetting the oldest entry when full.
+    pub fn insert(&mut self, id: &str) {
+        if let Some(at) = self.entries.get_mut(id) {
+            *at = Instant::now();
+            return;
+        }
+        while self.entries.len() >= self.capacity {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.entries.remove(&old);
+                }
+                None => break,
+            }
+        }
+        self.entries.insert(id.to_owned(), Instant::now());
+        self.order.push_back(id.to_owned());
+        if self.order.len() > 2 * self.capacity {
+            // Ids removed by `remove` linger in the order; drop them now and then.
+            let entries = &self.entries;
+            self.order.retain(|id| entries.contains_key(id));
+        }
+    }
+
+    /// Forgets `id` (a key with this id was just made).
+    pub fn remove(&mut self, id: &str) {
+        self.entries.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_negative_cache_keeps_its_bound_and_forgets_the_oldest_first() {
+        let mut cache = NegativeCache::new(8);
+        let ttl = Duration::from_secs(60);
+        for i in 0..100 {
+            cache.insert(&format!("{i:x}"));
+            assert!(cache.len() <= 8);
+        }
+        assert!((92..100).all(|i| cache.contains(&format!("{i:x}"), ttl)));
+        assert!(!cache.contains("0", ttl));
+        cache.remove("63");
+        assert!(!cache.contains("63", ttl));
+        for i in 0..1_000 {
+            cache.insert(&format!("{i:x}"));
+            cache.remove(&format!("{i:x}"));
+        }
+        assert!(cache.order.len() <= 16, "{}", cache.order.len());
+    }
+
+    #[test]
+    fn only_short_lowercase_hex_ids_are_well_formed() {
+        assert!(well_formed_id("0123456789abcdef"));
+        for bad in ["", "ABCDEF", "0123456789abcdefg", &"a".repeat(33), "x-1"] {
+            assert!(!well_formed_id(bad), "{bad:?}");
+        }
+    }
+}

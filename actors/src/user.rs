@@ -454,6 +454,7 @@ impl UserState {
             route: query.route,
             token_budget: query.token_budget,
             now,
+            withhold_sensitive: query.withhold_sensitive,
         };
         assemble(&request, &turns, &self.index, &self.args.services.extractor)
             .map_err(|err| Error::Internal(format!("context ranking: {err}")))

@@ -187,6 +187,7 @@ async fn the_context_ranks_past_interactions_by_the_query_embedding() {
         query: Some("any news about my pet?".into()),
         route: Route::DeepAnalysisWorkflow,
         token_budget: 1200,
+        withhold_sensitive: false,
     };
     let ctx: MemoryContext = node
         .directory

@@ -93,6 +93,7 @@ async fn context(
         query: Some(query.into()),
         route: Route::Nl2sqlQuery,
         token_budget: 1200,
+        withhold_sensitive: false,
     };
     node.directory
         .call(key, move |reply| UserMsg::Context(q.clone(), reply))

@@ -13,7 +13,7 @@
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
-//! ("u", tenant, user, "breaker")                  recent reads of high-PII memories
+//! ("u", tenant, user, "breaker", key_id, what)    the sensitive-read breaker's counts
 //! ("u", tenant, user, "anchor", hmac)             identity anchors, by keyed hash
 //! ("u", tenant, user, "archive", session)         archive row of a session
 //! ("u", tenant, user, "arch", session, seq)       archived raw turns
@@ -305,9 +305,21 @@ impl UserKeys {
         self.space.pack(&("hdr",))
     }
 
-    /// The user's circuit breaker of sensitive reads.
+    /// The user's circuit breaker of sensitive reads as versions before per-principal counts
+    /// kept it (one row for every principal); approvals clear it.
     pub fn sensitive_reads(&self) -> Vec<u8> {
         self.space.pack(&("breaker",))
+    }
+
+    /// One counter of the circuit breaker of sensitive reads, for one principal (an API key
+    /// id, not personal data): `counter` is `"read"` or `"match"`.
+    pub fn breaker(&self, principal: &str, counter: &str) -> Vec<u8> {
+        self.space.pack(&("breaker", principal, counter))
+    }
+
+    /// Every per-principal counter of the circuit breaker.
+    pub fn breakers(&self) -> KeyRange {
+        self.range(&("breaker",))
     }
 
     /// The user's wrapped data key.

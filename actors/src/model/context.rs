@@ -7,6 +7,11 @@
 //! The slots are ranked by the user's [`MemoryIndex`]: hybrid retrieval fusing the query's
 //! embedding, BM25 over its words, recency and salience; with no query, by recency and
 //! salience alone.
+//!
+//! Personal data is masked as for any gateway read ([`gateway_text`]); a context that serves
+//! a high-PII turn or record says so ([`MemoryContext::sensitive`]) so that the caller counts
+//! it in the circuit breaker, and one assembled with
+//! [`ContextRequest::withhold_sensitive`] leaves such turns and records out.
 
 use engram_storage::model::{
     MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
@@ -37,6 +42,8 @@ pub struct ContextRequest<'a> {
     pub token_budget: usize,
     /// Now.
     pub now: Timestamp,
+    /// Leave out high-PII turns and records (the reader's sensitive reads are used up).
+    pub withhold_sensitive: bool,
 }
 
 /// A raw turn in the context.
@@ -103,6 +110,10 @@ pub struct MemoryContext {
     pub dropped: Vec<String>,
     /// The rendered block for the prompt.
     pub text: String,
+    /// Whether it serves any high-PII turn or record (masked or not): such a context counts
+    /// as a sensitive read.
+    #[serde(skip)]
+    pub sensitive: bool,
 }
 
 /// Assembles the context of a session. `turns` are the session's current window, oldest
@@ -116,26 +127,42 @@ pub fn assemble(
 ) -> Result<MemoryContext, VectorError> {
     let split = turns.len().saturating_sub(RAW_TURNS);
     let (older, recent) = turns.split_at(split);
+    let withhold = request.withhold_sensitive;
+    let withheld = |t: &Turn| withhold && t.pii_level == PiiLevel::High;
     let summaries: Vec<ContextSummary> = older
         .iter()
         .map(|t| ContextSummary {
             seq: t.seq,
-            text: gateway_text(&extractive_summary(
-                &t.user_text,
-                &t.assistant_text,
-                &t.entities,
-            )),
+            text: if withheld(t) {
+                WITHHELD_TURN.to_owned()
+            } else {
+                gateway_text(&extractive_summary(
+                    &t.user_text,
+                    &t.assistant_text,
+                    &t.entities,
+                ))
+            },
             method: "extractive",
         })
         .collect();
     let recent_turns: Vec<ContextTurn> = recent
         .iter()
-        .map(|t| ContextTurn {
-            seq: t.seq,
-            user: gateway_text(&t.user_text),
-            assistant: gateway_text(&t.assistant_text),
+        .map(|t| {
+            if withheld(t) {
+                return ContextTurn {
+                    seq: t.seq,
+                    user: WITHHELD_TURN.to_owned(),
+                    assistant: WITHHELD_TURN.to_owned(),
+                };
+            }
+            ContextTurn {
+                seq: t.seq,
+                user: gateway_text(&t.user_text),
+                assistant: gateway_text(&t.assistant_text),
+            }
         })
         .collect();
+    let mut sensitive = !withhold && turns.iter().any(|t| t.pii_level == PiiLevel::High);
 
     let budget = request.route.budget();
     // Episodic memories of turns already in the working memory would repeat them.
@@ -143,7 +170,7 @@ pub fn assemble(
         .iter()
         .map(|t| (t.session_id.as_str(), t.seq))
         .collect();
-    let slot = |kind: MemoryKind, cap: usize| -> Result<Vec<ContextMemory>, VectorError> {
+    let slot = |kind: MemoryKind, cap: usize| -> Result<Vec<(ContextMemory, bool)>, VectorError> {
         if cap == 0 {
             return Ok(Vec::new());
         }
@@ -160,12 +187,20 @@ pub fn assemble(
         Ok(index
             .search(extractor, &query)?
             .into_iter()
-            .map(|(r, score)| context_memory(r, score))
-            .collect())
+            .map(|(r, score)| {
+                let high = r.pii_level == PiiLevel::High
+                    && r.redaction_level != RedactionLevel::ReferenceOnly;
+                (context_memory(r, score, withhold), high && !withhold)
+            })
+            .collect::<Vec<_>>())
     };
-    let profile = slot(MemoryKind::Profile, budget.profile)?;
-    let episodic = slot(MemoryKind::Episodic, budget.episodic)?;
-    let corrections = slot(MemoryKind::Correction, budget.correction)?;
+    let mut served = |slot: Vec<(ContextMemory, bool)>| -> Vec<ContextMemory> {
+        sensitive |= slot.iter().any(|(_, high)| *high);
+        slot.into_iter().map(|(m, _)| m).collect()
+    };
+    let profile = served(slot(MemoryKind::Profile, budget.profile)?);
+    let episodic = served(slot(MemoryKind::Episodic, budget.episodic)?);
+    let corrections = served(slot(MemoryKind::Correction, budget.correction)?);
 
     let mut entities: Vec<String> = Vec::new();
     for e in turns.iter().flat_map(|t| t.entities.iter().cloned()).chain(
@@ -192,6 +227,7 @@ pub fn assemble(
         truncated: false,
         dropped: Vec::new(),
         text: String::new(),
+        sensitive,
     };
     let mut dropped_summaries = 0;
     ctx.text = render(&ctx, &[]);
@@ -247,13 +283,18 @@ pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
     ) && record.expires_at.is_none_or(|at| at > now)
 }
 
-/// Text as a gateway may see it: ID, bank card and passport numbers masked.
+/// Text as a gateway may see it: ID, bank card, passport and mobile numbers masked.
 pub fn gateway_text(text: &str) -> String {
-    pii::mask(text, PiiLevel::High)
+    pii::mask(text, PiiLevel::Medium)
 }
 
-fn context_memory(r: &MemoryRecord, score: f32) -> ContextMemory {
-    if r.redaction_level == RedactionLevel::ReferenceOnly {
+/// What stands in a context for a turn with high-PII content the reader may not see now.
+pub const WITHHELD_TURN: &str = "[turn withheld: personal data, approval required]";
+
+fn context_memory(r: &MemoryRecord, score: f32, withhold_sensitive: bool) -> ContextMemory {
+    if r.redaction_level == RedactionLevel::ReferenceOnly
+        || (withhold_sensitive && r.pii_level == PiiLevel::High)
+    {
         return ContextMemory {
             memory_id: r.memory_id.clone(),
             text: format!("[memory {} withheld: personal data]", r.memory_id),

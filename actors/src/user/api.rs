@@ -100,6 +100,9 @@ pub struct ContextQuery {
     pub route: Route,
     /// Token budget.
     pub token_budget: usize,
+    /// Leave out high-PII turns and records: what a reader whose sensitive reads are used up
+    /// gets instead of a refusal ([`crate::breaker`]).
+    pub withhold_sensitive: bool,
 }
 
 /// A search of a user's memories (the retrieval behind the context's slots, exposed).

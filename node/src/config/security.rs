@@ -34,9 +34,13 @@ pub struct SecurityConfig {
     /// How long audit entries are kept.
     #[serde(with = "humantime_serde")]
     pub audit_retention: Duration,
-    /// Reads returning a user's high-PII memories allowed within `sensitive-read-window`
-    /// before an admin must approve more (0: no limit).
+    /// Reads serving a user's high-PII memories (lists, searches, sessions, contexts, intents)
+    /// each key may make within `sensitive-read-window` before an admin must approve more
+    /// (0: no limit). A context past the limit is served without those memories.
     pub sensitive_read_limit: u32,
+    /// Identifiers each key may match against one user's anchors within
+    /// `sensitive-read-window` before an admin must approve more (0: no limit).
+    pub anchor_match_limit: u32,
     /// The window of `sensitive-read-limit`.
     #[serde(with = "humantime_serde")]
     pub sensitive_read_window: Duration,
@@ -53,6 +57,7 @@ impl Default for SecurityConfig {
             audit: true,
             audit_retention: Duration::from_secs(400 * 24 * 3_600),
             sensitive_read_limit: 5,
+            anchor_match_limit: 10,
             sensitive_read_window: Duration::from_secs(24 * 3_600),
         }
     }
@@ -66,6 +71,7 @@ impl SecurityConfig {
     pub fn breaker(&self) -> engram_actors::breaker::Policy {
         engram_actors::breaker::Policy {
             threshold: self.sensitive_read_limit,
+            match_threshold: self.anchor_match_limit,
             window_ms: i64::try_from(self.sensitive_read_window.as_millis()).unwrap_or(i64::MAX),
         }
     }

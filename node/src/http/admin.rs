@@ -198,8 +198,8 @@ pub async fn audit(
 #[utoipa::path(post, path = "/v1/admin/users/{user}/approvals", tag = "admin",
     params(("user" = String, Path, description = "User id")),
     responses((status = 200, body = ApprovalResponse), (status = 403, body = ErrorBody)))]
-/// Approves further reads of the user's sensitive memories: clears the circuit breaker's
-/// count (the approval itself is audited).
+/// Approves further reads of the user's sensitive memories and matches of identifiers:
+/// clears the circuit breaker's counts of every key (the approval itself is audited).
 pub async fn approve_sensitive_reads(
     State(s): State<AppState>,
     caller: Caller,
@@ -277,6 +277,11 @@ pub async fn match_anchor(
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
     let value = body.value;
+    // Every well-formed identifier is counted before it is matched (a malformed one gets its
+    // 400 from the actor and is not counted).
+    if engram_actors::model::pii::anchor_of(&value).is_some() {
+        super::routes::guard_anchor_match(&s, &caller, &key).await?;
+    }
     let found = s
         .directory
         .call(&key, |reply| UserMsg::MatchAnchor {

@@ -22,7 +22,7 @@ use super::wire::{
 use super::wire::{MemoryView, TurnView};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
 use crate::auth::Caller;
-use engram_actors::breaker::Verdict;
+use engram_actors::breaker::{Counter, Verdict};
 use engram_storage::model::PiiLevel;
 
 /// Longest accepted `limit` of a session's memory.
@@ -121,11 +121,31 @@ pub async fn context(
         query: body.query,
         route: parse_route(body.route.as_deref())?,
         token_budget: body.token_budget.unwrap_or(s.token_budget),
+        withhold_sensitive: false,
     };
     let ctx = s
         .directory
         .call(&key, |reply| UserMsg::Context(query.clone(), reply))
         .await?;
+    // A context serving high-PII turns or records counts as a sensitive read; past the limit
+    // it is assembled again without them rather than refused, so the gateway keeps working.
+    let ctx =
+        match count_sensitive(&s, &caller, &key, Counter::SensitiveRead, ctx.sensitive).await? {
+            Verdict::Allowed => ctx,
+            Verdict::Refused { .. } => {
+                let query = ContextQuery {
+                    withhold_sensitive: true,
+                    ..query
+                };
+                let mut ctx = s
+                    .directory
+                    .call(&key, |reply| UserMsg::Context(query.clone(), reply))
+                    .await?;
+                ctx.dropped
+                    .push("high-PII items withheld until an admin approves more reads".to_owned());
+                ctx
+            }
+        };
     Ok(ok(ContextResponse::from(ctx)))
 }
 
@@ -369,21 +389,53 @@ pub async fn session_memory_of(
 }
 
 /// The circuit breaker of sensitive reads: a read by a non-admin key that returns a user's
-/// high-PII memories is counted; beyond `security.sensitive-read-limit` within the window it
-/// is refused (403 `approval_required`) until an admin approves. Admins' full-text reads are
-/// not limited (they are audited, like every read).
+/// high-PII memories is counted for (key, user); beyond `security.sensitive-read-limit`
+/// within the window it is refused (403 `approval_required`) until an admin approves. Admins'
+/// full-text reads are not limited (they are audited, like every read).
 pub async fn guard_sensitive(
     s: &AppState,
     caller: &Caller,
     key: &UserKey,
     sensitive: bool,
 ) -> Result<(), ApiError> {
+    let verdict = count_sensitive(s, caller, key, Counter::SensitiveRead, sensitive).await?;
+    refuse_past_limit(s, verdict, "reads of this user's sensitive memories")
+}
+
+/// The circuit breaker's count of one identifier matched against a user's anchors by a
+/// non-admin key: beyond `security.anchor-match-limit` within the window, refused (403
+/// `approval_required`) before the anchors are looked at.
+pub async fn guard_anchor_match(
+    s: &AppState,
+    caller: &Caller,
+    key: &UserKey,
+) -> Result<(), ApiError> {
+    let verdict = count_sensitive(s, caller, key, Counter::AnchorMatch, true).await?;
+    refuse_past_limit(s, verdict, "identifier matches against this user")
+}
+
+/// Counts one event of `counter` for (caller, user) when `sensitive` and the caller is not an
+/// admin.
+pub async fn count_sensitive(
+    s: &AppState,
+    caller: &Caller,
+    key: &UserKey,
+    counter: Counter,
+    sensitive: bool,
+) -> Result<Verdict, ApiError> {
     if !sensitive || caller.sees_full_text() {
-        return Ok(());
+        return Ok(Verdict::Allowed);
     }
     let services = s.directory.services();
     let now = services.clock.now();
-    match engram_actors::breaker::count_read(services, key, s.breaker, now).await? {
+    Ok(
+        engram_actors::breaker::count(services, key, &caller.principal, counter, s.breaker, now)
+            .await?,
+    )
+}
+
+fn refuse_past_limit(s: &AppState, verdict: Verdict, what: &str) -> Result<(), ApiError> {
+    match verdict {
         Verdict::Allowed => Ok(()),
         Verdict::Refused { reads } => {
             s.metrics.auth_refused("approval");
@@ -391,8 +443,8 @@ pub async fn guard_sensitive(
                 StatusCode::FORBIDDEN,
                 "approval_required",
                 format!(
-                    "{reads} reads of this user's sensitive memories in the window already; \
-                     an admin must approve more (POST /v1/admin/users/{{user}}/approvals)"
+                    "{reads} {what} by this key in the window already; an admin must approve \
+                     more (POST /v1/admin/users/{{user}}/approvals)"
                 ),
             ))
         }

@@ -182,6 +182,10 @@ pub async fn recall(
         .directory
         .call(&key, |reply| UserMsg::Intents(intent_type.clone(), reply))
         .await?;
+    // Intents holding ID, bank card or passport numbers are sensitive reads, masked or not.
+    let sensitive = engram_actors::model::pii::level_of(intents.iter().map(|i| i.fields.as_str()))
+        == engram_storage::model::PiiLevel::High;
+    super::routes::guard_sensitive(&s, &caller, &key, sensitive).await?;
     Ok(ok(RecallResponse {
         intents: intents
             .into_iter()

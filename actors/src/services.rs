@@ -14,6 +14,7 @@ use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;
 use crate::model::policy::DAY_MS;
+use crate::placement::{LogPepper, UserKey};
 
 /// Settings of the user actors.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +36,8 @@ pub struct Settings {
     pub restart_window: Duration,
     /// Tuning of each user's memory index.
     pub index: IndexParams,
+    /// The secret of the pseudonyms logs name users by.
+    pub log_pepper: LogPepper,
 }
 
 impl Default for Settings {
@@ -47,6 +50,7 @@ impl Default for Settings {
             max_restarts: 3,
             restart_window: Duration::from_secs(10),
             index: IndexParams::default(),
+            log_pepper: LogPepper::default(),
         }
     }
 }
@@ -95,6 +99,13 @@ pub struct Services {
     pub settings: Settings,
     /// Counters.
     pub metrics: Arc<Metrics>,
+}
+
+impl Services {
+    /// The pseudonym logs name `key`'s user by ([`UserKey::log_id`]).
+    pub fn log_id(&self, key: &UserKey) -> String {
+        key.log_id(&self.settings.log_pepper)
+    }
 }
 
 impl std::fmt::Debug for Services {

@@ -124,6 +124,15 @@ pub async fn run(config: Config) -> Result<()> {
     };
     let mut index = IndexParams::default();
     index.retriever.vectors.exact_threshold = config.inference.exact_search_below;
+    // Logs name users by a pseudonym keyed with the audit trail's pepper (the same secret on
+    // every node of the deployment; the audit trail reads the same row below).
+    let pepper = {
+        let (ks, fresh) = (keyspace.clone(), rand::random::<[u8; 32]>());
+        store
+            .run(move |txn| engram_storage::access::audit_pepper(txn, &ks, fresh))
+            .await
+            .map_err(Error::storage("reading the pseudonym key"))?
+    };
     let services = Services {
         store: store.clone(),
         keyspace: keyspace.clone(),
@@ -138,6 +147,7 @@ pub async fn run(config: Config) -> Result<()> {
                 .unwrap_or(i64::MAX),
             shards: config.cluster.shards,
             index,
+            log_pepper: engram_actors::placement::LogPepper::new(pepper),
             ..Settings::default()
         },
         metrics: Arc::new(Metrics::default()),

@@ -57,7 +57,7 @@ pub(super) async fn load_index(args: &UserArgs) -> Result<MemoryIndex> {
         .await?;
     let services = args.services.clone();
     let model = services.embedder.as_ref().map(|e| e.model_name());
-    let log_id = args.key.log_id();
+    let log_id = args.services.log_id(&args.key);
     let index = tokio::task::spawn_blocking(move || {
         let Loaded {
             records,

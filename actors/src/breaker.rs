@@ -19,6 +19,9 @@ use serde::{Deserialize, Serialize};
 pub struct Policy {
     /// Sensitive reads allowed within the window (0: the breaker is off).
     pub threshold: u32,
+    /// Identity-anchor matches allowed within the window, counted apart from reads (0: not
+    /// limited).
+    pub match_threshold: u32,
     /// The window, in milliseconds.
     pub window_ms: i64,
 }
@@ -27,15 +30,48 @@ impl Default for Policy {
     fn default() -> Self {
         Policy {
             threshold: 5,
+            match_threshold: 10,
             window_ms: 24 * 3_600 * 1_000,
         }
     }
 }
 
-/// Sensitive reads of one user within the window, per reading principal.
+/// What is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counter {
+    /// A read that showed high-PII items.
+    Read,
+    /// An identity-anchor match.
+    Match,
+}
+
+impl Counter {
+    fn tag(self) -> &'static str {
+        match self {
+            Counter::Read => "read",
+            Counter::Match => "match",
+        }
+    }
+
+    /// The events of this counter allowed within the window under `policy` (0: no limit).
+    pub fn threshold(self, policy: Policy) -> u32 {
+        match self {
+            Counter::Read => policy.threshold,
+            Counter::Match => policy.match_threshold,
+        }
+    }
+}
+
+/// Sensitive reads and anchor matches of one user within the window, per reading principal
+/// and counter.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
     by_principal: Vec<(String, Vec<Timestamp>)>,
+}
+
+/// The row of one principal's counter.
+fn row(principal: &str, counter: Counter) -> String {
+    format!("{principal}/{}", counter.tag())
 }
 
 /// What the breaker says about one more sensitive read.
@@ -51,12 +87,21 @@ pub enum Verdict {
 }
 
 impl Counts {
-    /// Counts one sensitive read by `principal` at `now`, or refuses it. Forgets reads that
-    /// left the window, and principals left with none.
-    pub fn count(&mut self, principal: &str, policy: Policy, now: Timestamp) -> Verdict {
-        if policy.threshold == 0 {
+    /// Counts one event of `counter` by `principal` at `now`, or refuses it. Forgets events
+    /// that left the window, and principals left with none.
+    pub fn count(
+        &mut self,
+        principal: &str,
+        counter: Counter,
+        policy: Policy,
+        now: Timestamp,
+    ) -> Verdict {
+        let threshold = counter.threshold(policy);
+        if threshold == 0 {
             return Verdict::Allowed;
         }
+        let principal = row(principal, counter);
+        let principal = principal.as_str();
         let since = now.0.saturating_sub(policy.window_ms);
         for (_, reads) in &mut self.by_principal {
             reads.retain(|at| at.0 > since);
@@ -71,24 +116,26 @@ impl Counts {
         };
         let reads = &mut self.by_principal[at].1;
         let counted = u32::try_from(reads.len()).unwrap_or(u32::MAX);
-        if counted >= policy.threshold {
+        if counted >= threshold {
             return Verdict::Refused { reads: counted };
         }
         reads.push(now);
         Verdict::Allowed
     }
 
-    /// Reads counted in all, every principal together (what an approval clears).
+    /// Events counted in all, every principal and counter together (what an approval
+    /// clears).
     pub fn total(&self) -> u32 {
         let n: usize = self.by_principal.iter().map(|(_, r)| r.len()).sum();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    /// Reads of `principal` counted (within the window as of the last count).
-    pub fn of(&self, principal: &str) -> u32 {
+    /// Events of `counter` by `principal` counted (within the window as of the last count).
+    pub fn of(&self, principal: &str, counter: Counter) -> u32 {
+        let principal = row(principal, counter);
         self.by_principal
             .iter()
-            .find(|(p, _)| p == principal)
+            .find(|(p, _)| *p == principal)
             .map_or(0, |(_, r)| u32::try_from(r.len()).unwrap_or(u32::MAX))
     }
 }

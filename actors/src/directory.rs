@@ -81,7 +81,7 @@ impl Directory {
         if let Some(ownership) = &self.services.ownership {
             ownership.lease(shard)?;
         }
-        let span = tracing::debug_span!("user", tenant = %key.tenant, user = %key.log_id(), shard);
+        let span = tracing::debug_span!("user", tenant = %key.tenant, user = %self.services.log_id(key), shard);
         self.deliver(key, make).instrument(span).await
     }
 
@@ -103,7 +103,7 @@ impl Directory {
                         .metrics
                         .redeliveries
                         .fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(user = %key.log_id(), attempt, "redelivering to a fresh user actor");
+                    tracing::debug!(user = %self.services.log_id(key), attempt, "redelivering to a fresh user actor");
                     tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 5)).await;
                 }
             }

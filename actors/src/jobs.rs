@@ -120,7 +120,7 @@ pub async fn run(directory: &Directory, job: Job) -> crate::Result<JobReport> {
                 }
                 Err(err) => {
                     report.failed += 1;
-                    tracing::warn!(job = job.name(), user = %key.log_id(), %err, "sweep of a user failed");
+                    tracing::warn!(job = job.name(), user = %services.log_id(&key), %err, "sweep of a user failed");
                 }
             }
         }

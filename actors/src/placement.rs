@@ -1,6 +1,17 @@
 //! Placement of users on shards: `shard = hash(tenant, user) mod S` with a hash that is the
 //! same in every process and version (FNV-1a over the two ids with a separator), and the
-//! pseudonymous user hash that logs carry instead of user ids.
+//! pseudonym that logs carry instead of user ids.
+//!
+//! The two are different hashes on purpose. The log pseudonym is keyed ([`LogPepper`]: the
+//! deployment's audit-trail pepper, so a log line's pseudonym is the prefix of the audit
+//! trail's): an unkeyed hash of a phone-number-like user id is reversed by hashing every
+//! phone number. Placement stays unkeyed: every node, the operator CLI and the tests must
+//! compute a user's shard alike without holding a secret, and it reveals nothing outside the
+//! cluster (shard numbers are not logged next to user ids). What an unkeyed placement allows
+//! is crafting ids that share a shard; that concentrates one tenant's own users on one node,
+//! bounded by the per-key rate limits, and moves no data between tenants.
+
+use engram_storage::access::user_pseudonym;
 
 /// A user, as (tenant, user id).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -37,15 +48,43 @@ impl UserKey {
         (self.hash64() % u64::from(shards.max(1))) as u32
     }
 
-    /// A pseudonym for logs: never the user id itself.
-    pub fn log_id(&self) -> String {
-        format!("{:016x}", self.hash64())
+    /// A pseudonym for logs: never the user id itself, and not computable without the
+    /// deployment's secret (the first 16 hex digits of the audit trail's pseudonym).
+    pub fn log_id(&self, pepper: &LogPepper) -> String {
+        let mut id = user_pseudonym(&pepper.0, &self.tenant, &self.user);
+        id.truncate(16);
+        id
+    }
+}
+
+/// The per-deployment secret that keys log pseudonyms: the audit trail's pepper, read from
+/// storage at start (`engram_storage::access::audit_pepper`), the same on every node. The
+/// default is a random one, for embedders and tests that have no deployment.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LogPepper([u8; 32]);
+
+impl LogPepper {
+    /// The pepper `secret`.
+    pub fn new(secret: [u8; 32]) -> Self {
+        LogPepper(secret)
+    }
+}
+
+impl Default for LogPepper {
+    fn default() -> Self {
+        LogPepper(rand::random())
+    }
+}
+
+impl std::fmt::Debug for LogPepper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogPepper(..)")
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::UserKey;
+    use super::{LogPepper, UserKey};
 
     #[test]
     fn shards_are_stable_and_spread() {
@@ -66,6 +105,35 @@ mod tests {
             counts.iter().all(|&c| (800..1200).contains(&c)),
             "{counts:?}"
         );
-        assert!(!UserKey::new("acme", "alice").log_id().contains("alice"));
+    }
+
+    #[test]
+    fn log_pseudonyms_are_keyed_by_the_deployment_secret() {
+        let user = UserKey::new("acme", "13800138000");
+        let (a, b) = (LogPepper::new([1; 32]), LogPepper::new([2; 32]));
+        let pseudonym = user.log_id(&a);
+        assert_eq!(pseudonym.len(), 16);
+        assert!(!pseudonym.contains("13800138000"));
+        assert_eq!(pseudonym, user.log_id(&a), "stable within a deployment");
+        assert_ne!(
+            pseudonym,
+            user.log_id(&b),
+            "another secret, another pseudonym"
+        );
+        assert_ne!(
+            pseudonym,
+            format!("{:016x}", user.hash64()),
+            "not the unkeyed placement hash"
+        );
+        assert!(
+            engram_storage::access::user_pseudonym(&[1; 32], "acme", "13800138000")
+                .starts_with(&pseudonym),
+            "the prefix of the audit trail's pseudonym"
+        );
+        assert_ne!(
+            LogPepper::default(),
+            LogPepper::default(),
+            "random by default"
+        );
     }
 }

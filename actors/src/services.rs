@@ -14,6 +14,7 @@ use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;
 use crate::model::policy::DAY_MS;
+use crate::placement::{LogPepper, UserKey};
 
 /// Versions kept of each intent type of a user, by default.
 pub const DEFAULT_INTENT_VERSIONS: usize = 100;
@@ -54,6 +55,8 @@ pub struct Settings {
     /// Memory records a node's live user actors cache at most; beyond, the least recently
     /// used actor is evicted.
     pub max_cached_records: u64,
+    /// The secret of the pseudonyms logs name users by.
+    pub log_pepper: LogPepper,
 }
 
 impl Default for Settings {
@@ -70,6 +73,7 @@ impl Default for Settings {
             intent_versions: DEFAULT_INTENT_VERSIONS,
             max_actors: DEFAULT_MAX_ACTORS,
             max_cached_records: DEFAULT_MAX_CACHED_RECORDS,
+            log_pepper: LogPepper::default(),
         }
     }
 }
@@ -127,6 +131,13 @@ pub struct Services {
     pub settings: Settings,
     /// Counters.
     pub metrics: Arc<Metrics>,
+}
+
+impl Services {
+    /// The pseudonym logs name `key`'s user by ([`UserKey::log_id`]).
+    pub fn log_id(&self, key: &UserKey) -> String {
+        key.log_id(&self.settings.log_pepper)
+    }
 }
 
 impl std::fmt::Debug for Services {

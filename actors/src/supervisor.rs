@@ -158,16 +158,18 @@ impl Actor for ShardSupervisor {
                 };
                 let shard = state.args.shard;
                 if !state.may_restart(&key) {
-                    tracing::warn!(shard, user = %key.log_id(), %error, "user actor keeps failing; left stopped");
+                    tracing::warn!(shard, user = %state.args.services.log_id(&key), %error, "user actor keeps failing; left stopped");
                     return Ok(());
                 }
-                tracing::warn!(shard, user = %key.log_id(), %error, "user actor failed; restarting from storage");
+                tracing::warn!(shard, user = %state.args.services.log_id(&key), %error, "user actor failed; restarting from storage");
                 match state.start(&myself, key.clone()).await {
                     Ok(actor) => {
                         metrics.restarts.fetch_add(1, Ordering::Relaxed);
                         state.args.directory.register(key, actor);
                     }
-                    Err(err) => tracing::warn!(shard, user = %key.log_id(), %err, "restart failed"),
+                    Err(err) => {
+                        tracing::warn!(shard, user = %state.args.services.log_id(&key), %err, "restart failed")
+                    }
                 }
             }
             SupervisionEvent::ActorStarted(_)

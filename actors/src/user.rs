@@ -162,7 +162,7 @@ impl Actor for UserActor {
             .metrics
             .actors_started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::debug!(user = %args.key.log_id(), records = index.len(), "user actor started");
+        tracing::debug!(user = %args.services.log_id(&args.key), records = index.len(), "user actor started");
         let mut state = UserState {
             args,
             index,
@@ -251,7 +251,7 @@ impl Actor for UserActor {
                         .metrics
                         .passivations
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::debug!(user = %state.args.key.log_id(), "user actor passivated");
+                    tracing::debug!(user = %state.args.services.log_id(&state.args.key), "user actor passivated");
                     state.leave(&myself, "idle");
                 }
             }
@@ -482,7 +482,7 @@ impl UserState {
             .await?;
         self.index.clear();
         self.topics.clear();
-        tracing::info!(user = %self.args.key.log_id(), records = report.records, "user forgotten");
+        tracing::info!(user = %self.args.services.log_id(&self.args.key), records = report.records, "user forgotten");
         Ok(ForgetAck {
             records: report.records,
             expiry_entries: report.expiry_entries,

@@ -122,6 +122,15 @@ pub async fn run(config: Config) -> Result<()> {
         heartbeat_interval: config.cluster.heartbeat_interval,
         lease_timeout: config.cluster.lease_timeout,
     };
+    // Logs name users by a pseudonym keyed with the audit trail's pepper (the same secret on
+    // every node of the deployment; the audit trail reads the same row below).
+    let pepper = {
+        let (ks, fresh) = (keyspace.clone(), rand::random::<[u8; 32]>());
+        store
+            .run(move |txn| engram_storage::access::audit_pepper(txn, &ks, fresh))
+            .await
+            .map_err(Error::storage("reading the pseudonym key"))?
+    };
     let services = Services {
         store: store.clone(),
         keyspace: keyspace.clone(),
@@ -129,7 +138,10 @@ pub async fn run(config: Config) -> Result<()> {
         extractor: Arc::new(extractor),
         embedder: embedder.clone(),
         ownership: Some(Ownership::new(&lease_settings)),
-        settings: config.actor_settings(),
+        settings: engram_actors::services::Settings {
+            log_pepper: engram_actors::placement::LogPepper::new(pepper),
+            ..config.actor_settings()
+        },
         metrics: Arc::new(Metrics::default()),
     };
     let directory = Directory::new(services);

@@ -5,10 +5,12 @@
 //! write. Invariants kept here: a record's expiry-index entry is written and removed in the
 //! same transaction as the record; forgetting a user leaves no key of theirs anywhere.
 //!
-//! The archive tier ([`archive`]) and identity anchors ([`anchor`]) are in their own modules.
+//! The archive tier ([`archive`]), identity anchors ([`anchor`]) and counts of repeated
+//! choices ([`choice`]) are in their own modules.
 
 pub mod anchor;
 pub mod archive;
+pub mod choice;
 
 use crate::codec::{decode, encode};
 use crate::error::Result;
@@ -149,23 +151,6 @@ impl<'t> UserData<'t> {
     pub fn flags(&mut self) -> Result<Vec<ReviewFlag>> {
         let range = self.keys.flags();
         self.decode_range("review flag", &range.begin, &range.end)
-    }
-
-    /// How many times a choice was made.
-    pub fn choice_count(&mut self, topic: &str, value: &str) -> Result<u64> {
-        let key = self.keys.choice(topic, value);
-        Ok(self
-            .txn
-            .get(&key)?
-            .map_or(0, |v| crate::kv::decode_counter(&v)) as u64)
-    }
-
-    /// Adds one to the count of a choice and returns the new count.
-    pub fn count_choice(&mut self, topic: &str, value: &str) -> Result<u64> {
-        let n = self.choice_count(topic, value)? + 1;
-        self.txn
-            .set(&self.keys.choice(topic, value), &n.to_le_bytes())?;
-        Ok(n)
     }
 
     /// The last `limit` turns of a session, oldest first (0 = all).

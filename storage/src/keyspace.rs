@@ -12,8 +12,8 @@
 //! ("u", tenant, user, "vec", memory_id)           embeddings
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
-//! ("u", tenant, user, "choice", topic, value)     counts of repeated choices
-//! ("u", tenant, user, "breaker")                  recent reads of high-PII memories
+//! ("u", tenant, user, "choice", hash)             counts of repeated choices, by keyed hash
+//! ("u", tenant, user, "reads")                   the sensitive-read breaker's counts, per key
 //! ("u", tenant, user, "anchor", hmac)             identity anchors, by keyed hash
 //! ("u", tenant, user, "archive", session)         archive row of a session
 //! ("u", tenant, user, "arch", session, seq)       archived raw turns
@@ -392,8 +392,15 @@ impl UserKeys {
         self.range(&("flag",))
     }
 
-    /// The counter of a repeated choice.
-    pub fn choice(&self, topic: &str, value: &str) -> Vec<u8> {
+    /// The count of a repeated choice, by the keyed hash of its topic and value
+    /// ([`crate::data::choice`]).
+    pub fn choice(&self, hash: &[u8; 32]) -> Vec<u8> {
+        self.space.pack(&("choice", &hash[..]))
+    }
+
+    /// The counter of a repeated choice as versions before keyed hashes kept it, with the
+    /// topic and value in clear: read once and removed.
+    pub fn legacy_choice(&self, topic: &str, value: &str) -> Vec<u8> {
         self.space.pack(&("choice", topic, value))
     }
 

@@ -1,6 +1,7 @@
 //! Personal data through a real node: a conversation full of it at debug log level. No log
-//! line carries any of it, no answer of the gateway carries a raw ID, bank card or passport
-//! number, and storage records each turn's and memory's personal-data level.
+//! line carries any of it, no answer of the gateway carries a raw ID, bank card, passport or
+//! mobile number, storage records each turn's and memory's personal-data level, and logs
+//! name users by a pseudonym keyed per deployment.
 
 use engram_storage::model::{MemoryKind, PiiLevel, RedactionLevel};
 use engram_tests::harness::{Sandbox, turn};
@@ -86,7 +87,7 @@ async fn personal_data_never_reaches_logs_and_is_masked_for_the_gateway() {
 
     for answer in &answers {
         let text = answer.to_string();
-        for raw in [ID, CARD, PASSPORT] {
+        for raw in [ID, CARD, PASSPORT, MOBILE] {
             assert!(
                 !text.contains(raw),
                 "a gateway answer carries {raw}: {text}"
@@ -95,8 +96,8 @@ async fn personal_data_never_reaches_logs_and_is_masked_for_the_gateway() {
     }
     let context = answers[5].to_string();
     assert!(
-        context.contains("110105********002X") || context.contains("6222***********3446"),
-        "{context}"
+        context.contains("**************002X") && context.contains("*******5678"),
+        "masks keep the last 4 only, mobile numbers included: {context}"
     );
 
     node.terminate().await;
@@ -206,4 +207,50 @@ async fn forgetting_leaves_nothing_in_any_file(cipher: &str) {
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_name_users_by_a_pseudonym_keyed_per_deployment() {
+    // A phone-number-like user id: an unkeyed hash of it is reversed by hashing every phone
+    // number. Two deployments (two stores, two peppers) log it differently, and neither logs
+    // the unkeyed placement hash.
+    let user = "13800138000";
+    let mut pseudonyms = Vec::new();
+    for name in ["deploy-a", "deploy-b"] {
+        let mut node = Sandbox::new()
+            .node(name)
+            .set("log.level", "debug")
+            .start()
+            .await;
+        node.client()
+            .must_append_turn(user, &turn("r1", "s1", "hello", "hi"))
+            .await;
+        node.terminate().await;
+        let log = node.log();
+        let started = log
+            .iter()
+            .find(|l| l.contains("user actor started"))
+            .unwrap_or_else(|| panic!("no actor start logged:\n{}", log.join("\n")));
+        let pseudonym = started
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("user="))
+            .unwrap_or_else(|| panic!("no user field: {started}"))
+            .trim_matches('"')
+            .to_owned();
+        assert_eq!(pseudonym.len(), 16, "{started}");
+        assert!(!log.iter().any(|l| l.contains(user)));
+        pseudonyms.push(pseudonym);
+    }
+    let unkeyed = format!(
+        "{:016x}",
+        engram_actors::placement::UserKey::new("default", user).hash64()
+    );
+    assert!(
+        !pseudonyms.contains(&unkeyed),
+        "the log pseudonym is the unkeyed hash: {pseudonyms:?}"
+    );
+    assert_ne!(
+        pseudonyms[0], pseudonyms[1],
+        "two deployments with different secrets give different pseudonyms"
+    );
 }

@@ -4,12 +4,23 @@
 //! character verified), mainland mobile numbers (`1[3-9]` and 9 digits, optionally `+86`),
 //! e-mail addresses, bank card numbers (13 to 19 digits, spaces or dashes allowed between
 //! them, Luhn-valid) and passport numbers (Chinese formats: `E`/`G` and 8 digits, or `E`, a
-//! letter and 7 digits). A match must stand alone: no ASCII letter or digit right before or
-//! after it (Chinese text around it is fine).
+//! letter and 7 digits).
+//!
+//! Text is first brought to one width: full-width digits, letters and signs (`１３８`, `Ｅ`,
+//! `＠`) count as their ASCII forms, so `手机１３８...` is found like `手机138...`; offsets
+//! stay those of the text as given. Numbers with a check (ID numbers: MOD 11-2 and a
+//! plausible birth date; card numbers: Luhn) are found inside longer tokens
+//! (`ID11010519491231002X`, `card6222...`), where a card must also have a scheme's prefix
+//! and length; they never touch another digit (a window of a longer number passes a check by
+//! chance too often, so long order numbers stay). Numbers without a check (mobile and
+//! passport numbers) and e-mail addresses must stand alone: no ASCII letter or digit right
+//! before or after them (Chinese text around them is fine).
 //!
 //! Levels: ID, bank card and passport numbers are `high`; mobile numbers `medium`; e-mail
-//! addresses `low`. Masks keep enough to recognise the item and nothing to use it:
-//! `110101********251X`, `6222********1234`, `138****5678`, `a***@example.com`, `E1*****78`.
+//! addresses `low`. Masks keep at most the last 4 characters, never the leading ones (the
+//! region and birth date of an ID number, a card's issuer, a mobile's carrier prefix are what
+//! would narrow a guess): `**************251X`, `***************1234`, `*******5678`,
+//! `a***@example.com`, `*******78`.
 //!
 //! Identity anchors: resident ID and passport numbers are also normalised (upper case, the
 //! check character `X` included) so that the same identifier always hashes the same
@@ -17,6 +28,7 @@
 //!
 //! Pure functions: no I/O, and nothing here logs.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use engram_storage::model::{AnchorKind, PiiLevel};
@@ -70,11 +82,70 @@ static EMAIL: LazyLock<Regex> =
     LazyLock::new(|| regex(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"));
 static PASSPORT: LazyLock<Regex> = LazyLock::new(|| regex(r"[EeGg][0-9]{8}|[Ee][A-Za-z][0-9]{7}"));
 
+/// `text` with full-width forms (U+FF01 to U+FF5E: digits, letters, `＋`, `－`, `＠`, ...)
+/// and the ideographic space turned into their ASCII counterparts, one character for one,
+/// with the byte offset in `text` of each character of the result (and of its end).
+struct Normalised<'a> {
+    text: Cow<'a, str>,
+    /// `(offset in the result, offset in the original)` of every character, then of the
+    /// end; empty when the text needed no change.
+    offsets: Vec<(usize, usize)>,
+}
+
+fn ascii_form(c: char) -> char {
+    match u32::from(c) {
+        code @ 0xFF01..=0xFF5E => char::from_u32(code - 0xFF01 + 0x21).unwrap_or(c),
+        0x3000 => ' ',
+        _ => c,
+    }
+}
+
+impl<'a> Normalised<'a> {
+    fn new(text: &'a str) -> Self {
+        if !text.chars().any(|c| ascii_form(c) != c) {
+            return Normalised {
+                text: Cow::Borrowed(text),
+                offsets: Vec::new(),
+            };
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut offsets = Vec::with_capacity(text.len() + 1);
+        for (at, c) in text.char_indices() {
+            offsets.push((out.len(), at));
+            out.push(ascii_form(c));
+        }
+        offsets.push((out.len(), text.len()));
+        Normalised {
+            text: Cow::Owned(out),
+            offsets,
+        }
+    }
+
+    /// The offset in the original text of `at`, a character boundary of the result.
+    fn original(&self, at: usize) -> usize {
+        if self.offsets.is_empty() {
+            return at;
+        }
+        match self.offsets.binary_search_by_key(&at, |(n, _)| *n) {
+            Ok(i) => self.offsets[i].1,
+            Err(i) => self.offsets.get(i).map_or(usize::MAX, |(_, o)| *o),
+        }
+    }
+}
+
+/// No ASCII letter or digit right before or after `start..end`.
 fn stands_alone(text: &str, start: usize, end: usize) -> bool {
     let before = text[..start].chars().next_back();
     let after = text[end..].chars().next();
     !before.is_some_and(|c| c.is_ascii_alphanumeric())
         && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+/// No digit right before or after `start..end` (letters may touch it).
+fn digits_end_at(text: &str, start: usize, end: usize) -> bool {
+    let before = text[..start].chars().next_back();
+    let after = text[end..].chars().next();
+    !before.is_some_and(|c| c.is_ascii_digit()) && !after.is_some_and(|c| c.is_ascii_digit())
 }
 
 /// Whether an 18-character resident ID number has the right check character.
@@ -91,6 +162,16 @@ pub fn resident_id_valid(id: &str) -> bool {
         .map(|(b, w)| u32::from(b - b'0') * w)
         .sum();
     CHECK[(sum % 11) as usize] == bytes[17].to_ascii_uppercase()
+}
+
+/// Whether characters 7 to 14 of a resident ID number are a plausible birth date
+/// (`YYYYMMDD`, 1900 to 2099): a second check against numbers that pass MOD 11-2 by chance.
+fn birth_date_plausible(id: &str) -> bool {
+    let number = |range: std::ops::Range<usize>| id.get(range).and_then(|s| s.parse::<u32>().ok());
+    matches!(
+        (number(6..10), number(10..12), number(12..14)),
+        (Some(1900..=2099), Some(1..=12), Some(1..=31))
+    )
 }
 
 /// Whether a digit string passes the Luhn check.
@@ -110,39 +191,84 @@ pub fn luhn_valid(digits: &str) -> bool {
     !digits.is_empty() && sum % 10 == 0
 }
 
+/// Whether a card number has the prefix and length of a card scheme: UnionPay (`62`, 16 to
+/// 19 digits), Visa (`4`, 13, 16 or 19), Mastercard (`51` to `55`, 16), American Express
+/// (`34`, `37`, 15), JCB (`35`, 16 to 19).
+fn issuer_shaped(digits: &str) -> bool {
+    let n = digits.len();
+    match digits.get(..2).and_then(|s| s.parse::<u32>().ok()) {
+        Some(62 | 35) => (16..=19).contains(&n),
+        Some(40..=49) => matches!(n, 13 | 16 | 19),
+        Some(51..=55) => n == 16,
+        Some(34 | 37) => n == 15,
+        Some(_) | None => false,
+    }
+}
+
 fn digits_of(s: &str) -> String {
     s.chars().filter(char::is_ascii_digit).collect()
 }
 
-/// Every item of personal data in `text`, in order, none overlapping.
-pub fn detect(text: &str) -> Vec<Finding> {
+/// Every item of personal data in `text` (already normalised), in order, none overlapping.
+fn detect_normalised(text: &str) -> Vec<Finding> {
     let mut found: Vec<Finding> = Vec::new();
     let add = |kind: PiiKind, start: usize, end: usize, found: &mut Vec<Finding>| {
-        if stands_alone(text, start, end) && !found.iter().any(|f| start < f.end && f.start < end) {
+        if !found.iter().any(|f| start < f.end && f.start < end) {
             found.push(Finding { kind, start, end });
         }
     };
+    // Numbers with a check character may touch letters (`ID11010519491231002X`), never
+    // other digits: a window of a longer number passes a check by chance too often.
     for m in RESIDENT_ID.find_iter(text) {
-        if resident_id_valid(m.as_str()) {
+        let id = m.as_str();
+        if digits_end_at(text, m.start(), m.end())
+            && resident_id_valid(id)
+            && birth_date_plausible(id)
+        {
             add(PiiKind::ResidentId, m.start(), m.end(), &mut found);
         }
     }
     for m in BANK_CARD.find_iter(text) {
         let digits = digits_of(m.as_str());
-        if (13..=19).contains(&digits.len()) && luhn_valid(&digits) {
+        // A card glued to letters must also have an issuer's prefix and length.
+        let alone = stands_alone(text, m.start(), m.end());
+        if (13..=19).contains(&digits.len())
+            && luhn_valid(&digits)
+            && digits_end_at(text, m.start(), m.end())
+            && (alone || issuer_shaped(&digits))
+        {
             add(PiiKind::BankCard, m.start(), m.end(), &mut found);
         }
     }
+    // Numbers without a check must stand alone.
     for m in PASSPORT.find_iter(text) {
-        add(PiiKind::Passport, m.start(), m.end(), &mut found);
+        if stands_alone(text, m.start(), m.end()) {
+            add(PiiKind::Passport, m.start(), m.end(), &mut found);
+        }
     }
     for m in MOBILE.find_iter(text) {
-        add(PiiKind::Mobile, m.start(), m.end(), &mut found);
+        if stands_alone(text, m.start(), m.end()) {
+            add(PiiKind::Mobile, m.start(), m.end(), &mut found);
+        }
     }
     for m in EMAIL.find_iter(text) {
-        add(PiiKind::Email, m.start(), m.end(), &mut found);
+        if stands_alone(text, m.start(), m.end()) {
+            add(PiiKind::Email, m.start(), m.end(), &mut found);
+        }
     }
     found.sort_by_key(|f| f.start);
+    found
+}
+
+/// Every item of personal data in `text`, in order, none overlapping, as byte ranges of
+/// `text` (full-width forms are found like their ASCII counterparts).
+pub fn detect(text: &str) -> Vec<Finding> {
+    let norm = Normalised::new(text);
+    let mut found = detect_normalised(&norm.text);
+    for f in &mut found {
+        f.start = norm.original(f.start);
+        f.end = norm.original(f.end);
+    }
     found
 }
 
@@ -157,10 +283,11 @@ fn anchor_kind(kind: PiiKind) -> Option<AnchorKind> {
 
 /// The resident ID and passport numbers in `text`, normalised, each once, in order.
 pub fn anchors_in(text: &str) -> Vec<(AnchorKind, String)> {
+    let norm = Normalised::new(text);
     let mut found: Vec<(AnchorKind, String)> = Vec::new();
-    for f in detect(text) {
+    for f in detect_normalised(&norm.text) {
         if let Some(kind) = anchor_kind(f.kind) {
-            let anchor = (kind, text[f.start..f.end].to_ascii_uppercase());
+            let anchor = (kind, norm.text[f.start..f.end].to_ascii_uppercase());
             if !found.contains(&anchor) {
                 found.push(anchor);
             }
@@ -172,8 +299,9 @@ pub fn anchors_in(text: &str) -> Vec<(AnchorKind, String)> {
 /// `value` as one resident ID or passport number (surrounding white space ignored),
 /// normalised; `None` if it is anything else.
 pub fn anchor_of(value: &str) -> Option<(AnchorKind, String)> {
-    let value = value.trim();
-    match detect(value).as_slice() {
+    let norm = Normalised::new(value);
+    let value = norm.text.trim();
+    match detect_normalised(value).as_slice() {
         [f] if f.start == 0 && f.end == value.len() => {
             anchor_kind(f.kind).map(|kind| (kind, value.to_ascii_uppercase()))
         }
@@ -214,12 +342,12 @@ fn mask_item(kind: PiiKind, item: &str) -> String {
         out
     };
     match kind {
-        PiiKind::ResidentId => keep(item, 6, 4),
-        PiiKind::BankCard => keep(&digits_of(item), 4, 4),
-        PiiKind::Passport => keep(item, 2, 2),
+        PiiKind::ResidentId => keep(item, 0, 4),
+        PiiKind::BankCard => keep(&digits_of(item), 0, 4),
+        PiiKind::Passport => keep(item, 0, 2),
         PiiKind::Mobile => {
             let digits = digits_of(item);
-            keep(&digits[digits.len().saturating_sub(11)..], 3, 4)
+            keep(&digits[digits.len().saturating_sub(11)..], 0, 4)
         }
         PiiKind::Email => match item.split_once('@') {
             Some((local, domain)) => {
@@ -233,15 +361,17 @@ fn mask_item(kind: PiiKind, item: &str) -> String {
 
 /// `text` with every item whose level is at least `from` masked.
 pub fn mask(text: &str, from: PiiLevel) -> String {
+    let norm = Normalised::new(text);
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
-    for f in detect(text) {
+    for f in detect_normalised(&norm.text) {
         if rank(f.kind.level()) < rank(from) {
             continue;
         }
-        out.push_str(&text[at..f.start]);
-        out.push_str(&mask_item(f.kind, &text[f.start..f.end]));
-        at = f.end;
+        let (start, end) = (norm.original(f.start), norm.original(f.end));
+        out.push_str(&text[at..start]);
+        out.push_str(&mask_item(f.kind, &norm.text[f.start..f.end]));
+        at = end;
     }
     out.push_str(&text[at..]);
     out

@@ -66,7 +66,7 @@ pub(super) async fn load_index(args: &UserArgs) -> Result<(MemoryIndex, bool)> {
         .await?;
     let services = args.services.clone();
     let model = services.embedder.as_ref().map(|e| e.model_name());
-    let log_id = args.key.log_id();
+    let log_id = args.services.log_id(&args.key);
     let has_data = loaded.has_data;
     let index = tokio::task::spawn_blocking(move || {
         let Loaded {

@@ -186,7 +186,7 @@ impl UserState {
         match embedder.query(query).await {
             Ok(vector) => Some(vector),
             Err(err) => {
-                tracing::debug!(user = %self.args.key.log_id(), error = %err, "query not embedded");
+                tracing::debug!(user = %self.args.services.log_id(&self.args.key), error = %err, "query not embedded");
                 self.args
                     .services
                     .metrics

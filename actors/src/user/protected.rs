@@ -29,7 +29,7 @@ impl UserState {
             .anchors_unkeyed
             .fetch_add(anchors.len() as u64, Ordering::Relaxed);
         tracing::debug!(
-            user = %self.args.key.log_id(),
+            user = %services.log_id(&self.args.key),
             identifiers = anchors.len(),
             "identifiers not anchored: no key service"
         );

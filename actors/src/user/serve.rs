@@ -16,10 +16,11 @@ use super::api::{ApprovalAck, MAX_INTENT_PAGE, SearchHit, SessionMemory};
 use super::ops::{self, Prepared};
 use super::validate::check_id;
 use super::{UserState, redact};
-use crate::breaker::{Counts, Verdict};
+use crate::breaker::{Counter, Counts, Verdict};
 use crate::error::{Error, Result};
 use crate::front::{Reader, UserReply, UserRequest};
 use crate::model::context::gateway_text;
+use crate::model::pii;
 
 impl UserState {
     /// Serves `request` for `reader`.
@@ -116,6 +117,9 @@ impl UserState {
                 let mut intents = self
                     .read(move |u| u.newest_intents(&query.intent_type, query.before, query.limit))
                     .await?;
+                let sensitive =
+                    pii::level_of(intents.iter().map(|i| i.fields.as_str())) == PiiLevel::High;
+                self.guard(reader, sensitive).await?;
                 // Distilled fields are shown masked to every reader, admins included.
                 for intent in &mut intents {
                     intent.fields = gateway_text(&intent.fields);
@@ -124,9 +128,11 @@ impl UserState {
             }
             UserRequest::Flags(_) => UserReply::Flags(self.read(|u| u.flags()).await?),
             UserRequest::MatchAnchor(query) => {
-                // Every attempt counts, found or not: a brute force of the hidden digits is
-                // a run of misses.
-                self.guard(reader, true).await?;
+                // Every well-formed attempt counts, found or not (a brute force of the hidden
+                // digits is a run of misses), before the anchors are looked at.
+                if pii::anchor_of(&query.value).is_some() {
+                    self.guard_counter(reader, true, Counter::Match).await?;
+                }
                 UserReply::MatchAnchor(self.match_anchor(&query.value).await?)
             }
             UserRequest::ReadArchive(query) => {
@@ -163,22 +169,38 @@ impl UserState {
 
     /// Counts a sensitive read by a non-admin `reader`, or refuses it.
     pub(super) async fn guard(&self, reader: &Reader, sensitive: bool) -> Result<()> {
-        match self.count_sensitive(reader, sensitive).await? {
+        self.guard_counter(reader, sensitive, Counter::Read).await
+    }
+
+    /// Counts an event of `counter` by a non-admin `reader`, or refuses it.
+    async fn guard_counter(
+        &self,
+        reader: &Reader,
+        sensitive: bool,
+        counter: Counter,
+    ) -> Result<()> {
+        match self.count(reader, sensitive, counter).await? {
             Verdict::Allowed => Ok(()),
             Verdict::Refused { reads } => Err(Error::ApprovalRequired { reads }),
         }
     }
 
-    /// The breaker's verdict on one more read by `reader` (counted when allowed); reads that
-    /// show nothing sensitive, and admins' reads, are neither counted nor refused.
+    /// The breaker's verdict on one more sensitive read by `reader` (counted when allowed).
     pub(super) async fn count_sensitive(
         &self,
         reader: &Reader,
         sensitive: bool,
     ) -> Result<Verdict> {
+        self.count(reader, sensitive, Counter::Read).await
+    }
+
+    /// The breaker's verdict on one more event of `counter` by `reader` (counted when
+    /// allowed); reads that show nothing sensitive, and admins' reads, are neither counted
+    /// nor refused.
+    async fn count(&self, reader: &Reader, sensitive: bool, counter: Counter) -> Result<Verdict> {
         let policy = self.args.services.settings.breaker;
         // A user with no data has nothing to protect, and a read must not give them data.
-        if !sensitive || !self.has_data || reader.is_admin() || policy.threshold == 0 {
+        if !sensitive || !self.has_data || reader.is_admin() || counter.threshold(policy) == 0 {
             return Ok(Verdict::Allowed);
         }
         let (services, key) = self.scope_parts();
@@ -189,7 +211,7 @@ impl UserState {
             .run(self.lease()?, move |txn| {
                 let mut user = UserData::new(txn, &ks, &key.tenant, &key.user);
                 let mut counts: Counts = user.sensitive_reads()?.unwrap_or_default();
-                let verdict = counts.count(&principal, policy, now);
+                let verdict = counts.count(&principal, counter, policy, now);
                 if verdict == Verdict::Allowed {
                     user.put_sensitive_reads(&counts)?;
                 }

@@ -135,7 +135,7 @@ impl UserState {
                 if let Some((ownership, epoch)) = lease {
                     ownership.fenced(shard, epoch);
                 }
-                tracing::warn!(user = %self.args.key.log_id(), shard, "write fenced: the shard moved");
+                tracing::warn!(user = %self.args.services.log_id(&self.args.key), shard, "write fenced: the shard moved");
                 Err(Error::NotOwner(format!(
                     "shard {shard} moved to another node; retry on its owner"
                 )))
@@ -183,7 +183,7 @@ impl UserState {
                 .index
                 .upsert(&extractor, record.clone(), text.clone(), vector)
             {
-                tracing::warn!(user = %self.args.key.log_id(), error = %err, "embedding refused by the index");
+                tracing::warn!(user = %self.args.services.log_id(&self.args.key), error = %err, "embedding refused by the index");
                 let _ = self.index.upsert(&extractor, record, text, None);
             }
         }

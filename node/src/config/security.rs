@@ -42,7 +42,11 @@ pub struct SecurityConfig {
     /// Reads returning a user's high-PII memories allowed within `sensitive-read-window`
     /// before an admin must approve more (0: no limit).
     pub sensitive_read_limit: u32,
-    /// The window of `sensitive-read-limit`.
+    /// Identity-anchor matches (`anchors/match`) one non-admin key may make of one user within
+    /// `sensitive-read-window` before an admin approves more (0: no limit), counted apart
+    /// from reads.
+    pub anchor_match_limit: u32,
+    /// The window of `sensitive-read-limit` and `anchor-match-limit`.
     #[serde(with = "humantime_serde")]
     pub sensitive_read_window: Duration,
     /// How masked gateway reads (contexts, searches, lists, session turns, conflicts, recall)
@@ -77,6 +81,7 @@ impl Default for SecurityConfig {
             audit: true,
             audit_retention: Duration::from_secs(400 * 24 * 3_600),
             sensitive_read_limit: engram_actors::breaker::Policy::default().threshold,
+            anchor_match_limit: engram_actors::breaker::Policy::default().match_threshold,
             sensitive_read_window: Duration::from_millis(
                 u64::try_from(engram_actors::breaker::Policy::default().window_ms).unwrap_or(0),
             ),
@@ -102,6 +107,7 @@ impl SecurityConfig {
     pub fn breaker(&self) -> engram_actors::breaker::Policy {
         engram_actors::breaker::Policy {
             threshold: self.sensitive_read_limit,
+            match_threshold: self.anchor_match_limit,
             window_ms: i64::try_from(self.sensitive_read_window.as_millis()).unwrap_or(i64::MAX),
         }
     }

@@ -147,7 +147,7 @@ pub struct AuditResponse {
 /// `POST /v1/admin/users/{user}/approvals`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApprovalResponse {
-    /// Sensitive reads cleared from the count.
+    /// Counted events cleared, for every key: sensitive reads and anchor matches.
     pub cleared: u32,
 }
 

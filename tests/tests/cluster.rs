@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_tests::chaos::{
-    Gateway, Load, SHARDS, epoch_of, metric_above_zero, owned_by, settled, shard, start, status,
-    texts, user_of,
+    Gateway, Load, SHARDS, epoch_of, metric_above_zero, owned_by, pause_outside_writes, settled,
+    shard, start, status, texts, user_of,
 };
 use engram_tests::harness::{HttpClient, Sandbox, turn};
 use hyper::StatusCode;
@@ -257,7 +257,7 @@ async fn a_paused_owner_loses_its_shards_and_what_it_is_sent_after_is_served_by_
         .await;
     let epoch = epoch_of(&status(b_client).await.unwrap(), shard(&user));
 
-    a.signal("STOP");
+    pause_outside_writes(&a, &sandbox);
     owned_by(
         b_client,
         shard(&user),

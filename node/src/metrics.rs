@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use engram_actors::cluster::Ownership;
+use engram_actors::ownership::Ownership;
 
 use crate::cluster::Transport;
 use engram_actors::directory::Directory;

@@ -1,176 +1,39 @@
-//! Shard ownership across the nodes of a cluster: heartbeats in the membership table, the live
-//! member set read from storage, rendezvous placement of shards over it, shard leases with
-//! epochs, and the fence every write transaction passes (DESIGN.md section 4).
+//! The lease round: heartbeats in the membership table, the live member set read from
+//! storage, rendezvous placement of shards over it, and taking, handing off and dropping shard
+//! leases with epochs (DESIGN.md section 4). What a write reads is in [`crate::ownership`],
+//! which this module fills in; that module does not know this one.
 //!
 //! How it works:
 //! - Each node runs a [`LeaseManager`] round every heartbeat interval: it writes its heartbeat,
-//!   reads the members and the lease rows in one transaction, hands off the shards that
-//!   rendezvous hashing now gives another live node (stop their user actors after their queued
-//!   requests, then release the lease), takes the shards rendezvous gives it whose lease is free
-//!   or whose owner is dead (heartbeat older than the lease timeout, or left), and drops the
-//!   shards whose lease row names someone else (it was fenced out).
+//!   reads the members and the lease rows, hands off the shards that rendezvous hashing now
+//!   gives another live node (stop their user actors after their queued requests, then
+//!   release the lease), takes the shards rendezvous gives it whose lease is free or whose
+//!   owner is dead (heartbeat older than the lease timeout, or left), and drops the shards
+//!   whose lease row names someone else (it was fenced out).
 //! - Liveness rides on the node's heartbeat row: lease rows hold only (owner, epoch), so a
-//!   thousand shards cost no renewals. Taking a lease bumps its epoch.
-//! - [`Ownership`] is the node's view: a shard is served only while it is held and the node's
-//!   last complete round is younger than half the lease timeout (monotonic clock). A node
-//!   that cannot heartbeat (storage down, process paused) therefore stops serving everything
-//!   before any other node may take its shards; a request meanwhile gets 503.
-//! - Safety never depends on clocks: every write transaction re-reads its shard's row and
-//!   aborts unless (owner, epoch) is still this node's ([`engram_storage::cluster::fence`]),
-//!   so two nodes that both believe they own a shard can never both commit.
+//!   thousand shards cost no renewals. Taking a lease bumps its epoch, which fences out the
+//!   previous owner's writes ([`engram_storage::cluster::fence`]).
 //!
 //! The transport and forwarding live in `node` (this crate knows no network): a request for a
-//! shard this node does not hold is refused here with [`Error::NotOwner`] and forwarded there.
+//! shard this node does not hold is refused with [`Error::NotOwner`] and forwarded there.
 //! A draining node (status `Draining` in its row, set by [`request_drain`]) takes no shards
 //! and hands off all of its own; [`LeaseManager::drained`] resolves when it holds none.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_storage::cluster;
 use engram_storage::model::{Member, MemberStatus, ShardLease, Timestamp};
 use engram_storage::{Keyspace, Store};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::clock::SharedClock;
 use crate::directory::Directory;
 use crate::error::{Error, Result};
-
-/// Timings of the lease protocol.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseSettings {
-    /// This node's id.
-    pub node_id: String,
-    /// How often a round runs (heartbeat, hand-offs, take-overs).
-    pub heartbeat_interval: Duration,
-    /// Age of a heartbeat after which its node is presumed dead and its shards may be taken.
-    /// A node stops serving when its own last round is older than half of it.
-    pub lease_timeout: Duration,
-}
-
-/// Counters of the lease protocol, exported as metrics.
-#[derive(Debug, Default)]
-pub struct LeaseMetrics {
-    /// Shards taken (a fresh lease with a new epoch).
-    pub taken: AtomicU64,
-    /// Shards handed off cleanly (actors stopped, lease released).
-    pub handed_off: AtomicU64,
-    /// Shards dropped because their lease row named another owner or epoch.
-    pub lost: AtomicU64,
-    /// Write transactions aborted by the fence.
-    pub fenced_writes: AtomicU64,
-    /// Rounds that failed (heartbeat or lease transactions).
-    pub failed_rounds: AtomicU64,
-    /// Requests refused because this node does not serve the user's shard.
-    pub refused: AtomicU64,
-}
-
-/// The shards this node serves, with their epochs.
-#[derive(Debug)]
-pub struct Ownership {
-    node: String,
-    fresh_for: Duration,
-    held: RwLock<HashMap<u32, u64>>,
-    confirmed_at: Mutex<Option<Instant>>,
-    /// Every shard's owner and the live members, as of the last round.
-    view: RwLock<(HashMap<u32, String>, Vec<Member>)>,
-    /// Counters.
-    pub metrics: LeaseMetrics,
-}
-
-impl Ownership {
-    /// An empty view for `node` that serves nothing until its first round.
-    pub fn new(settings: &LeaseSettings) -> Arc<Self> {
-        Arc::new(Ownership {
-            node: settings.node_id.clone(),
-            fresh_for: settings.lease_timeout / 2,
-            held: RwLock::new(HashMap::new()),
-            confirmed_at: Mutex::new(None),
-            view: RwLock::new((HashMap::new(), Vec::new())),
-            metrics: LeaseMetrics::default(),
-        })
-    }
-
-    /// This node's id.
-    pub fn node(&self) -> &str {
-        &self.node
-    }
-
-    /// The epoch under which this node may write `shard` now, or why it may not.
-    pub fn lease(&self, shard: u32) -> Result<u64> {
-        let fresh = self
-            .confirmed_at
-            .lock()
-            .is_some_and(|at| at.elapsed() <= self.fresh_for);
-        let epoch = self.held.read().get(&shard).copied();
-        match (fresh, epoch) {
-            (true, Some(epoch)) => Ok(epoch),
-            (false, Some(_)) => {
-                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
-                Err(Error::NotOwner(format!(
-                    "shard {shard}: this node could not confirm its leases in time; retry"
-                )))
-            }
-            (true | false, None) => {
-                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
-                Err(Error::NotOwner(format!(
-                    "shard {shard} is not served by node {}; retry on its owner",
-                    self.node
-                )))
-            }
-        }
-    }
-
-    /// The owner of `shard` as of the last round, if it has one.
-    pub fn owner(&self, shard: u32) -> Option<String> {
-        self.view.read().0.get(&shard).cloned()
-    }
-
-    /// The live members as of the last round (this node included).
-    pub fn live_members(&self) -> Vec<Member> {
-        self.view.read().1.clone()
-    }
-
-    /// How many shards this node holds.
-    pub fn held(&self) -> usize {
-        self.held.read().len()
-    }
-
-    /// The held shards and their epochs.
-    pub fn snapshot(&self) -> HashMap<u32, u64> {
-        self.held.read().clone()
-    }
-
-    /// Records that a write found `shard` fenced at `epoch`: stop serving it (the next round
-    /// stops its actors).
-    pub fn fenced(&self, shard: u32, epoch: u64) {
-        let mut held = self.held.write();
-        if held.get(&shard) == Some(&epoch) {
-            held.remove(&shard);
-        }
-        self.metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn insert(&self, shard: u32, epoch: u64) {
-        self.held.write().insert(shard, epoch);
-    }
-
-    fn remove(&self, shard: u32) -> Option<u64> {
-        self.held.write().remove(&shard)
-    }
-
-    fn confirm(&self, at: Instant) {
-        *self.confirmed_at.lock() = Some(at);
-    }
-
-    /// Stops serving everything until the next complete round.
-    pub fn suspend(&self) {
-        *self.confirmed_at.lock() = None;
-    }
-}
+use crate::ownership::{LeaseSettings, Ownership};
 
 /// The owner of `shard` among `nodes` by rendezvous (highest random weight) hashing: the node
 /// with the highest hash of (shard, node id); ties go to the smaller id. Deterministic, with
@@ -456,11 +319,13 @@ impl LeaseManager {
             .filter(|m| live.contains(&m.node_id.as_str()))
             .cloned()
             .collect();
-        *self.ownership.view.write() = (owners, live_members);
+        self.ownership.set_view(owners, live_members);
+        // Counted before the drain's check reads it: a drained node reports so in the round
+        // that handed off its last shard.
+        report.held = self.ownership.held();
         if draining && report.held == 0 {
             self.drained.send_replace(true);
         }
-        report.held = self.ownership.held();
         if report.taken + report.handed_off + report.lost > 0 {
             tracing::info!(
                 node = me,

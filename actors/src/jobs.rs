@@ -3,7 +3,11 @@
 //! archive; archived turns past the archive retention period are purged), and the session
 //! cleanup (windows idle for 24 hours). Each finds its users through the expiry index, page
 //! by page, and hands each user to its own actor (so the user's writes stay serialised and
-//! its cache stays right). Scheduling (when to run) is the node's business.
+//! its cache stays right). In a cluster every node runs every job and sweeps only the users of
+//! the shards it holds ([`crate::ownership::Ownership::holds`]); the others' owners sweep
+//! theirs. The index is ordered by time, not by shard, so each node reads all of it (keys
+//! only of entries due) but starts no actor and sends no message for another node's user.
+//! Scheduling (when to run) is the node's business.
 
 use std::collections::HashSet;
 
@@ -86,11 +90,16 @@ pub struct JobReport {
     pub sessions_closed: usize,
     /// Users whose sweep failed (retried at the next run).
     pub failed: usize,
+    /// Users due whose shard another node holds: left to that node's run.
+    pub not_owned: usize,
 }
 
-/// Runs `job` once over every user with entries due now.
+/// Runs `job` once over every user with entries due now whose shard this node holds (every
+/// user when the node serves all shards, without ownership).
 pub async fn run(directory: &Directory, job: Job) -> crate::Result<JobReport> {
     let services = directory.services().clone();
+    let ownership = services.ownership.clone();
+    let shards = services.settings.shards;
     let now = services.clock.now();
     let mut report = JobReport::default();
     let mut seen = HashSet::new();
@@ -104,6 +113,13 @@ pub async fn run(directory: &Directory, job: Job) -> crate::Result<JobReport> {
         for entry in page.into_iter().filter(|e| job.wants(&e.target)) {
             let key = UserKey::new(entry.tenant, entry.user);
             if !seen.insert(key.clone()) {
+                continue;
+            }
+            if ownership
+                .as_ref()
+                .is_some_and(|o| !o.holds(key.shard(shards)))
+            {
+                report.not_owned += 1;
                 continue;
             }
             match directory

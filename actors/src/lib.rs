@@ -13,7 +13,8 @@
 //!   transaction that also records its request id, acknowledged only after the commit.
 //! - Per-user actors stay local to their node; only the node's shard-region actor (in `node`)
 //!   is remote-capable. A node writes a user only under its shard's lease, fenced by epoch
-//!   ([`cluster`]).
+//!   ([`ownership`], which the lease round in [`cluster`] fills in; ownership imports neither
+//!   the round nor the directory).
 //! - Embeddings come from the node's pool ([`embed::Embedder`]) before a write transaction
 //!   starts, never inside one; a node without a pool ranks by words and priors alone.
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
@@ -27,6 +28,7 @@ mod error;
 pub mod front;
 pub mod jobs;
 pub mod model;
+pub mod ownership;
 pub mod placement;
 pub mod services;
 pub mod supervisor;

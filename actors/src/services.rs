@@ -9,11 +9,11 @@ use std::time::Duration;
 use engram_storage::{Keyspace, Store};
 
 use crate::clock::SharedClock;
-use crate::cluster::Ownership;
 use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;
 use crate::model::policy::DAY_MS;
+use crate::ownership::Ownership;
 use crate::placement::{LogPepper, UserKey};
 
 /// Versions kept of each intent type of a user, by default.

@@ -1,15 +1,19 @@
 //! Two nodes' worth of user actors and lease managers in one process, on one real SQLite file
 //! with an injected clock: leases are taken by rendezvous, a live owner keeps its shards, a
-//! dead one loses them, and a stale owner that still believes it owns a shard cannot commit.
+//! dead one loses them, and a stale owner that still believes it owns a shard cannot commit;
+//! each node's maintenance jobs sweep only its own shards' users; a drain is reported in the
+//! round that hands off the last shard.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use engram_actors::Error;
 use engram_actors::clock::{ManualClock, SharedClock};
-use engram_actors::cluster::{LeaseManager, LeaseSettings, Ownership};
+use engram_actors::cluster::LeaseManager;
 use engram_actors::directory::Directory;
+use engram_actors::jobs::{self, Job, JobReport};
 use engram_actors::model::entities::EntityExtractor;
+use engram_actors::ownership::{LeaseSettings, Ownership};
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{TurnAck, TurnRequest};
@@ -26,6 +30,14 @@ struct Node {
 }
 
 fn node(store: &Store, clock: &Arc<ManualClock>, id: &str) -> Node {
+    let settings = Settings {
+        shards: SHARDS,
+        ..Settings::default()
+    };
+    node_with(store, clock, id, settings)
+}
+
+fn node_with(store: &Store, clock: &Arc<ManualClock>, id: &str, actors: Settings) -> Node {
     let settings = LeaseSettings {
         node_id: id.into(),
         heartbeat_interval: Duration::from_millis(500),
@@ -38,10 +50,7 @@ fn node(store: &Store, clock: &Arc<ManualClock>, id: &str) -> Node {
         extractor: Arc::new(EntityExtractor::default()),
         embedder: None,
         ownership: Some(Ownership::new(&settings)),
-        settings: Settings {
-            shards: SHARDS,
-            ..Settings::default()
-        },
+        settings: actors,
         metrics: Arc::new(Metrics::default()),
     };
     let directory = Directory::new(services);
@@ -58,6 +67,15 @@ fn node(store: &Store, clock: &Arc<ManualClock>, id: &str) -> Node {
 }
 
 async fn append(node: &Node, request_id: &str, text: &str) -> engram_actors::Result<TurnAck> {
+    append_for(node, &UserKey::new("acme", "alice"), request_id, text).await
+}
+
+async fn append_for(
+    node: &Node,
+    user: &UserKey,
+    request_id: &str,
+    text: &str,
+) -> engram_actors::Result<TurnAck> {
     let req = TurnRequest {
         request_id: request_id.into(),
         session_id: Some("s1".into()),
@@ -68,9 +86,7 @@ async fn append(node: &Node, request_id: &str, text: &str) -> engram_actors::Res
         trace_id: None,
         choices: Vec::new(),
     };
-    node.directory
-        .ask_admin(&UserKey::new("acme", "alice"), req)
-        .await
+    node.directory.ask_admin(user, req.clone()).await
 }
 
 async fn stored_request_ids(store: &Store) -> Vec<String> {
@@ -148,4 +164,98 @@ async fn a_stale_owner_cannot_commit_after_a_take_over() {
     // The stale owner's next round sees it lost everything and stops its actors.
     let lost = owner.leases.round().await.unwrap();
     assert_eq!(lost.held, 0);
+}
+
+/// Two nodes that have split the shards between them.
+async fn settled_pair(
+    store: &Store,
+    clock: &Arc<ManualClock>,
+    settings: &Settings,
+) -> (Node, Node) {
+    let a = node_with(store, clock, "a", settings.clone());
+    a.leases.round().await.unwrap();
+    let b = node_with(store, clock, "b", settings.clone());
+    b.leases.round().await.unwrap();
+    a.leases.round().await.unwrap();
+    b.leases.round().await.unwrap();
+    assert!(a.leases.ownership().held() > 0 && b.leases.ownership().held() > 0);
+    (a, b)
+}
+
+/// A user of tenant acme whose shard `node` holds.
+fn user_on(node: &Node) -> UserKey {
+    (0..)
+        .map(|i| UserKey::new("acme", format!("user-{i}")))
+        .find(|u| node.leases.ownership().holds(u.shard(SHARDS)))
+        .unwrap()
+}
+
+/// Runs `job` on `node` after a round (so its leases are fresh), again while a sweep fails.
+async fn run_job(node: &Node, job: Job) -> JobReport {
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        node.leases.round().await.unwrap();
+        let report = jobs::run(&node.directory, job).await.unwrap();
+        if report.failed == 0 {
+            return report;
+        }
+        assert!(std::time::Instant::now() < until, "{report:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_sweeps_only_the_users_of_the_shards_it_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
+    // Raw turns are due for the archive 1 ms after they are written.
+    let settings = Settings {
+        shards: SHARDS,
+        retention_ms: 1,
+        ..Settings::default()
+    };
+    let (a, b) = settled_pair(&store, &clock, &settings).await;
+    let (on_a, on_b) = (user_on(&a), user_on(&b));
+    append_for(&a, &on_a, "a-1", "a turn on a").await.unwrap();
+    append_for(&b, &on_b, "b-1", "a turn on b").await.unwrap();
+    clock.advance(10);
+
+    // b sweeps its own user and leaves a's alone: no actor, no not-owner failure.
+    let swept = run_job(&b, Job::Retention).await;
+    assert_eq!((swept.users, swept.turns_removed), (1, 1), "{swept:?}");
+    assert_eq!(swept.not_owned, 1, "{swept:?}");
+    assert!(b.directory.running(&on_a).is_none());
+    // a's own run takes its user; b's is done.
+    let swept = run_job(&a, Job::Retention).await;
+    assert_eq!(
+        (swept.users, swept.turns_removed, swept.not_owned),
+        (1, 1, 0),
+        "{swept:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_is_reported_in_the_round_that_hands_off_the_last_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
+    let settings = Settings {
+        shards: SHARDS,
+        ..Settings::default()
+    };
+    let (a, b) = settled_pair(&store, &clock, &settings).await;
+    let held = a.leases.ownership().held();
+    let not_yet = tokio::time::timeout(Duration::from_millis(50), a.leases.drained()).await;
+    assert!(not_yet.is_err(), "drained before any drain was asked");
+
+    engram_actors::cluster::request_drain(&store, &Keyspace::new("engram"), "a")
+        .await
+        .unwrap()
+        .unwrap();
+    let round = a.leases.round().await.unwrap();
+    assert_eq!((round.handed_off, round.held), (held, 0), "{round:?}");
+    tokio::time::timeout(Duration::from_secs(5), a.leases.drained())
+        .await
+        .expect("the drain is reported by the round that emptied the node");
+    assert_eq!(b.leases.round().await.unwrap().taken, held);
 }

@@ -80,6 +80,7 @@ pub async fn run_once(job: Job, directory: &Directory, metrics: &NodeMetrics) {
                 archive_purged = report.archive_purged,
                 sessions_closed = report.sessions_closed,
                 failed = report.failed,
+                not_owned = report.not_owned,
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "job finished"
             );

@@ -20,11 +20,12 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use engram_actors::clock::SystemClock;
-use engram_actors::cluster::{LeaseManager, LeaseSettings, Ownership};
+use engram_actors::cluster::LeaseManager;
 use engram_actors::directory::Directory;
 use engram_actors::embed::Embedder;
 use engram_actors::front::{PeerLink, Users};
 use engram_actors::model::entities::EntityExtractor;
+use engram_actors::ownership::{LeaseSettings, Ownership};
 use engram_actors::services::{Metrics, Services};
 
 use engram_inference::EmbeddingPool;

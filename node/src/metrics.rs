@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use engram_actors::cluster::Ownership;
+use engram_actors::ownership::Ownership;
 
 use crate::auth::Authenticator;
 use crate::cluster::Transport;

@@ -70,3 +70,21 @@ pub fn close(store: Store, backend: Backend) {
     }
     tracing::debug!(backend = name, "store closed");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::open_blocking;
+    use crate::config::Config;
+
+    #[test]
+    fn the_default_configuration_commits_with_synchronous_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default();
+        config.node.data_dir = dir.path().to_owned();
+        let store = open_blocking(&config).unwrap();
+        assert!(
+            store.durable_commits().unwrap(),
+            "the node's sqlite connection must commit with synchronous = FULL"
+        );
+    }
+}

@@ -82,6 +82,14 @@ pub trait Engine: Send + Sync + 'static {
     /// A short name for logs and metrics ("sqlite", "fdb").
     fn name(&self) -> &'static str;
 
+    /// Whether an acknowledged commit is on stable storage, as the backend is set up now
+    /// (read back from it, not from the options it was given). FoundationDB's commits are
+    /// durable once acknowledged, hence the default; SQLite answers from the `synchronous`
+    /// pragma of the connection every commit goes through.
+    fn durable_commits(&self) -> Result<bool> {
+        Ok(true)
+    }
+
     /// Whether this backend commits write transactions in groups. If so, [`crate::Store::run`]
     /// hands each attempt to [`Engine::submit`] instead of opening its own transaction.
     fn group_commit(&self) -> bool {

@@ -178,6 +178,22 @@ impl SqliteEngine {
         })
     }
 
+    /// The `synchronous` level of the connection every commit goes through (the writer's, which
+    /// the group-commit thread shares), read back from SQLite. EXTRA, stronger than FULL, reads
+    /// as [`Synchronous::Full`].
+    pub fn synchronous(&self) -> Result<Synchronous> {
+        let level: i64 = self
+            .writer
+            .lock()
+            .query_row("PRAGMA synchronous", [], |row| row.get(0))
+            .map_err(map_err)?;
+        Ok(match level {
+            ..=0 => Synchronous::Off,
+            1 => Synchronous::Normal,
+            2.. => Synchronous::Full,
+        })
+    }
+
     /// Write transactions waiting for the writer thread (0 without group commit).
     pub fn queued_jobs(&self) -> usize {
         self.group.as_ref().map_or(0, GroupWriter::queued)
@@ -260,6 +276,11 @@ impl Engine for SqliteEngine {
 
     fn name(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn durable_commits(&self) -> Result<bool> {
+        // The in-memory mode has no file to be durable in.
+        Ok(self.readers.is_some() && self.synchronous()? == Synchronous::Full)
     }
 
     fn group_commit(&self) -> bool {

@@ -132,6 +132,12 @@ impl Store {
         self.engine.name()
     }
 
+    /// Whether an acknowledged commit survives a power loss, as the backend reports it now
+    /// (SQLite: `synchronous = FULL` on its committing connection, and a file).
+    pub fn durable_commits(&self) -> Result<bool> {
+        self.engine.durable_commits()
+    }
+
     /// Transaction counters.
     pub fn stats(&self) -> &StoreStats {
         &self.stats

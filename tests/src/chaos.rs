@@ -377,6 +377,28 @@ pub async fn owned_by(client: &HttpClient, shard: u32, node: &str, epoch: u64, d
     }
 }
 
+/// Sends SIGSTOP to `node` while this process holds the write lock of the sandbox's shared
+/// SQLite file, so that the node is paused outside any write transaction of its own (its
+/// writers wait for the lock, holding nothing). A node paused inside one keeps the file's
+/// write lock, and every node's writes, heartbeats and take-overs included, wait until it
+/// resumes: SQLite cannot take a lock back from a live process (docs/cluster.md). That is
+/// a property of the shared file, not of the fencing these tests are about.
+pub fn pause_outside_writes(node: &Node, sandbox: &Sandbox) {
+    tokio::task::block_in_place(|| {
+        let store = engram_storage::Store::sqlite(
+            &sandbox.shared_sqlite(),
+            engram_storage::sqlite::SqliteOptions::default(),
+        )
+        .unwrap();
+        let lock = store
+            .begin(engram_storage::TxnMode::Write)
+            .expect("the shared file's write lock");
+        node.signal("STOP");
+        // Rolled back: nothing written, the lock released.
+        drop(lock);
+    });
+}
+
 /// The epoch of `shard` in a status view.
 pub fn epoch_of(view: &Value, shard: u32) -> u64 {
     view["leases"][shard as usize]["epoch"]

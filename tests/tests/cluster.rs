@@ -13,11 +13,15 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_tests::chaos::{
-    Gateway, Load, SHARDS, epoch_of, metric_above_zero, owned_by, settled, shard, start, status,
-    texts, user_of,
+    Gateway, Load, SHARDS, epoch_of, metric_above_zero, owned_by, pause_outside_writes, settled,
+    shard, start, status, texts, user_of,
 };
 use engram_tests::harness::{HttpClient, Sandbox, turn};
 use hyper::{Method, StatusCode};
+
+/// The longest a SIGKILLed node's users may wait to be served again, generous for a busy
+/// 2-core machine: docs/cluster.md gives the figures measured.
+const FAILOVER_BOUND: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_split_the_shards_and_either_serves_any_user() {
@@ -149,6 +153,10 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
         .served_again(&victims, killed_at, Duration::from_secs(30))
         .await;
     let failover = recovered - killed_at;
+    assert!(
+        failover < FAILOVER_BOUND,
+        "a SIGKILLed node's users were served again only after {failover:?}"
+    );
     let acked_during = load.acked().await - acked_before;
     settled(&clients[..2], Duration::from_secs(30)).await;
     // The killed node restarts, rejoins and gets its shards back while the load goes on.
@@ -278,7 +286,7 @@ async fn a_paused_owner_loses_its_shards_and_what_it_is_sent_after_is_served_by_
         .await;
     let epoch = epoch_of(&status(b_client).await.unwrap(), shard(&user));
 
-    a.signal("STOP");
+    pause_outside_writes(&a, &sandbox);
     owned_by(
         b_client,
         shard(&user),
@@ -412,7 +420,12 @@ async fn a_node_cut_from_its_peers_by_a_blackhole_loses_nothing_and_heals() {
     let lab = match engram_tests::netns::Lab::create(3) {
         Ok(lab) => lab,
         Err(why) => {
-            // The issue asks for this test where the machine allows network namespaces.
+            // CI runs as root with iproute2 (.ci/setup installs it): there the test must run.
+            assert!(
+                !engram_tests::harness::under_ci(),
+                "CI=true and this machine cannot build the network lab of the partition \
+                 test (it needs root and iproute2's `ip`): {why}"
+            );
             println!("skipped: this machine cannot build a network lab: {why}");
             return;
         }

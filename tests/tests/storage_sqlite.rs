@@ -126,6 +126,13 @@ fn sigkill_loses_no_acknowledged_write() {
     let path = dir.path().join("kv.sqlite");
     let mut child = worker(&["append", path.to_str().unwrap(), "1000000"]);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // A SIGKILL keeps the page cache, so this test alone would pass with `synchronous = OFF`:
+    // the worker's store reports that its commits are fsynced (PRAGMA synchronous = FULL).
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        "durable true",
+        "the worker's commits are not fsynced"
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut acked = None;
     // Let it commit a few dozen durable transactions, then kill it mid-stream.

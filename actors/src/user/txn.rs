@@ -9,8 +9,8 @@ use engram_storage::model::{IdempotencyEntry, MemoryKind, MemoryRecord, WrittenU
 
 use super::ops::{Outcome, Prepared, WriteScope, session_rule};
 use super::{Replayable, UserState};
-use crate::cluster::Ownership;
 use crate::error::{Error, Result};
+use crate::ownership::Ownership;
 use crate::placement::UserKey;
 use crate::services::Services;
 

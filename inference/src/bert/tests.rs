@@ -235,6 +235,8 @@ fn forward_matches_the_bert_equations_with_and_without_padding() {
     let padded = embed(&bert, &[long, short]);
     for (got, ids) in [(&alone[0], short), (&padded[1], short), (&padded[0], long)] {
         let want = reference(&source, &config, ids);
+        assert_eq!(got.len() as i64, config.hidden, "one value per hidden unit");
+        assert_eq!(want.len(), got.len());
         let err = got
             .iter()
             .zip(&want)
@@ -257,7 +259,9 @@ fn a_q4_word_table_looks_up_as_its_dequantised_values() {
     let ids = Tensor::from_slice(&[2_i64, 0]).view([1, 2]);
     let rows = q4.lookup(&ids, 64).expect("lookup").view([2, 64]);
     let rows = Vec::<Vec<f32>>::try_from(&rows).expect("f32");
+    assert_eq!(rows.len(), 2, "one row per id");
     for (row, id) in rows.iter().zip([2_usize, 0]) {
+        assert_eq!(row.len(), 64);
         for (i, value) in row.iter().enumerate() {
             assert_eq!(
                 *value,

@@ -1,5 +1,7 @@
-//! Unit tests of group commit: batching, isolation of failing jobs inside a batch, failed
-//! commits, the write lock shared with direct writers and other connections, and shutdown.
+//! Unit tests of the SQLite engine: commits run with `synchronous = FULL` by default (read back
+//! from the connection), and group commit: batching, isolation of failing jobs inside a batch,
+//! failed commits, the write lock shared with direct writers and other connections, and
+//! shutdown.
 //!
 //! Batches are made deterministic by occupying the writer thread with a job that waits for a
 //! signal while the test queues others: everything queued by then joins that job's commit.
@@ -14,7 +16,7 @@ use rusqlite::Connection;
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
 
-use super::{GroupCommit, SqliteEngine, SqliteOptions};
+use super::{GroupCommit, SqliteEngine, SqliteOptions, Synchronous};
 use crate::kv::{Engine, decode_counter};
 use crate::{Error, RangeOptions, Result, RetryPolicy, Store, TxnMode};
 
@@ -426,4 +428,29 @@ fn several_connections_opening_a_new_file_at_once_all_succeed() {
             }
         });
     }
+}
+
+/// A SIGKILL keeps the page cache, so the SIGKILL suites pass even with `synchronous = OFF`:
+/// what makes an acknowledged commit survive a power loss is checked here, on the connection.
+#[test]
+fn commits_are_fsynced_by_default_as_the_connection_reports() {
+    let (engine, store, path, _dir) = file_store();
+    assert_eq!(engine.synchronous().unwrap(), Synchronous::Full);
+    assert!(store.durable_commits().unwrap());
+    // The group-commit thread commits on the same connection, with the same setting.
+    store.run_blocking(|txn| txn.set(b"k", b"v")).unwrap();
+    assert_eq!(engine.synchronous().unwrap(), Synchronous::Full);
+    drop((engine, store));
+    // The check reads the connection, not the options: weaker settings read back as such.
+    for (level, durable) in [(Synchronous::Normal, false), (Synchronous::Off, false)] {
+        let options = SqliteOptions {
+            synchronous: level,
+            ..SqliteOptions::default()
+        };
+        let engine = SqliteEngine::open(&path, options).unwrap();
+        assert_eq!(engine.synchronous().unwrap(), level);
+        assert_eq!(engine.durable_commits().unwrap(), durable);
+    }
+    // An in-memory store is never durable.
+    assert!(!Store::in_memory().unwrap().durable_commits().unwrap());
 }

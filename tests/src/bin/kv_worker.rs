@@ -6,7 +6,9 @@
 //! kv_worker conformance <path> <prefix>   run the conformance suite under <prefix>
 //! kv_worker increment <path> <n> <tag>    n read-increment-write transactions on one counter
 //! kv_worker hold <path> <millis>          hold the write lock for <millis>, then commit
-//! kv_worker append <path> <n>             commit keys acked/0..n, printing each index once acknowledged
+//! kv_worker append <path> <n>             print "durable <bool>" (the store's commits survive a
+//!                                         power loss), then commit keys acked/0..n, printing
+//!                                         each index once acknowledged
 //! kv_worker append-concurrent <path> <tasks> <n>
 //!                                         <tasks> tokio tasks each commit keys acked-c/<task>/0..n
 //!                                         through `Store::run` (group commit), printing
@@ -68,6 +70,8 @@ fn main() -> anyhow::Result<()> {
         }
         "append" => {
             let n: u32 = arg(2)?.parse()?;
+            // First line: how this process's store commits, for the SIGKILL test to check.
+            writeln!(out, "durable {}", store.durable_commits()?)?;
             for i in 0..n {
                 store.run_blocking(|txn| {
                     txn.set(format!("acked/{i:08}").as_bytes(), &i.to_le_bytes())

@@ -1,0 +1,168 @@
+//! This node's view of which shards it serves: the leaf that every write of a user reads
+//! before it starts ([`Ownership::lease`]) and the epoch it then passes to the fence inside its
+//! transaction ([`engram_storage::cluster::fence`]). It knows nothing of how shards are won or
+//! lost: the lease round ([`crate::cluster::LeaseManager`]) fills it in, and nothing here
+//! imports the directory or the actors (DESIGN.md section 4).
+//!
+//! - A shard is served only while it is held and the node's last complete round started less
+//!   than half the lease timeout ago (monotonic clock). A node that cannot heartbeat (storage
+//!   down, process paused) therefore stops serving everything before any other node may
+//!   take its shards; a request meanwhile gets 503.
+//! - Safety never depends on clocks: every write transaction re-reads its shard's row and
+//!   aborts unless (owner, epoch) is still this node's, so two nodes that both believe they
+//!   own a shard can never both commit. [`Ownership::fenced`] records such an abort.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use engram_storage::model::Member;
+use parking_lot::{Mutex, RwLock};
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+
+/// Timings of the lease protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSettings {
+    /// This node's id.
+    pub node_id: String,
+    /// How often a round runs (heartbeat, hand-offs, take-overs).
+    pub heartbeat_interval: Duration,
+    /// Age of a heartbeat after which its node is presumed dead and its shards may be taken.
+    /// A node stops serving when its own last round is older than half of it.
+    pub lease_timeout: Duration,
+}
+
+/// Counters of the lease protocol, exported as metrics.
+#[derive(Debug, Default)]
+pub struct LeaseMetrics {
+    /// Shards taken (a fresh lease with a new epoch).
+    pub taken: AtomicU64,
+    /// Shards handed off cleanly (actors stopped, lease released).
+    pub handed_off: AtomicU64,
+    /// Shards dropped because their lease row named another owner or epoch.
+    pub lost: AtomicU64,
+    /// Write transactions aborted by the fence.
+    pub fenced_writes: AtomicU64,
+    /// Rounds that failed (heartbeat or lease transactions).
+    pub failed_rounds: AtomicU64,
+    /// Requests refused because this node does not serve the user's shard.
+    pub refused: AtomicU64,
+}
+
+/// The shards this node serves, with their epochs.
+#[derive(Debug)]
+pub struct Ownership {
+    node: String,
+    fresh_for: Duration,
+    held: RwLock<HashMap<u32, u64>>,
+    confirmed_at: Mutex<Option<Instant>>,
+    /// Every shard's owner and the live members, as of the last round.
+    view: RwLock<(HashMap<u32, String>, Vec<Member>)>,
+    /// Counters.
+    pub metrics: LeaseMetrics,
+}
+
+impl Ownership {
+    /// An empty view for `node` that serves nothing until its first round.
+    pub fn new(settings: &LeaseSettings) -> Arc<Self> {
+        Arc::new(Ownership {
+            node: settings.node_id.clone(),
+            fresh_for: settings.lease_timeout / 2,
+            held: RwLock::new(HashMap::new()),
+            confirmed_at: Mutex::new(None),
+            view: RwLock::new((HashMap::new(), Vec::new())),
+            metrics: LeaseMetrics::default(),
+        })
+    }
+
+    /// This node's id.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The epoch under which this node may write `shard` now, or why it may not.
+    pub fn lease(&self, shard: u32) -> Result<u64> {
+        let fresh = self
+            .confirmed_at
+            .lock()
+            .is_some_and(|at| at.elapsed() <= self.fresh_for);
+        let epoch = self.held.read().get(&shard).copied();
+        match (fresh, epoch) {
+            (true, Some(epoch)) => Ok(epoch),
+            (false, Some(_)) => {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Error::NotOwner(format!(
+                    "shard {shard}: this node could not confirm its leases in time; retry"
+                )))
+            }
+            (true | false, None) => {
+                self.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                Err(Error::NotOwner(format!(
+                    "shard {shard} is not served by node {}; retry on its owner",
+                    self.node
+                )))
+            }
+        }
+    }
+
+    /// The owner of `shard` as of the last round, if it has one.
+    pub fn owner(&self, shard: u32) -> Option<String> {
+        self.view.read().0.get(&shard).cloned()
+    }
+
+    /// The live members as of the last round (this node included).
+    pub fn live_members(&self) -> Vec<Member> {
+        self.view.read().1.clone()
+    }
+
+    /// Whether this node holds `shard` (fresh or not; [`Ownership::lease`] says whether it
+    /// may write it now). Counts nothing.
+    pub fn holds(&self, shard: u32) -> bool {
+        self.held.read().contains_key(&shard)
+    }
+
+    /// How many shards this node holds.
+    pub fn held(&self) -> usize {
+        self.held.read().len()
+    }
+
+    /// The held shards and their epochs.
+    pub fn snapshot(&self) -> HashMap<u32, u64> {
+        self.held.read().clone()
+    }
+
+    /// Records that a write found `shard` fenced at `epoch`: stop serving it (the next round
+    /// stops its actors).
+    pub fn fenced(&self, shard: u32, epoch: u64) {
+        let mut held = self.held.write();
+        if held.get(&shard) == Some(&epoch) {
+            held.remove(&shard);
+        }
+        self.metrics.fenced_writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn insert(&self, shard: u32, epoch: u64) {
+        self.held.write().insert(shard, epoch);
+    }
+
+    pub(crate) fn remove(&self, shard: u32) -> Option<u64> {
+        self.held.write().remove(&shard)
+    }
+
+    pub(crate) fn confirm(&self, at: Instant) {
+        *self.confirmed_at.lock() = Some(at);
+    }
+
+    /// Records the cluster as the last round saw it: every shard's owner and the live members.
+    pub(crate) fn set_view(&self, owners: HashMap<u32, String>, live: Vec<Member>) {
+        *self.view.write() = (owners, live);
+    }
+
+    /// Stops serving everything until the next complete round.
+    pub fn suspend(&self) {
+        *self.confirmed_at.lock() = None;
+    }
+}

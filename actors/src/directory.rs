@@ -122,7 +122,7 @@ impl Directory {
     ) -> Result<UserReply> {
         self.call(key, |reply| UserMsg::Call {
             reader: reader.clone(),
-            request: request.clone(),
+            request: Box::new(request.clone()),
             reply,
         })
         .await

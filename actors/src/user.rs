@@ -64,8 +64,8 @@ pub enum UserMsg {
     Call {
         /// Who asks.
         reader: Reader,
-        /// What.
-        request: UserRequest,
+        /// What (boxed: requests are large, the other messages small).
+        request: Box<UserRequest>,
         /// Where the answer goes.
         reply: RpcReplyPort<Result<UserReply>>,
     },
@@ -204,9 +204,9 @@ impl Actor for UserActor {
                 request,
                 reply,
             } => {
-                let forget = matches!(request, UserRequest::Forget(_));
+                let forget = matches!(*request, UserRequest::Forget(_));
                 let writes = request.writes();
-                let result = state.serve(&reader, request).await;
+                let result = state.serve(&reader, *request).await;
                 let forgotten = forget && result.is_ok();
                 state.has_data |= writes && result.is_ok() && !forgotten;
                 let _ = reply.send(result);

@@ -399,7 +399,7 @@ fn memory_views(m: Vec<ContextMemory>) -> Vec<ContextMemoryView> {
 impl From<MemoryContext> for ContextResponse {
     fn from(c: MemoryContext) -> Self {
         ContextResponse {
-            route: c.route.into(),
+            route: c.route,
             recent_turns: c
                 .recent_turns
                 .into_iter()

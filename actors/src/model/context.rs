@@ -292,9 +292,9 @@ pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
     ) && record.expires_at.is_none_or(|at| at > now)
 }
 
-/// Text as a gateway may see it: ID, bank card and passport numbers masked.
+/// Text as a gateway may see it: ID, bank card, passport and mobile numbers masked.
 pub fn gateway_text(text: &str) -> String {
-    pii::mask(text, PiiLevel::High)
+    pii::mask(text, PiiLevel::Medium)
 }
 
 fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> ContextMemory {

@@ -590,7 +590,8 @@ async fn anchors_match_sensitive_reads_trip_the_breaker_admins_approve_and_all_i
     let approval = adm
         .must_post("/v1/admin/users/carol/approvals", &json!({}))
         .await;
-    assert_eq!(approval["cleared"], 8, "5 reads and 3 anchor matches");
+    // The first match came before carol had any data: nothing to protect, not counted.
+    assert_eq!(approval["cleared"], 7, "5 reads and 2 anchor matches");
     g.must_get("/v1/users/carol/memories").await;
 
     // The audit trail: by user, by principal, with client addresses and outcomes.

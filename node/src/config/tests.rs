@@ -559,10 +559,13 @@ fn plain_listeners_beyond_loopback_get_advice() {
 
 #[test]
 fn the_default_configuration_makes_the_actors_default_settings() {
-    assert_eq!(
-        Config::default().actor_settings(),
-        engram_actors::services::Settings::default()
-    );
+    let made = Config::default().actor_settings();
+    // The log pseudonyms' secret is the deployment's, read from storage at start.
+    let defaults = engram_actors::services::Settings {
+        log_pepper: made.log_pepper.clone(),
+        ..engram_actors::services::Settings::default()
+    };
+    assert_eq!(made, defaults);
 }
 
 #[test]

@@ -14,13 +14,17 @@
 //! worker has no timer message to flush a partial batch after `max_wait`. Batching in the
 //! router keeps one queue, one admission count and the deadline in one place.
 //!
-//! Admission: [`EmbeddingPool::embed`] reserves room on an atomic count of queued texts before
-//! it sends anything, and answers [`Error::Overloaded`] (503) when the queue is full, so
+//! Admission: [`EmbeddingPool::embed_for`] reserves room on an atomic count of queued texts
+//! before it sends anything, and answers [`Error::Overloaded`] (503) when the queue is full, so
 //! nothing grows without bound. A request larger than the whole capacity is admitted only
-//! into an empty queue. Shutdown closes admission, runs what is queued, then stops the actors.
+//! into an empty queue. Each caller key (the node passes the tenant) may hold at most
+//! `tenant-share-percent` of the queue and is served in turn with the others ([`fair`]), so one tenant
+//! at its rate limit neither fills the queue for the rest nor makes them wait behind its
+//! backlog. Shutdown closes admission, runs what is queued, then stops the actors.
 //!
 //! This module does no I/O of its own, and it logs counts, never texts or vectors.
 
+mod fair;
 mod router;
 mod stats;
 mod worker;
@@ -33,6 +37,7 @@ use ractor::{Actor, ActorRef};
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
+use self::fair::Shares;
 use self::router::{Request, Router, RouterArgs, RouterMsg};
 use self::stats::Metrics;
 pub use self::stats::{BATCH_BUCKETS, PoolStats};
@@ -57,6 +62,10 @@ pub struct PoolConfig {
     /// The most texts waiting (not yet in a worker); more are shed with
     /// [`Error::Overloaded`].
     pub queue_capacity: usize,
+    /// The share of `queue_capacity`, in percent (1 to 100), that one caller key (a tenant)
+    /// may hold; more of its texts are shed with [`Error::Overloaded`] while other keys are
+    /// still admitted.
+    pub tenant_share_percent: u8,
 }
 
 impl Default for PoolConfig {
@@ -67,6 +76,7 @@ impl Default for PoolConfig {
             max_batch: 32,
             max_wait: Duration::from_millis(5),
             queue_capacity: 1024,
+            tenant_share_percent: 50,
         }
     }
 }
@@ -81,6 +91,7 @@ struct Inner {
     router: ActorRef<RouterMsg>,
     handle: tokio::sync::Mutex<Option<JoinHandle<()>>>,
     metrics: Arc<Metrics>,
+    shares: Arc<Shares>,
     closed: Arc<AtomicBool>,
     capacity: usize,
     dim: usize,
@@ -102,12 +113,17 @@ impl EmbeddingPool {
         }
         let dim = encoders.first().map_or(0, Encoder::dim);
         let metrics = Arc::new(Metrics::default());
+        let shares = Arc::new(Shares::new(
+            config.queue_capacity,
+            config.tenant_share_percent,
+        ));
         let closed = Arc::new(AtomicBool::new(false));
         let args = RouterArgs {
             encoders,
             max_batch: config.max_batch,
             max_wait: config.max_wait,
             metrics: Arc::clone(&metrics),
+            shares: Arc::clone(&shares),
             closed: Arc::clone(&closed),
         };
         let (router, handle) =
@@ -121,6 +137,7 @@ impl EmbeddingPool {
             max_batch = config.max_batch,
             max_wait_ms = config.max_wait.as_millis(),
             queue_capacity = config.queue_capacity,
+            tenant_cap = shares.cap(),
             "embedding pool started"
         );
         Ok(EmbeddingPool {
@@ -128,6 +145,7 @@ impl EmbeddingPool {
                 router,
                 handle: tokio::sync::Mutex::new(Some(handle)),
                 metrics,
+                shares,
                 closed,
                 capacity: config.queue_capacity,
                 dim,
@@ -140,10 +158,22 @@ impl EmbeddingPool {
         self.inner.dim
     }
 
-    /// One L2-normalised embedding per text, in order, as [`Encoder::embed`] gives them.
-    /// Fails fast with [`Error::Overloaded`] when the queue is full and with
-    /// [`Error::PoolClosed`] once shutdown has begun.
+    /// One L2-normalised embedding per text, in order, as [`Encoder::embed`] gives them, for
+    /// a caller without a fairness key (all such calls share one key).
     pub async fn embed(&self, texts: Vec<String>, role: TextRole) -> Result<Vec<Vec<f32>>> {
+        self.embed_for("", texts, role).await
+    }
+
+    /// One L2-normalised embedding per text, in order, as [`Encoder::embed`] gives them, for
+    /// the caller `key` (the tenant: its share of the queue and its turn in batches). Fails
+    /// fast with [`Error::Overloaded`] when the queue, or `key`'s share of it, is full and
+    /// with [`Error::PoolClosed`] once shutdown has begun.
+    pub async fn embed_for(
+        &self,
+        key: &str,
+        texts: Vec<String>,
+        role: TextRole,
+    ) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -153,33 +183,58 @@ impl EmbeddingPool {
         }
         let n = texts.len() as u64;
         let capacity = inner.capacity as u64;
-        let admitted = inner.metrics.queued_texts.fetch_update(
-            Ordering::AcqRel,
-            Ordering::Acquire,
-            |queued| (queued == 0 || queued + n <= capacity).then_some(queued + n),
-        );
-        if let Err(queued) = admitted {
-            inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-            return Err(Error::Overloaded {
-                queued: usize::try_from(queued).unwrap_or(usize::MAX),
-                capacity: inner.capacity,
-            });
+        let key: Arc<str> = Arc::from(key);
+        let mut queued_then = 0;
+        let admitted = inner.shares.reserve(&key, n, || {
+            let admitted = inner.metrics.queued_texts.fetch_update(
+                Ordering::AcqRel,
+                Ordering::Acquire,
+                |queued| (queued == 0 || queued + n <= capacity).then_some(queued + n),
+            );
+            admitted.map_err(|queued| queued_then = queued).is_ok()
+        });
+        match admitted {
+            Ok(()) => {}
+            Err(by_share) => {
+                inner.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                let (queued, capacity) = match by_share {
+                    Some(mine) => {
+                        inner
+                            .metrics
+                            .rejected_by_share
+                            .fetch_add(1, Ordering::Relaxed);
+                        (mine, inner.shares.cap())
+                    }
+                    None => (queued_then, capacity),
+                };
+                return Err(Error::Overloaded {
+                    queued: usize::try_from(queued).unwrap_or(usize::MAX),
+                    capacity: usize::try_from(capacity).unwrap_or(usize::MAX),
+                });
+            }
         }
         inner.metrics.requests.fetch_add(1, Ordering::Relaxed);
         inner.metrics.texts.fetch_add(n, Ordering::Relaxed);
         let (tx, rx) = ractor::concurrency::oneshot();
         let request = Request {
+            key: Arc::clone(&key),
             texts,
             role,
             admitted: Instant::now(),
             reply: tx.into(),
         };
         if inner.router.cast(RouterMsg::Embed(request)).is_err() {
+            inner.shares.release(&key, n);
             inner.metrics.queued_texts.fetch_sub(n, Ordering::Relaxed);
             return Err(Error::PoolClosed);
         }
         // A dropped reply port means the pool stopped without answering.
         rx.await.unwrap_or(Err(Error::PoolClosed))
+    }
+
+    /// Caller keys (tenants) with texts waiting now.
+    pub fn keys_waiting(&self) -> usize {
+        self.inner.shares.keys_waiting()
     }
 
     /// A snapshot of the pool's metrics.

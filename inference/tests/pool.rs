@@ -1,6 +1,7 @@
 //! Embedding pool tests on the real multilingual-e5-small model and libtorch, on the CPU:
 //! callers get exactly what a direct encoder call gives, concurrent calls are batched, a full
-//! queue sheds with `Overloaded` while the pool keeps serving, and shutdown drains.
+//! queue sheds with `Overloaded` while the pool keeps serving, shutdown drains, and one tenant
+//! flooding the pool is shed at its share of the queue while another is still admitted.
 //!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
 //! Each test starts one pool (a model load takes a couple of seconds) and checks several
@@ -67,6 +68,7 @@ async fn concurrent_callers_get_direct_vectors_and_are_batched() -> Result<()> {
         max_batch: 64,
         max_wait: Duration::from_millis(100),
         queue_capacity: 256,
+        tenant_share_percent: 100,
     })
     .await?;
     let direct = Encoder::load(&encoder_config())?;
@@ -147,6 +149,8 @@ async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
         max_batch: 64,
         max_wait: Duration::from_secs(4),
         queue_capacity: 4,
+        // One caller key: the queue-wide bound is what this test looks at.
+        tenant_share_percent: 100,
     })
     .await?;
 
@@ -208,6 +212,97 @@ async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
     }
     let stats = handle.stats();
     ensure!(stats.failed == 0 && stats.answered == 6, "{stats:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_flooding_the_pool_is_shed_at_its_share_and_another_tenant_is_still_served()
+-> Result<()> {
+    // Batches wait for 64 texts or 4 s, so what is admitted stays queued while we look.
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        workers: 1,
+        max_batch: 64,
+        max_wait: Duration::from_secs(4),
+        queue_capacity: 8,
+        tenant_share_percent: 50,
+    })
+    .await?;
+    // The noisy tenant sends six single texts at once: four fit its share, two are shed.
+    let noisy: Vec<_> = TEXTS[..6]
+        .iter()
+        .map(|text| {
+            let pool = pool.clone();
+            let text = (*text).to_owned();
+            tokio::spawn(
+                async move { pool.embed_for("noisy", vec![text], TextRole::Passage).await },
+            )
+        })
+        .collect();
+    wait_for(
+        Duration::from_secs(5),
+        "the noisy tenant's share to fill",
+        || {
+            let stats = pool.stats();
+            stats.queued_texts == 4 && stats.rejected == 2
+        },
+    )
+    .await?;
+    ensure!(pool.stats().rejected_by_share == 2);
+    // The queue still has room for the quiet tenant: all three of its texts are admitted
+    // (one request of two texts and one of one), although the noisy tenant keeps trying.
+    let quiet = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let two = pool.embed_for("quiet", owned(&TEXTS[6..8]), TextRole::Passage);
+            let one = pool.embed_for("quiet", owned(&TEXTS[8..9]), TextRole::Query);
+            let (two, one) = tokio::join!(two, one);
+            Ok::<_, Error>((two?, one?))
+        })
+    };
+    match pool
+        .embed_for("noisy", owned(&TEXTS[9..10]), TextRole::Passage)
+        .await
+    {
+        Err(Error::Overloaded {
+            queued: 4,
+            capacity: 4,
+        }) => {}
+        other => bail!("expected the noisy tenant shed at its share, got {other:?}"),
+    }
+    wait_for(
+        Duration::from_secs(5),
+        "the quiet tenant's texts to queue",
+        || pool.stats().queued_texts == 7,
+    )
+    .await?;
+    ensure!(pool.keys_waiting() == 2);
+    let handle = pool.clone();
+    pool.shutdown().await;
+    let (two, one) = quiet.await??;
+    ensure!(
+        two.len() == 2 && one.len() == 1,
+        "the quiet tenant was not served"
+    );
+    let mut served = 0;
+    for task in noisy {
+        match task.await? {
+            Ok(vectors) if vectors.len() == 1 => served += 1,
+            Ok(vectors) => bail!("{} vectors for one text", vectors.len()),
+            Err(Error::Overloaded { .. }) => {}
+            Err(other) => bail!("unexpected error {other:?}"),
+        }
+    }
+    ensure!(
+        served == 4,
+        "{served} of the noisy tenant's texts were served"
+    );
+    let stats = handle.stats();
+    ensure!(
+        stats.rejected == 3 && stats.rejected_by_share == 3,
+        "{stats:?}"
+    );
+    ensure!(handle.keys_waiting() == 0);
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //! `max_batch` texts (a single larger request goes alone; the encoder splits it into passes).
 //! Admission and load shedding happen before a request reaches this actor (in the handle, on
 //! an atomic counter), so the router's mailbox is bounded by the queue's capacity. The router
-//! never runs a model and never blocks.
+//! never runs a model and never blocks. The queue is one lane per caller key (the tenant),
+//! served in turn ([`super::fair`]).
 //!
 //! Supervision: workers are linked children. ractor stops a supervisor when a child dies
 //! unless it overrides `handle_supervisor_evt`, which this one does: a dead worker is dropped
@@ -16,13 +17,13 @@
 //! carry on; when none is left the pool closes and queued callers get `WorkerFailed`.
 //! Workers are not restarted (that would need a fresh encoder load).
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
+use super::fair::{Lanes, Shares};
 use super::stats::Metrics;
 use super::worker::{EncoderWorker, WorkerArgs, WorkerMsg};
 use crate::config::TextRole;
@@ -31,6 +32,8 @@ use crate::error::{Error, Result};
 
 /// One caller's request, from admission to answer.
 pub(crate) struct Request {
+    /// The caller's fairness key (the node passes the tenant).
+    pub(crate) key: Arc<str>,
     pub(crate) texts: Vec<String>,
     pub(crate) role: TextRole,
     pub(crate) admitted: Instant,
@@ -72,6 +75,7 @@ pub(crate) struct RouterArgs {
     pub(crate) max_batch: usize,
     pub(crate) max_wait: Duration,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) shares: Arc<Shares>,
     pub(crate) closed: Arc<AtomicBool>,
 }
 
@@ -79,14 +83,14 @@ pub(crate) struct RouterArgs {
 pub(crate) struct RouterState {
     workers: Vec<Option<ActorRef<WorkerMsg>>>,
     idle: Vec<usize>,
-    queue: VecDeque<Request>,
-    queued: usize,
+    queue: Lanes,
     max_batch: usize,
     max_wait: Duration,
     timer_armed: bool,
     /// Shutdown callers waiting for the drain; non-empty means draining.
     drain: Vec<RpcReplyPort<()>>,
     metrics: Arc<Metrics>,
+    shares: Arc<Shares>,
     closed: Arc<AtomicBool>,
 }
 
@@ -115,13 +119,13 @@ impl Actor for Router {
         Ok(RouterState {
             idle: (0..workers.len()).rev().collect(),
             workers,
-            queue: VecDeque::new(),
-            queued: 0,
+            queue: Lanes::default(),
             max_batch: args.max_batch.max(1),
             max_wait: args.max_wait,
             timer_armed: false,
             drain: Vec::new(),
             metrics: args.metrics,
+            shares: args.shares,
             closed: args.closed,
         })
     }
@@ -133,10 +137,7 @@ impl Actor for Router {
         state: &mut RouterState,
     ) -> std::result::Result<(), ActorProcessingErr> {
         match msg {
-            RouterMsg::Embed(request) => {
-                state.queued += request.texts.len();
-                state.queue.push_back(request);
-            }
+            RouterMsg::Embed(request) => state.queue.push(request),
             RouterMsg::Idle(index) => state.idle.push(index),
             RouterMsg::Flush => state.timer_armed = false,
             RouterMsg::Drain(reply) => state.drain.push(reply),
@@ -174,8 +175,9 @@ impl Actor for Router {
         if state.workers.iter().all(Option::is_none) {
             state.closed.store(true, Ordering::Release);
             tracing::error!("no embedding worker left; the pool is closed");
-            while let Some(request) = state.queue.pop_front() {
-                state.take_queued(request.texts.len());
+            let waiting: Vec<Request> = state.queue.drain().collect();
+            for request in waiting {
+                state.take_queued(&request);
                 request.answer(&state.metrics, Err(Error::WorkerFailed));
             }
         }
@@ -202,11 +204,11 @@ impl RouterState {
                 self.fail_batch(batch);
             }
         }
-        if let Some(oldest) = self.queue.front()
+        if let Some(oldest) = self.queue.oldest()
             && !self.timer_armed
             && !self.idle.is_empty()
         {
-            let wait = (oldest.admitted + self.max_wait).saturating_duration_since(Instant::now());
+            let wait = (oldest + self.max_wait).saturating_duration_since(Instant::now());
             self.timer_armed = true;
             myself.send_after(wait, || RouterMsg::Flush);
         }
@@ -224,26 +226,21 @@ impl RouterState {
 
     fn batch_due(&self) -> bool {
         !self.drain.is_empty()
-            || self.queued >= self.max_batch
+            || self.queue.texts() >= self.max_batch
             || self
                 .queue
-                .front()
-                .is_some_and(|oldest| oldest.admitted.elapsed() >= self.max_wait)
+                .oldest()
+                .is_some_and(|oldest| oldest.elapsed() >= self.max_wait)
     }
 
-    /// Whole requests in arrival order, up to `max_batch` texts (at least one request).
+    /// Whole requests up to `max_batch` texts (at least one request), one key at a time in
+    /// turn.
     fn take_batch(&mut self) -> Vec<Request> {
-        let mut batch = Vec::new();
-        let mut texts = 0;
-        while let Some(next) = self.queue.front() {
-            let n = next.texts.len();
-            if !batch.is_empty() && texts + n > self.max_batch {
-                break;
-            }
-            texts += n;
-            batch.extend(self.queue.pop_front());
+        let batch = self.queue.take_batch(self.max_batch);
+        let texts = batch.iter().map(|r| r.texts.len()).sum::<usize>();
+        for request in &batch {
+            self.take_queued(request);
         }
-        self.take_queued(texts);
         self.metrics
             .in_flight_texts
             .fetch_add(texts as u64, Ordering::Relaxed);
@@ -251,11 +248,11 @@ impl RouterState {
         batch
     }
 
-    fn take_queued(&mut self, texts: usize) {
-        self.queued -= texts;
-        self.metrics
-            .queued_texts
-            .fetch_sub(texts as u64, Ordering::Relaxed);
+    /// Counts `request`'s texts out of the queue (they left it for a worker or an answer).
+    fn take_queued(&self, request: &Request) {
+        let n = request.texts.len() as u64;
+        self.shares.release(&request.key, n);
+        self.metrics.queued_texts.fetch_sub(n, Ordering::Relaxed);
     }
 
     fn fail_batch(&mut self, batch: Vec<Request>) {

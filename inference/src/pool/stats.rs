@@ -22,6 +22,7 @@ pub(crate) struct Metrics {
     pub(crate) requests: AtomicU64,
     pub(crate) texts: AtomicU64,
     pub(crate) rejected: AtomicU64,
+    pub(crate) rejected_by_share: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) batches: AtomicU64,
     pub(crate) forward_passes: AtomicU64,
@@ -77,6 +78,7 @@ impl Metrics {
             requests: load(&self.requests),
             texts: load(&self.texts),
             rejected: load(&self.rejected),
+            rejected_by_share: load(&self.rejected_by_share),
             failed: load(&self.failed),
             batches: load(&self.batches),
             forward_passes: load(&self.forward_passes),
@@ -107,6 +109,8 @@ pub struct PoolStats {
     pub texts: u64,
     /// Requests shed because the queue was full ([`crate::Error::Overloaded`]).
     pub rejected: u64,
+    /// Of those, requests shed because their key (tenant) held its whole share of the queue.
+    pub rejected_by_share: u64,
     /// Requests answered with an error (a failed batch or worker).
     pub failed: u64,
     /// Batches handed to workers.

@@ -1,0 +1,166 @@
+//! Fairness between the pool's callers (the node passes the tenant as the caller's key): a
+//! share of the queue per key at admission, and round-robin between keys when batches are
+//! formed.
+//!
+//! - Admission ([`Shares`]): a key may have at most `share` of the queue's capacity waiting
+//!   (at least one text; a key with nothing waiting may always queue one request, as an empty
+//!   queue takes any request). One tenant writing as fast as it can therefore fills its share
+//!   and is shed there, and the rest of the queue stays open to every other tenant.
+//! - Dispatch ([`Lanes`]): one FIFO per key, and batches take one request from each key in
+//!   turn (a rotation of the keys that have requests waiting), so a tenant's text waits behind
+//!   at most one request of each other key per batch rather than behind another tenant's whole
+//!   backlog.
+//!
+//! This module keeps counts and queues; it runs no model and logs nothing.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::router::Request;
+
+/// Texts waiting per key, shared by the pool's handles (which admit) and its router (which
+/// takes texts out of the queue).
+#[derive(Debug)]
+pub(crate) struct Shares {
+    /// The most texts one key may have waiting (at least 1).
+    cap: u64,
+    waiting: Mutex<HashMap<Arc<str>, u64>>,
+}
+
+impl Shares {
+    /// Shares of a queue of `capacity` texts, each key allowed `percent` (1 to 100) of it.
+    pub(crate) fn new(capacity: usize, percent: u8) -> Shares {
+        let cap = capacity as u64 * u64::from(percent.min(100)) / 100;
+        Shares {
+            cap: cap.max(1),
+            waiting: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The most texts one key may have waiting.
+    pub(crate) fn cap(&self) -> u64 {
+        self.cap
+    }
+
+    /// Reserves `n` texts for `key` when its share allows and `admit` (the queue-wide check,
+    /// run under the same lock) agrees; returns the key's waiting texts when refused by the
+    /// share, or `Err(None)` when `admit` refused.
+    pub(crate) fn reserve(
+        &self,
+        key: &Arc<str>,
+        n: u64,
+        admit: impl FnOnce() -> bool,
+    ) -> Result<(), Option<u64>> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = waiting.get(key).copied().unwrap_or(0);
+        if mine > 0 && mine + n > self.cap {
+            return Err(Some(mine));
+        }
+        if !admit() {
+            return Err(None);
+        }
+        *waiting.entry(Arc::clone(key)).or_insert(0) += n;
+        Ok(())
+    }
+
+    /// Gives back `n` texts of `key` (they left the queue).
+    pub(crate) fn release(&self, key: &str, n: u64) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mine) = waiting.get_mut(key) {
+            *mine = mine.saturating_sub(n);
+            if *mine == 0 {
+                waiting.remove(key);
+            }
+        }
+    }
+
+    /// Keys with texts waiting now.
+    pub(crate) fn keys_waiting(&self) -> usize {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+/// The router's queue: one FIFO of requests per key, and the rotation in which keys are
+/// served.
+#[derive(Default)]
+pub(crate) struct Lanes {
+    lanes: HashMap<Arc<str>, VecDeque<Request>>,
+    /// Keys with requests waiting, the next to serve first; each appears once.
+    turn: VecDeque<Arc<str>>,
+    /// Texts waiting in all lanes.
+    texts: usize,
+}
+
+impl Lanes {
+    /// Queues `request` at the back of its key's lane.
+    pub(crate) fn push(&mut self, request: Request) {
+        self.texts += request.texts.len();
+        let lane = self.lanes.entry(Arc::clone(&request.key)).or_default();
+        if lane.is_empty() {
+            self.turn.push_back(Arc::clone(&request.key));
+        }
+        lane.push_back(request);
+    }
+
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.turn.is_empty()
+    }
+
+    /// Texts waiting.
+    pub(crate) fn texts(&self) -> usize {
+        self.texts
+    }
+
+    /// When the request that has waited longest was admitted.
+    pub(crate) fn oldest(&self) -> Option<Instant> {
+        self.turn
+            .iter()
+            .filter_map(|key| self.lanes.get(key)?.front())
+            .map(|r| r.admitted)
+            .min()
+    }
+
+    /// Whole requests up to `max_batch` texts (at least one request), one from each key in
+    /// turn; a key that got a request goes to the back of the rotation. Stops at the first
+    /// request that would overflow the batch, so a large request is not passed over forever.
+    pub(crate) fn take_batch(&mut self, max_batch: usize) -> Vec<Request> {
+        let mut batch = Vec::new();
+        let mut texts = 0;
+        while let Some(key) = self.turn.front().cloned() {
+            let Some(lane) = self.lanes.get_mut(&key) else {
+                self.turn.pop_front();
+                continue;
+            };
+            let Some(n) = lane.front().map(|r| r.texts.len()) else {
+                self.turn.pop_front();
+                self.lanes.remove(&key);
+                continue;
+            };
+            if !batch.is_empty() && texts + n > max_batch {
+                break;
+            }
+            texts += n;
+            batch.extend(lane.pop_front());
+            self.turn.pop_front();
+            if lane.is_empty() {
+                self.lanes.remove(&key);
+            } else {
+                self.turn.push_back(key);
+            }
+        }
+        self.texts -= texts;
+        batch
+    }
+
+    /// Every waiting request, lane by lane (for a closing pool to answer).
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = Request> + '_ {
+        self.turn.clear();
+        self.texts = 0;
+        self.lanes.drain().flat_map(|(_, lane)| lane)
+    }
+}
+
+#[cfg(test)]
+mod tests;

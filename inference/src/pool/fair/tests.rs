@@ -1,0 +1,101 @@
+//! Unit tests of the queue shares and the lanes' rotation (no model involved).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::config::TextRole;
+
+fn request(key: &str, texts: usize, admitted: Instant) -> Request {
+    let (tx, _rx) = ractor::concurrency::oneshot();
+    Request {
+        key: Arc::from(key),
+        texts: vec![String::from("x"); texts],
+        role: TextRole::Passage,
+        admitted,
+        reply: tx.into(),
+    }
+}
+
+fn keys(batch: &[Request]) -> Vec<&str> {
+    batch.iter().map(|r| &*r.key).collect()
+}
+
+#[test]
+fn a_key_at_its_share_is_refused_while_another_key_is_admitted() {
+    let shares = Shares::new(100, 50);
+    assert_eq!(shares.cap(), 50);
+    let (noisy, quiet): (Arc<str>, Arc<str>) = (Arc::from("noisy"), Arc::from("quiet"));
+    for _ in 0..5 {
+        assert_eq!(shares.reserve(&noisy, 10, || true), Ok(()));
+    }
+    assert_eq!(shares.reserve(&noisy, 1, || true), Err(Some(50)));
+    assert_eq!(shares.reserve(&quiet, 10, || true), Ok(()));
+    assert_eq!(shares.keys_waiting(), 2);
+    // Texts that left the queue make room for their key again.
+    shares.release("noisy", 10);
+    assert_eq!(shares.reserve(&noisy, 10, || true), Ok(()));
+}
+
+#[test]
+fn the_queue_wide_check_refuses_without_reserving() {
+    let shares = Shares::new(100, 50);
+    let key: Arc<str> = Arc::from("t");
+    assert_eq!(shares.reserve(&key, 10, || false), Err(None));
+    assert_eq!(shares.keys_waiting(), 0);
+}
+
+#[test]
+fn a_key_with_nothing_waiting_may_queue_one_request_above_its_share() {
+    let shares = Shares::new(10, 10);
+    assert_eq!(shares.cap(), 1);
+    let key: Arc<str> = Arc::from("t");
+    assert_eq!(shares.reserve(&key, 8, || true), Ok(()));
+    assert_eq!(shares.reserve(&key, 1, || true), Err(Some(8)));
+    shares.release("t", 8);
+    assert_eq!(shares.keys_waiting(), 0);
+}
+
+#[test]
+fn batches_take_one_request_of_each_key_in_turn() {
+    let now = Instant::now();
+    let mut lanes = Lanes::default();
+    for _ in 0..6 {
+        lanes.push(request("noisy", 1, now));
+    }
+    lanes.push(request("quiet", 1, now));
+    lanes.push(request("other", 1, now));
+    assert_eq!(lanes.texts(), 8);
+    // The quiet keys arrived behind six of the noisy key's requests, and still go in the
+    // first batch.
+    let first = lanes.take_batch(4);
+    assert_eq!(keys(&first), ["noisy", "quiet", "other", "noisy"]);
+    assert_eq!(keys(&lanes.take_batch(4)), ["noisy"; 4]);
+    assert!(lanes.is_empty());
+    assert_eq!(lanes.texts(), 0);
+}
+
+#[test]
+fn a_request_larger_than_the_batch_goes_alone_and_is_not_passed_over() {
+    let now = Instant::now();
+    let mut lanes = Lanes::default();
+    lanes.push(request("a", 1, now));
+    lanes.push(request("b", 40, now));
+    lanes.push(request("c", 1, now));
+    assert_eq!(keys(&lanes.take_batch(32)), ["a"]);
+    assert_eq!(keys(&lanes.take_batch(32)), ["b"]);
+    assert_eq!(keys(&lanes.take_batch(32)), ["c"]);
+}
+
+#[test]
+fn the_oldest_request_is_found_across_lanes() {
+    let now = Instant::now();
+    let earlier = now - Duration::from_millis(50);
+    let mut lanes = Lanes::default();
+    lanes.push(request("a", 1, now));
+    lanes.push(request("b", 1, earlier));
+    assert_eq!(lanes.oldest(), Some(earlier));
+    assert_eq!(lanes.drain().count(), 2);
+    assert!(lanes.is_empty());
+    assert_eq!(lanes.oldest(), None);
+}

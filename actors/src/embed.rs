@@ -3,7 +3,8 @@
 //!
 //! Embeddings are always computed before a write transaction starts, never inside it, so a
 //! slow or overloaded pool delays or refuses the write (503, retry with the same request id)
-//! without holding storage.
+//! without holding storage. Every call names the user's tenant, the pool's fairness key: a
+//! tenant holds at most its share of the queue and takes its turn in batches with the others.
 
 use engram_inference::{EmbeddingPool, ModelKind, TextRole};
 
@@ -45,25 +46,32 @@ impl Embedder {
         self.model.same_topic_threshold()
     }
 
-    /// Embeddings of stored texts, in order.
-    pub async fn passages(&self, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        self.embed(texts, TextRole::Passage).await
+    /// Embeddings of stored texts of a user of `tenant`, in order.
+    pub async fn passages(&self, tenant: &str, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        self.embed(tenant, texts, TextRole::Passage).await
     }
 
-    /// The embedding of a search query.
-    pub async fn query(&self, text: &str) -> Result<Vec<f32>> {
-        let mut vectors = self.embed(vec![text.to_owned()], TextRole::Query).await?;
+    /// The embedding of a search query of a user of `tenant`.
+    pub async fn query(&self, tenant: &str, text: &str) -> Result<Vec<f32>> {
+        let mut vectors = self
+            .embed(tenant, vec![text.to_owned()], TextRole::Query)
+            .await?;
         vectors
             .pop()
             .ok_or_else(|| Error::Internal("the embedding pool returned no vector".into()))
     }
 
-    async fn embed(&self, texts: Vec<String>, role: TextRole) -> Result<Vec<Vec<f32>>> {
+    async fn embed(
+        &self,
+        tenant: &str,
+        texts: Vec<String>,
+        role: TextRole,
+    ) -> Result<Vec<Vec<f32>>> {
         let n = texts.len();
         use engram_inference::Error as E;
         let vectors = self
             .pool
-            .embed(texts, role)
+            .embed_for(tenant, texts, role)
             .await
             .map_err(|err| match err {
                 E::Overloaded { .. } => Error::Overloaded(err.to_string()),

@@ -261,7 +261,7 @@ async fn the_topic_threshold_separates_paraphrases_from_other_topics() {
     let embedder = Embedder::new(pool.clone(), ModelKind::MultilingualE5Small);
     let cosine = async |a: &str, b: &str| {
         let v = embedder
-            .passages(vec![a.to_owned(), b.to_owned()])
+            .passages("t", vec![a.to_owned(), b.to_owned()])
             .await
             .unwrap();
         v[0].iter().zip(&v[1]).map(|(x, y)| x * y).sum::<f32>()

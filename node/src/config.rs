@@ -175,6 +175,9 @@ pub struct InferenceConfig {
     pub max_wait: Duration,
     /// The most texts waiting; more are refused with 503 (retry with the same request id).
     pub queue_capacity: usize,
+    /// The share of the queue, in percent, that one tenant may hold (more of its texts are
+    /// refused while other tenants are still admitted).
+    pub tenant_share_percent: u8,
     /// The most tokens in one forward pass (bounds activation memory).
     pub max_batch_tokens: usize,
     /// A user with at least this many vectors is searched through an HNSW graph; fewer are
@@ -194,6 +197,7 @@ impl Default for InferenceConfig {
             max_batch: pool.max_batch,
             max_wait: pool.max_wait,
             queue_capacity: pool.queue_capacity,
+            tenant_share_percent: pool.tenant_share_percent,
             max_batch_tokens: pool.encoder.max_batch_tokens,
             exact_search_below: VectorConfig::default().exact_threshold,
         }
@@ -215,6 +219,7 @@ impl InferenceConfig {
             max_batch: self.max_batch,
             max_wait: self.max_wait,
             queue_capacity: self.queue_capacity,
+            tenant_share_percent: self.tenant_share_percent,
         }
     }
 }

@@ -476,6 +476,11 @@ fn render_pool(text: &mut String, stats: &PoolStats) {
             "Requests shed because the queue was full",
             stats.rejected,
         ),
+        (
+            "rejected_by_share",
+            "Requests shed because their tenant held its whole share of the queue",
+            stats.rejected_by_share,
+        ),
         ("failed", "Requests answered with an error", stats.failed),
         ("forward_passes", "Forward passes run", stats.forward_passes),
         ("tokens", "Tokens read by the model", stats.tokens),

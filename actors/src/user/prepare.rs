@@ -107,7 +107,7 @@ impl UserState {
         texts.dedup();
         let mut batch = texts.clone();
         batch.extend(missing.iter().map(|t| topic_phrase(t)));
-        let mut vectors = embedder.passages(batch).await?;
+        let mut vectors = embedder.passages(&self.args.key.tenant, batch).await?;
         let topic_vectors = vectors.split_off(texts.len());
         self.topics.extend(missing.into_iter().zip(topic_vectors));
         Ok(Prepared {
@@ -183,7 +183,7 @@ impl UserState {
             // Nothing to rank: spare the pool.
             return None;
         }
-        match embedder.query(query).await {
+        match embedder.query(&self.args.key.tenant, query).await {
             Ok(vector) => Some(vector),
             Err(err) => {
                 tracing::debug!(user = %self.args.services.log_id(&self.args.key), error = %err, "query not embedded");

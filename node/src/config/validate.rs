@@ -197,6 +197,12 @@ impl Config {
                 "must be at least inference.max-batch".to_owned(),
             );
         }
+        if inference.tenant_share_percent == 0 || inference.tenant_share_percent > 100 {
+            problem(
+                "inference.tenant-share-percent",
+                "must be between 1 and 100".to_owned(),
+            );
+        }
         if inference.max_wait > Duration::from_secs(1) {
             problem("inference.max-wait", "must be at most 1s".to_owned());
         }

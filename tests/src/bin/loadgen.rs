@@ -6,6 +6,7 @@
 //! cargo run --release -p engram-tests --bin loadgen -- --spawn                 # one-command benchmark
 //! loadgen --url http://127.0.0.1:8080 --users 10000 --zipf 1.1 --read-ratio 0.2 --seconds 60
 //! loadgen --spawn --users 1 --records-per-user 1000 --read-ratio 1 --concurrency 1
+//! loadgen --spawn --inference false --set security.audit-reads=durable --read-ratio 0.9
 //! ```
 //!
 //! Each of `--concurrency` workers sends one request at a time (a closed loop) until
@@ -58,6 +59,10 @@ struct Args {
     /// trail (off only to measure its cost).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, requires = "spawn")]
     audit: bool,
+    /// Any other setting of the spawned node, as `section.key=value` (repeatable); the
+    /// value is read as JSON when it parses (numbers, booleans), else as a string.
+    #[arg(long = "set", value_name = "KEY=VALUE", requires = "spawn")]
+    settings: Vec<String>,
     /// Users in the population.
     #[arg(long, default_value_t = 10_000)]
     users: usize,
@@ -97,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut node = match &args.url {
         Some(_) => None,
-        None => Some(spawn(&args.synchronous, args.inference, (args.sealed, args.audit)).await),
+        None => Some(spawn(&args).await?),
     };
     let url = match (&node, &args.url) {
         (Some(node), _) => node.url(),
@@ -135,12 +140,14 @@ async fn main() -> anyhow::Result<()> {
         args.records_per_user,
         match &node {
             Some(_) => format!(
-                "spawned ({} build, synchronous {}, inference {}, sealed {}, audit {})",
+                "spawned ({} build, synchronous {}, inference {}, sealed {}, audit {}{}{})",
                 profile(),
                 args.synchronous,
                 if args.inference { "on" } else { "off" },
                 if args.sealed { "yes" } else { "no" },
-                if args.audit { "on" } else { "off" }
+                if args.audit { "on" } else { "off" },
+                if args.settings.is_empty() { "" } else { ", " },
+                args.settings.join(", ")
             ),
             None => "external".to_owned(),
         },
@@ -263,11 +270,11 @@ fn profile() -> &'static str {
     }
 }
 
-/// Starts a node of this build's profile on a temporary store.
-async fn spawn(synchronous: &str, inference: bool, (sealed, audit): (bool, bool)) -> Node {
+/// Starts a node of this build's profile (or `ENGRAM_NODE_BIN`) on a temporary store.
+async fn spawn(args: &Args) -> anyhow::Result<Node> {
     let sandbox = Sandbox::new();
     let mut spec = sandbox.node("loadgen");
-    if sealed {
+    if args.sealed {
         let keys = sandbox.path().join("master.keys");
         std::fs::write(&keys, format!("1 {}\n", "5a".repeat(32))).expect("key file");
         spec = spec.set(
@@ -275,16 +282,29 @@ async fn spawn(synchronous: &str, inference: bool, (sealed, audit): (bool, bool)
             keys.to_string_lossy().into_owned(),
         );
     }
-    let spec = spec
-        .set("storage.sqlite.synchronous", synchronous)
+    let mut spec = spec
+        .set("storage.sqlite.synchronous", args.synchronous.as_str())
         .set("security.rate-limit", 0)
-        .set("security.audit", audit)
-        .set("inference.enabled", inference)
+        .set("security.audit", args.audit)
+        .set("inference.enabled", args.inference)
         .set("log.level", "warn,engram_node=info");
+    for setting in &args.settings {
+        let Some((key, value)) = setting.split_once('=') else {
+            bail!("--set {setting:?}: expected section.key=value");
+        };
+        if !key.contains('.') {
+            bail!("--set {setting:?}: expected section.key=value");
+        }
+        let value = serde_json::from_str::<Value>(value)
+            .ok()
+            .filter(|v| !matches!(v, Value::Object(_) | Value::Null))
+            .unwrap_or_else(|| Value::String(value.to_owned()));
+        spec = spec.set(key, value);
+    }
     eprintln!(
         "starting engram-node ({}) in {}",
         profile(),
         spec.data_dir().display()
     );
-    spec.start().await
+    Ok(spec.start().await)
 }

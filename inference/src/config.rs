@@ -17,7 +17,9 @@ pub enum ModelKind {
     #[default]
     MultilingualE5Small,
     /// sentence-transformers/all-MiniLM-L6-v2 (safetensors): English only, Chinese becomes
-    /// `[UNK]`.
+    /// `[UNK]`. Named `all-minilm-l6-v2` as the model is (kebab-case of the variant would
+    /// split "MiniLm" into `mini-lm`).
+    #[serde(rename = "all-minilm-l6-v2")]
     AllMiniLmL6V2,
 }
 

@@ -228,6 +228,29 @@ impl Node {
         client.with_ring(self.spec.keys().clone(), self.spec.sqlite_path().to_owned())
     }
 
+    /// Makes a key of `tenant` with `scope` (`gateway`, `operator` or `admin`) named `name`
+    /// with the root key, asserting it was made; returns its token and id.
+    pub async fn must_make_key(&self, tenant: &str, scope: &str, name: &str) -> (String, String) {
+        let root = self
+            .client()
+            .with_key(self.spec.keys().root())
+            .with_header("x-engram-tenant", tenant);
+        let body = serde_json::json!({"tenant": tenant, "scope": scope, "name": name});
+        let reply = root
+            .post("/v1/admin/keys", &body)
+            .await
+            .unwrap_or_else(|e| panic!("making a {scope} key of {tenant}: {e}"));
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+        let made = reply.json();
+        let field = |name: &str| {
+            made[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("a made key without {name}: {made}"))
+                .to_owned()
+        };
+        (field("token"), field("key_id"))
+    }
+
     /// Like [`Node::client`], opening a new connection for every request.
     pub fn fresh_client(&self) -> HttpClient {
         HttpClient::fresh_connections(&self.url())

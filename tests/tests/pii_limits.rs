@@ -8,27 +8,22 @@
 //!   contexts serving high-PII turns count as sensitive reads (past the limit they come back
 //!   without them); an admin's approval clears the counts of every key.
 
-use engram_tests::harness::{Node, Sandbox, turn};
+use engram_tests::harness::{HttpClient, Node, Sandbox, turn};
 use hyper::StatusCode;
 use serde_json::json;
 
 const ID: &str = "11010519491231002X";
 const MOBILE: &str = "13812345678";
 
-async fn key(node: &Node, tenant: &str, scope: &str, name: &str) -> String {
-    let root = node
-        .client()
-        .with_key(node.spec().keys().root())
-        .with_header("x-engram-tenant", tenant);
-    let reply = root
-        .post(
-            "/v1/admin/keys",
-            &json!({"tenant": tenant, "scope": scope, "name": name}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
-    reply.json()["token"].as_str().unwrap().to_owned()
+/// Clients of two gateway keys (`x`, `y`) and one admin key of tenant `acme`.
+async fn clients(node: &Node) -> [HttpClient; 3] {
+    let mut made = Vec::new();
+    for (scope, name) in [("gateway", "x"), ("gateway", "y"), ("admin", "a")] {
+        let (token, _) = node.must_make_key("acme", scope, name).await;
+        made.push(node.client().with_key(&token));
+    }
+    made.try_into()
+        .unwrap_or_else(|_| unreachable!("three keys were made"))
 }
 
 async fn keyed_node(name: &str, settings: &[(&str, u32)]) -> (Sandbox, Node) {
@@ -63,15 +58,7 @@ fn candidate(seq: u32) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn masks_keep_four_characters_and_a_brute_force_of_the_rest_is_stopped() {
     let (_sandbox, node) = keyed_node("brute", &[]).await;
-    let x = node
-        .client()
-        .with_key(&key(&node, "acme", "gateway", "x").await);
-    let y = node
-        .client()
-        .with_key(&key(&node, "acme", "gateway", "y").await);
-    let admin = node
-        .client()
-        .with_key(&key(&node, "acme", "admin", "a").await);
+    let [x, y, admin] = clients(&node).await;
     x.must_append_turn(
         "erin",
         &turn(
@@ -137,15 +124,7 @@ async fn masks_keep_four_characters_and_a_brute_force_of_the_rest_is_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contexts_count_as_sensitive_reads_per_key_and_one_gateway_does_not_lock_out_another() {
     let (_sandbox, node) = keyed_node("per-key", &[("security.sensitive-read-limit", 3)]).await;
-    let x = node
-        .client()
-        .with_key(&key(&node, "acme", "gateway", "x").await);
-    let y = node
-        .client()
-        .with_key(&key(&node, "acme", "gateway", "y").await);
-    let admin = node
-        .client()
-        .with_key(&key(&node, "acme", "admin", "a").await);
+    let [x, y, admin] = clients(&node).await;
     x.must_append_turn(
         "frank",
         &turn("t1", "s1", &format!("my ID is {ID}"), "noted"),

@@ -22,27 +22,6 @@ use serde_json::{Value, json};
 
 const ID: &str = "11010519491231002X";
 
-/// Makes a key of `tenant` with `scope` with the root key; returns its token and id.
-async fn key(node: &Node, tenant: &str, scope: &str) -> (String, String) {
-    let root = node
-        .client()
-        .with_key(node.spec().keys().root())
-        .with_header("x-engram-tenant", tenant);
-    let reply = root
-        .post(
-            "/v1/admin/keys",
-            &json!({"tenant": tenant, "scope": scope, "name": format!("{tenant}-{scope}")}),
-        )
-        .await
-        .unwrap();
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
-    let made = reply.json();
-    (
-        made["token"].as_str().unwrap().to_owned(),
-        made["key_id"].as_str().unwrap().to_owned(),
-    )
-}
-
 async fn status(
     client: &HttpClient,
     method: Method,
@@ -56,10 +35,18 @@ async fn status(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
     let node = Sandbox::new().node("isolation").start().await;
-    let (a_gateway, _) = key(&node, "tenant-a", "gateway").await;
-    let (a_admin, _) = key(&node, "tenant-a", "admin").await;
-    let (b_gateway, b_gateway_id) = key(&node, "tenant-b", "gateway").await;
-    let (b_admin, b_admin_id) = key(&node, "tenant-b", "admin").await;
+    let (a_gateway, _) = node
+        .must_make_key("tenant-a", "gateway", "tenant-a-gateway")
+        .await;
+    let (a_admin, _) = node
+        .must_make_key("tenant-a", "admin", "tenant-a-admin")
+        .await;
+    let (b_gateway, b_gateway_id) = node
+        .must_make_key("tenant-b", "gateway", "tenant-b-gateway")
+        .await;
+    let (b_admin, b_admin_id) = node
+        .must_make_key("tenant-b", "admin", "tenant-b-admin")
+        .await;
     let b = node.client().with_key(&b_gateway);
     let b_adm = node.client().with_key(&b_admin);
     let root = node.client().with_key(node.spec().keys().root());
@@ -370,9 +357,11 @@ async fn keys_are_hashed_scoped_rotated_revoked_and_managed_from_the_cli() {
     let (code, _) = status(&forged, Method::GET, "/v1/users/u/memories", None).await;
     assert_eq!(code, 401, "an unknown key");
 
-    let (gateway, gateway_id) = key(&node, "acme", "gateway").await;
-    let (operator, operator_id) = key(&node, "acme", "operator").await;
-    let (admin, _) = key(&node, "acme", "admin").await;
+    let (gateway, gateway_id) = node.must_make_key("acme", "gateway", "acme-gateway").await;
+    let (operator, operator_id) = node
+        .must_make_key("acme", "operator", "acme-operator")
+        .await;
+    let (admin, _) = node.must_make_key("acme", "admin", "acme-admin").await;
     let g = node.client().with_key(&gateway);
     let o = node.client().with_key(&operator);
     let adm = node.client().with_key(&admin);
@@ -534,8 +523,8 @@ async fn anchors_match_sensitive_reads_trip_the_breaker_admins_approve_and_all_i
         )
         .start()
         .await;
-    let (gateway, gateway_id) = key(&node, "acme", "gateway").await;
-    let (admin, admin_id) = key(&node, "acme", "admin").await;
+    let (gateway, gateway_id) = node.must_make_key("acme", "gateway", "acme-gateway").await;
+    let (admin, admin_id) = node.must_make_key("acme", "admin", "acme-admin").await;
     let g = node.client().with_key(&gateway);
     let adm = node.client().with_key(&admin);
     // Identity anchors: the number is matched, never stored or returned.
@@ -677,7 +666,7 @@ async fn a_key_over_its_rate_is_refused_with_429_and_others_keep_their_budget() 
         .set("security.rate-burst", 5)
         .start()
         .await;
-    let (gateway, _) = key(&node, "acme", "gateway").await;
+    let (gateway, _) = node.must_make_key("acme", "gateway", "acme-gateway").await;
     let g = node.client().with_key(&gateway);
     let mut codes = Vec::new();
     for _ in 0..8 {
@@ -690,7 +679,7 @@ async fn a_key_over_its_rate_is_refused_with_429_and_others_keep_their_budget() 
     assert_eq!(limited.json()["code"], "rate_limited");
     assert!(codes[..5].iter().all(|r| r.status == StatusCode::OK));
     // Another key has its own budget.
-    let (other, _) = key(&node, "acme", "gateway").await;
+    let (other, _) = node.must_make_key("acme", "gateway", "acme-gateway").await;
     let o = node.client().with_key(&other);
     assert_eq!(
         o.get("/v1/users/u/sessions").await.unwrap().status,

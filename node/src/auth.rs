@@ -33,6 +33,7 @@ use subtle::ConstantTimeEq;
 pub use self::limiter::RateLimiter;
 pub use self::lookup::LookupLimits;
 use self::lookup::{LookupStats, MAX_SECRET_LEN, NegativeCache};
+use crate::audit::AuditedUser;
 
 mod limiter;
 pub mod lookup;
@@ -68,6 +69,8 @@ pub struct Caller {
     pub tenant: String,
     /// The client's address, as the node that accepted the connection saw it.
     pub client: Option<String>,
+    /// The user the request asks about, once its handler names it (for its audit entry).
+    pub audited: AuditedUser,
 }
 
 /// What a route needs.

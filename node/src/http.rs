@@ -56,7 +56,12 @@ pub struct AppState {
     pub lease_timeout: std::time::Duration,
     /// The cluster transport (for the cluster view and its metrics).
     pub cluster: Option<Arc<crate::cluster::Transport>>,
-    /// Largest body, in bytes (the audit trail reads a seed request's body whole).
+    /// Largest body, in bytes. Read by nothing since the audit trail stopped reading seed
+    /// bodies ([`Limits`] carries the limit the router applies); start-up still sets it.
+    #[expect(
+        dead_code,
+        reason = "set by lifecycle.rs, which another change is editing: drop the field with it"
+    )]
     pub max_body_bytes: usize,
     /// Checks API keys.
     pub auth: Arc<Authenticator>,
@@ -152,8 +157,11 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The user addressed by a request, checked.
+/// The user addressed by a request, checked. It is the user the request's audit entry names
+/// (every handler that asks about a user names it here, wherever the request carries it: the
+/// path, or the seed API's query string or body).
 pub fn user_key(caller: &Caller, user: &str) -> Result<UserKey, ApiError> {
+    caller.audited.set(user);
     check_id("user_id", user)?;
     Ok(UserKey::new(caller.tenant.as_str(), user))
 }

@@ -1,11 +1,11 @@
 //! The audit middleware: serves an audited request, then records its entry (the caller, the
 //! user its handler named, the route's action from the route table, the ids its path names,
 //! the outcome) and, unless the entry may be batched, waits for it to be durable before
-//! answering. The trail's writer is [`crate::audit`].
+//! answering. It never reads a request's query string or body; the trail's writer is
+//! [`crate::audit`].
 
 use std::collections::HashMap;
 
-use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
@@ -24,35 +24,14 @@ fn path_ids(params: &HashMap<String, String>) -> Vec<String> {
         .collect()
 }
 
-/// `user_id` of a query string or a JSON body (the seed API's ways to name the user).
-fn seed_user(query: Option<&str>, body: &[u8]) -> Option<String> {
-    query_user(query).or_else(|| body_user(body))
-}
-
-/// `user_id` of a query string (the seed API's way to name the user).
-fn query_user(query: Option<&str>) -> Option<String> {
-    let uri = format!("/?{}", query?).parse().ok()?;
-    let axum::extract::Query(pairs) =
-        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri).ok()?;
-    pairs
-        .into_iter()
-        .find(|(k, _)| k == "user_id")
-        .map(|(_, v)| v)
-}
-
-/// `user_id` of a JSON body.
-fn body_user(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()?
-        .get("user_id")?
-        .as_str()
-        .map(str::to_owned)
-}
-
 /// The middleware of a route whose entries record `action`: serves the request, then records
 /// it and waits for the entry to be durable before answering (503 if it cannot be), except
 /// masked gateway reads that showed nothing sensitive when reads are batched: those are
 /// queued and answered at once.
+///
+/// The entry names the user the handler named ([`crate::audit::AuditedUser`]); a request
+/// refused before its handler ran (a body or query that does not decode) names the `{user}`
+/// of its path, if it has one.
 pub async fn record(
     State((s, action)): State<(AppState, &'static str)>,
     params: Result<Path<HashMap<String, String>>, PathRejection>,
@@ -63,24 +42,8 @@ pub async fn record(
         return next.run(request).await;
     };
     let params = params.map(|Path(p)| p).unwrap_or_default();
-    let mut user = params.get("user").cloned();
-    let request = if user.is_none() && request.uri().path() == "/write" {
-        let (parts, body) = request.into_parts();
-        let Ok(bytes) = axum::body::to_bytes(body, s.max_body_bytes).await else {
-            return ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("body over {} bytes", s.max_body_bytes),
-            )
-            .into_response();
-        };
-        user = seed_user(None, &bytes);
-        Request::from_parts(parts, Body::from(bytes))
-    } else {
-        user = user.or_else(|| seed_user(request.uri().query(), &[]));
-        request
-    };
     let response = next.run(request).await;
+    let user = caller.audited.get().or_else(|| params.get("user").cloned());
     let mut ids = path_ids(&params);
     if let Some(AuditIds(more)) = response.extensions().get::<AuditIds>() {
         ids.extend(more.iter().cloned());

@@ -160,6 +160,7 @@ pub async fn authenticate(
         root,
         tenant,
         client,
+        audited: Default::default(),
     };
     let refused = if !rule.access.allows(caller.scope, caller.root) {
         Some(format!(

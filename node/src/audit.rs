@@ -1,32 +1,28 @@
-//! The audit trail: every authenticated request that reads or writes memory content, forgets
-//! a user, manages keys or approves sensitive reads is recorded (principal, tenant, user
-//! pseudonym, action, ids, client address, time, outcome) in the append-only audit keyspace
-//! before its answer leaves the node. Refused requests (403) are recorded too.
+//! The audit trail's writer: every authenticated request that reads or writes memory
+//! content, forgets a user, manages keys or approves sensitive reads is recorded (principal,
+//! tenant, user pseudonym, action, ids, client address, time, outcome) in the append-only
+//! audit keyspace before its answer leaves the node. Refused requests (403) are recorded too.
 //!
 //! Entries are written in batches (one transaction for everything queued, a few batches
-//! committing at once), and the request waits for its batch to commit: an answer is never sent for an action whose entry
-//! was lost. If the trail cannot be written the request is answered 503. Every request is
-//! recorded once, by the node that accepted it (a user another node owns is asked through
-//! the front door; no HTTP request is replayed on the owner). Entries older than
-//! `security.audit-retention` are purged hourly.
+//! committing at once), and the request waits for its batch to commit: an answer is never
+//! sent for an action whose entry was lost. If the trail cannot be written the request is
+//! answered 503. Every request is recorded once, by the node that accepted it (a user another
+//! node owns is asked through the front door; no HTTP request is replayed on the owner).
+//! Entries older than `security.audit-retention` are purged hourly.
+//!
+//! This module knows no HTTP: the middleware that records each request
+//! (`http/middleware/audit.rs`) builds the entries; the user an entry names is the one the
+//! request's handler named ([`AuditedUser`]), never one parsed out of a query or a body here.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{MatchedPath, Path, Request, State};
-use axum::http::StatusCode;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use engram_actors::clock::SharedClock;
 use engram_storage::access::{self, AuditEntry, Scope};
 use engram_storage::{Keyspace, Store};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::auth::{Caller, rule};
-use crate::http::{ApiError, AppState};
+use crate::auth::Caller;
 use crate::metrics::NodeMetrics;
 
 /// Entries waiting for the writer, at most.
@@ -151,6 +147,15 @@ impl AuditLog {
         let _ = self.tx.send((entry, done)).await;
     }
 
+    /// Whether an entry of `action` by a key of `scope` is queued without waiting for it to be
+    /// durable: masked gateway reads that showed nothing sensitive, when reads are batched.
+    pub fn batches(&self, scope: Scope, action: &str, sensitive: bool) -> bool {
+        self.batched_reads
+            && scope == Scope::Gateway
+            && MASKED_READS.contains(&action)
+            && !sensitive
+    }
+
     /// An entry of `caller` at now, with a fresh id.
     pub fn entry(
         &self,
@@ -217,123 +222,28 @@ async fn write_loop(
 #[derive(Debug, Clone, Default)]
 pub struct AuditIds(pub Vec<String>);
 
-/// The ids a request names in its path (memory, session, key), never content.
-fn path_ids(params: &HashMap<String, String>) -> Vec<String> {
-    ["memory_id", "session_id", "key_id"]
-        .iter()
-        .filter_map(|name| params.get(*name).map(|v| format!("{name}={v}")))
-        .collect()
-}
+/// The user a request asked about, as its handler named it: the handler knows where a request
+/// names its user (the path, or the seed API's query string or body), the audit middleware
+/// does not. One slot per request, shared by the clones of the request's [`Caller`]; the
+/// middleware reads it after the handler ran.
+#[derive(Clone, Default)]
+pub struct AuditedUser(Arc<Mutex<Option<String>>>);
 
-/// `user_id` of a query string or a JSON body (the seed API's ways to name the user).
-fn seed_user(query: Option<&str>, body: &[u8]) -> Option<String> {
-    query_user(query).or_else(|| body_user(body))
-}
-
-/// `user_id` of a query string (the seed API's way to name the user).
-fn query_user(query: Option<&str>) -> Option<String> {
-    let uri = format!("/?{}", query?).parse().ok()?;
-    let axum::extract::Query(pairs) =
-        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri).ok()?;
-    pairs
-        .into_iter()
-        .find(|(k, _)| k == "user_id")
-        .map(|(_, v)| v)
-}
-
-/// `user_id` of a JSON body.
-fn body_user(body: &[u8]) -> Option<String> {
-    serde_json::from_slice::<serde_json::Value>(body)
-        .ok()?
-        .get("user_id")?
-        .as_str()
-        .map(str::to_owned)
-}
-
-/// The middleware: serves the request, then records it and waits for the entry to be durable
-/// before answering (503 if it cannot be), except masked gateway reads that showed nothing
-/// sensitive when reads are batched: those are queued and answered at once.
-pub async fn record(
-    State(s): State<AppState>,
-    params: Result<Path<HashMap<String, String>>, PathRejection>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let (Some(caller), Some(route)) = (
-        request.extensions().get::<Caller>().cloned(),
-        request.extensions().get::<MatchedPath>().cloned(),
-    ) else {
-        return next.run(request).await;
-    };
-    let Some((_, Some(action))) = rule(request.method(), route.as_str()) else {
-        return next.run(request).await;
-    };
-    let params = params.map(|Path(p)| p).unwrap_or_default();
-    let mut user = params.get("user").cloned();
-    let request = if user.is_none() && route.as_str() == "/write" {
-        let (parts, body) = request.into_parts();
-        let Ok(bytes) = axum::body::to_bytes(body, s.max_body_bytes).await else {
-            return ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("body over {} bytes", s.max_body_bytes),
-            )
-            .into_response();
-        };
-        user = seed_user(None, &bytes);
-        Request::from_parts(parts, Body::from(bytes))
-    } else {
-        user = user.or_else(|| seed_user(request.uri().query(), &[]));
-        request
-    };
-    let response = next.run(request).await;
-    let mut ids = path_ids(&params);
-    if let Some(AuditIds(more)) = response.extensions().get::<AuditIds>() {
-        ids.extend(more.iter().cloned());
+impl AuditedUser {
+    /// Records that the request asks about `user` (the last one named wins).
+    pub fn set(&self, user: &str) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(user.to_owned());
     }
-    let entry = s.audit.entry(
-        &caller,
-        user.as_deref(),
-        action,
-        ids,
-        response.status().as_u16(),
-    );
-    let batched = s.audit.batched_reads
-        && caller.scope == Scope::Gateway
-        && MASKED_READS.contains(&action)
-        && response.extensions().get::<SensitiveRead>().is_none();
-    if batched {
-        s.audit.append_batched(entry).await;
-        return response;
-    }
-    if s.audit.append(entry).await {
-        response
-    } else {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "audit_unavailable",
-            "the audit trail cannot be written; the request's effects stand, retry it with \
-             the same request id to get its answer",
-        )
-        .into_response()
+
+    /// The user the handler named, if it named one.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
-/// Records a request refused for its scope (the caller is known, the action was not done).
-pub async fn record_refusal(
-    s: &AppState,
-    caller: &Caller,
-    method: &axum::http::Method,
-    route: &str,
-    status: StatusCode,
-) {
-    let action = rule(method, route)
-        .and_then(|(_, action)| action)
-        .unwrap_or("unknown");
-    let entry = s
-        .audit
-        .entry(caller, None, action, Vec::new(), status.as_u16());
-    if !s.audit.append(entry).await {
-        tracing::warn!("a refused request could not be audited");
+impl std::fmt::Debug for AuditedUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A user id is never printed; the trail holds its pseudonym.
+        f.write_str("AuditedUser(..)")
     }
 }

@@ -1,4 +1,7 @@
-//! Authentication and authorisation of API requests.
+//! Authentication and authorisation of API requests: keys, tokens, who a caller is and what
+//! a route needs. No HTTP here: the middleware that reads the bearer token and applies
+//! [`Access`] is `http/middleware/auth.rs`, and what each route needs is written in the
+//! route table (`http/table.rs`).
 //!
 //! Every request except health, readiness, metrics and the OpenAPI document carries an API key
 //! as a bearer token, `egk_<id>_<secret>`. Keys belong to a tenant and carry one scope
@@ -7,8 +10,6 @@
 //! `ENGRAM_ADMIN_KEY`) is the root: admin of every tenant (it names the tenant it acts for
 //! with `x-engram-tenant`) and operator of the cluster; it is never stored.
 //!
-//! What each route needs is one table, [`rule`], keyed by the route's template, so that a
-//! route without a rule is refused and a test can check every documented route has one.
 //! Cluster operation is not a tenant's business: operator keys are made only by the root key
 //! or the command line ([`CLI`]), a tenant's admin may neither make nor rotate nor revoke one,
 //! and `/v1/cluster` accepts only the root and operator keys so made (an operator key a
@@ -23,22 +24,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath, Request, State};
-use axum::http::request::Parts;
-use axum::http::{Method, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use engram_storage::access::{self, ApiKey, Scope};
 use engram_storage::model::Timestamp;
 use engram_storage::{Keyspace, Store};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 pub use self::limiter::RateLimiter;
 pub use self::lookup::LookupLimits;
 use self::lookup::{LookupStats, MAX_SECRET_LEN, NegativeCache};
-use crate::http::{ApiError, AppState};
+use crate::audit::AuditedUser;
 
 mod limiter;
 pub mod lookup;
@@ -62,7 +57,7 @@ const CACHE_TTL: Duration = Duration::from_secs(2);
 const MAX_CACHED_KEYS: usize = 100_000;
 
 /// Who is calling: a key (or the root), its scope, and the tenant it acts for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct Caller {
     /// Key id (`root` for the configured admin key).
     pub principal: String,
@@ -74,20 +69,8 @@ pub struct Caller {
     pub tenant: String,
     /// The client's address, as the node that accepted the connection saw it.
     pub client: Option<String>,
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Caller {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "this endpoint needs an API key",
-            )
-        })
-    }
+    /// The user the request asks about, once its handler names it (for its audit entry).
+    pub audited: AuditedUser,
 }
 
 /// What a route needs.
@@ -113,49 +96,6 @@ impl Access {
             Access::Admin => scope == Scope::Admin,
         }
     }
-}
-
-/// What a route needs, and the action its audit entries record (`None`: not audited).
-/// `None` for a route without a rule, which is then refused.
-pub fn rule(method: &Method, route: &str) -> Option<(Access, Option<&'static str>)> {
-    use Access::{Admin, Gateway, Operator, Public};
-    let m = method.as_str();
-    let (access, action) = match (m, route) {
-        ("GET", "/health" | "/ready" | "/metrics" | "/openapi.json") => (Public, ""),
-        ("POST", "/v1/users/{user}/turns") => (Gateway, "turn.append"),
-        ("POST", "/v1/users/{user}/feedback") => (Gateway, "feedback.write"),
-        ("POST", "/v1/users/{user}/context") => (Gateway, "context.read"),
-        ("POST", "/v1/users/{user}/memories" | "/write")
-        | ("PUT", "/v1/users/{user}/memories/{memory_id}") => (Gateway, "memory.write"),
-        ("GET", "/v1/users/{user}/memories") => (Gateway, "memory.list"),
-        ("POST", "/v1/users/{user}/memories/search") | ("GET", "/recall") => {
-            (Gateway, "memory.search")
-        }
-        ("POST", "/v1/users/{user}/memories/{memory_id}/status") => (Gateway, "memory.status"),
-        ("GET", "/v1/users/{user}/sessions" | "/chat/sessions") => (Gateway, "session.list"),
-        (
-            "GET",
-            "/v1/users/{user}/sessions/{session_id}/memory" | "/chat/sessions/{session_id}/memory",
-        ) => (Gateway, "session.read"),
-        (
-            "DELETE",
-            "/v1/users/{user}/sessions/{session_id}/memory" | "/chat/sessions/{session_id}/memory",
-        ) => (Gateway, "session.clear"),
-        ("GET", "/v1/users/{user}/conflicts") => (Gateway, "conflict.list"),
-        ("POST", "/v1/users/{user}/anchors/match") => (Gateway, "anchor.match"),
-        ("DELETE", "/v1/users/{user}") => (Admin, "user.forget"),
-        ("GET", "/v1/cluster/status") => (Operator, "cluster.status"),
-        ("POST", "/v1/cluster/drain") => (Operator, "cluster.drain"),
-        ("POST", "/v1/admin/keys") => (Admin, "key.create"),
-        ("GET", "/v1/admin/keys") => (Admin, "key.list"),
-        ("POST", "/v1/admin/keys/{key_id}/rotate") => (Admin, "key.rotate"),
-        ("DELETE", "/v1/admin/keys/{key_id}") => (Admin, "key.revoke"),
-        ("GET", "/v1/admin/audit") => (Admin, "audit.read"),
-        ("POST", "/v1/admin/users/{user}/approvals") => (Admin, "breaker.approve"),
-        ("GET", "/v1/admin/users/{user}/archive") => (Admin, "archive.read"),
-        _ => return None,
-    };
-    Some((access, (!action.is_empty()).then_some(action)))
 }
 
 /// A token's parts: `egk_<id>_<secret>`.
@@ -360,159 +300,6 @@ impl Authenticator {
         }
         Ok(key)
     }
-}
-
-fn unauthenticated(message: &str) -> Response {
-    let mut response =
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", message).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        header::HeaderValue::from_static("Bearer"),
-    );
-    response
-}
-
-/// 429 `rate_limited` with Retry-After (whole seconds, at least 1).
-fn rate_limited(message: &str, wait: Duration) -> Response {
-    let mut response =
-        ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", message).into_response();
-    let secs = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0))
-        .max(1)
-        .to_string();
-    if let Ok(value) = header::HeaderValue::from_str(&secs) {
-        response.headers_mut().insert(header::RETRY_AFTER, value);
-    }
-    response
-}
-
-/// The middleware: finds the route's rule, authenticates the bearer token, checks the scope
-/// and the tenant, applies the key's rate limit, and puts the [`Caller`] on the request.
-/// (No request reaches a router from a peer: peers ask the front door, whose user actor
-/// checks the reader's tenant and scope itself.)
-pub async fn authenticate(State(s): State<AppState>, mut request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_default();
-    let Some((access, _)) = rule(request.method(), &route) else {
-        return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "this endpoint has no access rule",
-        )
-        .into_response();
-    };
-    if access == Access::Public {
-        return next.run(request).await;
-    }
-    let token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(token) = token else {
-        s.metrics.auth_refused("missing");
-        return unauthenticated("send an API key: Authorization: Bearer <key>");
-    };
-    let now = s.users.directory().services().clock.now();
-    let address = request
-        .extensions()
-        .get::<ConnectInfo<crate::http::ClientAddr>>()
-        .map(|ConnectInfo(addr)| addr.0.ip().to_string());
-    let Checked {
-        principal,
-        tenant: key_tenant,
-        scope,
-        operates_cluster,
-    } = match s
-        .auth
-        .check(token, now, address.as_deref().unwrap_or("unknown"))
-        .await
-    {
-        Ok(found) => found,
-        Err(Denied::Invalid) => {
-            s.metrics.auth_refused("invalid");
-            return unauthenticated("the API key is unknown, revoked or expired");
-        }
-        Err(Denied::Limited(wait)) => {
-            s.metrics.auth_refused("lookup_rate");
-            return rate_limited(
-                "this address looked up too many unknown keys \
-                 (security.key-lookup-rate); retry after the delay",
-                wait,
-            );
-        }
-    };
-    let root = key_tenant.is_none();
-    let named = match request.headers().get(TENANT_HEADER).map(|v| v.to_str()) {
-        None => None,
-        Some(Ok(t)) => Some(t.to_owned()),
-        Some(Err(_)) => {
-            return ApiError::invalid(format!("invalid {TENANT_HEADER}: not visible ASCII"))
-                .into_response();
-        }
-    };
-    let tenant = match (key_tenant, named) {
-        (Some(own), Some(named)) if own != named => {
-            s.metrics.auth_refused("tenant");
-            return ApiError::new(
-                StatusCode::FORBIDDEN,
-                "wrong_tenant",
-                "this key acts for another tenant",
-            )
-            .into_response();
-        }
-        (Some(own), Some(_) | None) => own,
-        (None, Some(named)) => named,
-        (None, None) => DEFAULT_TENANT.to_owned(),
-    };
-    if let Err(err) = engram_actors::user::check_id("tenant", &tenant) {
-        return ApiError::from(err).into_response();
-    }
-    if let Err(wait) = s.auth.limiter.take(&principal) {
-        s.metrics.auth_refused("rate");
-        return rate_limited(
-            "this key is over its request rate (security.rate-limit); retry after the delay",
-            wait,
-        );
-    }
-    let client = request
-        .extensions()
-        .get::<ConnectInfo<crate::http::ClientAddr>>()
-        .map(|ConnectInfo(addr)| addr.0.to_string());
-    let caller = Caller {
-        principal,
-        scope,
-        root,
-        tenant,
-        client,
-    };
-    let refused = if !access.allows(caller.scope, caller.root) {
-        Some(format!(
-            "a {} key may not use this endpoint",
-            caller.scope.as_str()
-        ))
-    } else if access == Access::Operator && !operates_cluster {
-        Some(
-            "this operator key was made by a tenant's admin: cluster operations take the root \
-             key or an operator key made by it or by `engram-node keys create`"
-                .to_owned(),
-        )
-    } else {
-        None
-    };
-    if let Some(message) = refused {
-        s.metrics.auth_refused("scope");
-        request.extensions_mut().insert(caller.clone());
-        let refusal = ApiError::new(StatusCode::FORBIDDEN, "forbidden", message).into_response();
-        let method = request.method().clone();
-        crate::audit::record_refusal(&s, &caller, &method, &route, refusal.status()).await;
-        return refusal;
-    }
-    request.extensions_mut().insert(caller);
-    next.run(request).await
 }
 
 #[cfg(test)]

@@ -2,39 +2,41 @@
 //! OpenAPI document, health, readiness and metrics. Handlers only translate between JSON and
 //! the user actors; every rule lives in `engram_actors`.
 //!
-//! Every request but health, readiness, metrics and the API document is authenticated by an
-//! API key ([`crate::auth`]), whose tenant it acts for, and audited ([`crate::audit`]). Bodies are limited (413), requests beyond the in-flight limit are shed (503 with
-//! Retry-After), and every response to bad input is a 400 naming what was wrong.
+//! Every route is written once, in the route table ([`table`]), which generates the router,
+//! the access rules, the audit actions and the OpenAPI document; the middleware lives in
+//! [`middleware`]. Every request but health, readiness, metrics and the API document is
+//! authenticated by an API key ([`crate::auth`]), whose tenant it acts for, and audited
+//! ([`crate::audit`]). Bodies are limited (413), requests beyond the in-flight limit are
+//! shed (503 with Retry-After), and every response to bad input is a 400 naming what was
+//! wrong.
 
 mod admin;
 mod error;
 #[cfg(test)]
 mod fuzz;
-pub(crate) mod openapi;
+pub mod middleware;
+mod openapi;
 mod operations;
 mod routes;
 #[cfg(test)]
 mod security_tests;
 mod seed;
+pub mod table;
 #[cfg(test)]
 mod tests;
 pub mod wire;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::{FromRequest, MatchedPath, Request, State};
+use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use engram_actors::front::{Ask, Reader, Users};
 use engram_actors::placement::UserKey;
 use engram_actors::user::check_id;
 use serde::de::DeserializeOwned;
-use tower::ServiceBuilder;
-use tower::limit::GlobalConcurrencyLimitLayer;
 
 pub use self::error::ApiError;
 use crate::audit::AuditLog;
@@ -54,7 +56,12 @@ pub struct AppState {
     pub lease_timeout: std::time::Duration,
     /// The cluster transport (for the cluster view and its metrics).
     pub cluster: Option<Arc<crate::cluster::Transport>>,
-    /// Largest body, in bytes (the audit trail reads a seed request's body whole).
+    /// Largest body, in bytes. Read by nothing since the audit trail stopped reading seed
+    /// bodies ([`Limits`] carries the limit the router applies); start-up still sets it.
+    #[expect(
+        dead_code,
+        reason = "set by lifecycle.rs, which another change is editing: drop the field with it"
+    )]
     pub max_body_bytes: usize,
     /// Checks API keys.
     pub auth: Arc<Authenticator>,
@@ -88,134 +95,9 @@ pub struct Limits {
     pub max_in_flight: usize,
 }
 
-/// The gateway's router.
+/// The gateway's router, generated from the route table ([`table`]).
 pub fn router(state: AppState, limits: Limits) -> Router {
-    let api = Router::new()
-        .route("/v1/users/{user}/turns", post(routes::append_turn))
-        .route("/v1/users/{user}/feedback", post(routes::feedback))
-        .route("/v1/users/{user}/context", post(routes::context))
-        .route(
-            "/v1/users/{user}/memories",
-            post(routes::create_memory).get(routes::list_memories),
-        )
-        .route("/v1/users/{user}/memories/search", post(routes::search))
-        .route(
-            "/v1/users/{user}/memories/{memory_id}",
-            put(routes::upsert_memory),
-        )
-        .route(
-            "/v1/users/{user}/memories/{memory_id}/status",
-            post(routes::set_status),
-        )
-        .route("/v1/users/{user}/sessions", get(routes::list_sessions))
-        .route(
-            "/v1/users/{user}/sessions/{session_id}/memory",
-            get(routes::session_memory).delete(routes::clear_session),
-        )
-        .route("/v1/users/{user}/conflicts", get(routes::conflicts))
-        .route("/v1/users/{user}", delete(routes::forget))
-        .route("/chat/sessions", get(seed::sessions))
-        .route(
-            "/chat/sessions/{session_id}/memory",
-            get(seed::session_memory).delete(seed::clear_session),
-        )
-        .route("/write", post(seed::write))
-        .route("/recall", get(seed::recall))
-        .route(
-            "/v1/admin/users/{user}/approvals",
-            post(admin::approve_sensitive_reads),
-        )
-        .route("/v1/admin/users/{user}/archive", get(admin::archive))
-        .route("/v1/users/{user}/anchors/match", post(admin::match_anchor))
-        .route(
-            "/v1/admin/keys",
-            post(admin::create_key).get(admin::list_keys),
-        )
-        .route("/v1/admin/keys/{key_id}/rotate", post(admin::rotate_key))
-        .route("/v1/admin/keys/{key_id}", delete(admin::revoke_key))
-        .route("/v1/admin/audit", get(admin::audit))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::audit::record,
-        ))
-        .layer(
-            ServiceBuilder::new()
-                .layer(axum::error_handling::HandleErrorLayer::new(
-                    |_: tower::BoxError| async { ApiError::overloaded() },
-                ))
-                .load_shed()
-                .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight)),
-        );
-    // Cluster operations are served by whichever node is asked (never forwarded), audited.
-    let operations = Router::new()
-        .route("/v1/cluster/status", get(operations::cluster_status))
-        .route("/v1/cluster/drain", post(operations::drain))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::audit::record,
-        ));
-    Router::new()
-        .merge(api)
-        .merge(operations)
-        .route("/health", get(operations::health))
-        .route("/ready", get(operations::ready))
-        .route("/metrics", get(operations::metrics))
-        .route("/openapi.json", get(openapi::document))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::auth::authenticate,
-        ))
-        .fallback(|| async { ApiError::not_found("no such endpoint; see /openapi.json") })
-        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
-        .layer(middleware::from_fn_with_state(state.clone(), track))
-        .with_state(state)
-}
-
-/// The metric label of a request's method: one of the standard methods, else `other` (a
-/// client may send any token as a method, and labels are kept forever).
-fn method_label(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
-    const KNOWN: [(Method, &str); 9] = [
-        (Method::GET, "GET"),
-        (Method::POST, "POST"),
-        (Method::PUT, "PUT"),
-        (Method::DELETE, "DELETE"),
-        (Method::HEAD, "HEAD"),
-        (Method::OPTIONS, "OPTIONS"),
-        (Method::PATCH, "PATCH"),
-        (Method::TRACE, "TRACE"),
-        (Method::CONNECT, "CONNECT"),
-    ];
-    KNOWN
-        .iter()
-        .find(|(known, _)| known == method)
-        .map_or("other", |(_, label)| label)
-}
-
-/// The route label of a path no route matched.
-const UNMATCHED: &str = "unmatched";
-
-/// Records count and latency of every request by method and route template (never by user,
-/// and never by a string the client chose: unknown methods are `other`, unmatched paths
-/// `unmatched`, so unauthenticated requests cannot grow the label sets).
-async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = method_label(request.method());
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or(UNMATCHED, |p| p.as_str())
-        .to_owned();
-    let in_flight = state.metrics.started(method, &route);
-    let response = next.run(request).await;
-    drop(in_flight);
-    state.metrics.request(
-        method,
-        &route,
-        response.status().as_u16(),
-        started.elapsed(),
-    );
-    response
+    table::router(table::table(), state, limits)
 }
 
 /// A JSON body whose rejections are 400s with a code.
@@ -275,8 +157,11 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The user addressed by a request, checked.
+/// The user addressed by a request, checked. It is the user the request's audit entry names
+/// (every handler that asks about a user names it here, wherever the request carries it: the
+/// path, or the seed API's query string or body).
 pub fn user_key(caller: &Caller, user: &str) -> Result<UserKey, ApiError> {
+    caller.audited.set(user);
     check_id("user_id", user)?;
     Ok(UserKey::new(caller.tenant.as_str(), user))
 }

@@ -18,6 +18,10 @@
 //!   depends on it.
 //! - It talks to SQLite or FoundationDB only through `engram_storage`.
 //! - `anyhow` lives in this file only; the modules return typed errors.
+//! - Every route is written once, in the route table (`http/table.rs`): the router, the
+//!   access rules, the audit actions and the OpenAPI document are generated from it.
+//! - `auth` (keys, scopes) and `audit` (the trail's writer) know no HTTP; their middleware is
+//!   in `http/middleware/`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

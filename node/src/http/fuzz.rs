@@ -18,7 +18,6 @@ use engram_storage::{Keyspace, RangeOptions, Store};
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 use tower::ServiceExt;
-use utoipa::OpenApi;
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
     tokio::runtime::Builder::new_multi_thread()
@@ -79,30 +78,22 @@ const QUERIES: [(&str, &str); 7] = [
     ),
 ];
 
-/// Every documented operation, as (method, path with `{u}` for the user and `{q}` for fuzzed
+/// Every route of the table, as (method, path with `{u}` for the user and `{q}` for fuzzed
 /// text in the other parameters and the query).
 static ROUTES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
-    let doc = super::openapi::ApiDoc::openapi();
     let mut routes = Vec::new();
-    for (path, item) in &doc.paths.paths {
-        let query = QUERIES
-            .iter()
-            .find(|(p, _)| p == path)
-            .map_or("", |(_, q)| q);
-        let uri = format!("{path}{query}")
-            .replace("{user}", "{u}")
-            .replace("{memory_id}", "{q}")
-            .replace("{session_id}", "{q}")
-            .replace("{key_id}", "{q}");
-        for (method, present) in [
-            ("GET", item.get.is_some()),
-            ("POST", item.post.is_some()),
-            ("PUT", item.put.is_some()),
-            ("DELETE", item.delete.is_some()),
-        ] {
-            if present {
-                routes.push((method.to_owned(), uri.clone()));
-            }
+    for route in super::table::table() {
+        for (method, path, _) in route.operations() {
+            let query = QUERIES
+                .iter()
+                .find(|(p, _)| *p == path)
+                .map_or("", |(_, q)| q);
+            let uri = format!("{path}{query}")
+                .replace("{user}", "{u}")
+                .replace("{memory_id}", "{q}")
+                .replace("{session_id}", "{q}")
+                .replace("{key_id}", "{q}");
+            routes.push((method.as_str().to_owned(), uri));
         }
     }
     routes

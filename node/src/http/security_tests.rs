@@ -1,6 +1,7 @@
 //! In-process tests of the gateway's security rules over the real actors and an SQLite file:
 //! who may make operator keys and reach `/v1/cluster`, what 400 answers say about bad input,
-//! which labels requests add to the metrics, and what unknown key ids cost.
+//! which labels requests add to the metrics, what unknown key ids cost, and which user the
+//! seed endpoints' audit entries name.
 
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
@@ -487,4 +488,75 @@ async fn a_flood_of_unknown_key_ids_is_rate_limited_and_its_storage_reads_and_ca
     }
     assert_eq!(metric(&app, "engram_key_lookups_total").await, reads);
     assert_eq!(metric(&app, "engram_key_tokens_malformed_total").await, 3);
+}
+
+/// The (action, outcome, ids) of the trail's entries about `user`, sorted (entries of the same
+/// millisecond have no order).
+async fn trail_of(app: &axum::Router, user: &str) -> Vec<(String, u64, Vec<String>)> {
+    let uri = format!("/v1/admin/audit?user={user}");
+    let (status, trail) = send_as(app, ROOT_KEY, Method::GET, &uri, None).await;
+    assert_eq!(status, StatusCode::OK, "{trail}");
+    assert!(
+        !trail.to_string().contains(user),
+        "users are named by pseudonym: {trail}"
+    );
+    let mut entries: Vec<_> = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let ids = e["ids"].as_array().unwrap().iter();
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["outcome"].as_u64().unwrap(),
+                ids.map(|i| i.as_str().unwrap().to_owned()).collect(),
+            )
+        })
+        .collect();
+    entries.sort();
+    entries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_endpoints_audit_the_user_their_query_or_body_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir).await;
+    let send = |method: Method, uri: &'static str, body: Option<Value>| {
+        let app = app.clone();
+        async move {
+            let body = body.map(|b| Body::from(b.to_string()));
+            let (status, answer) = send_as(&app, GATEWAY_KEY, method.clone(), uri, body).await;
+            assert_eq!(status, StatusCode::OK, "{method} {uri}: {answer}");
+        }
+    };
+    let turn = json!({"request_id": "t1", "session_id": "s1", "user_text": "hello"});
+    send(Method::POST, "/v1/users/erin/turns", Some(turn)).await;
+    let intent = json!({"user_id": "erin", "request_id": "w1", "intent_type": "trip",
+        "fields": {"city": "Oslo"}});
+    send(Method::POST, "/write", Some(intent)).await;
+    send(Method::GET, "/chat/sessions?user_id=erin", None).await;
+    send(Method::GET, "/chat/sessions/s1/memory?user_id=erin", None).await;
+    send(Method::GET, "/recall?user_id=erin&intent_type=trip", None).await;
+    send(
+        Method::DELETE,
+        "/chat/sessions/s1/memory?user_id=erin",
+        None,
+    )
+    .await;
+    // Another user's seed read is that user's, not erin's.
+    send(Method::GET, "/chat/sessions?user_id=frank", None).await;
+    let session = vec!["session_id=s1".to_owned()];
+    let expected = vec![
+        ("memory.search".to_owned(), 200, vec![]),
+        ("memory.write".to_owned(), 200, vec![]),
+        ("session.clear".to_owned(), 200, session.clone()),
+        ("session.list".to_owned(), 200, vec![]),
+        ("session.read".to_owned(), 200, session),
+        ("turn.append".to_owned(), 200, vec![]),
+    ];
+    assert_eq!(trail_of(&app, "erin").await, expected);
+    assert_eq!(
+        trail_of(&app, "frank").await,
+        [("session.list".to_owned(), 200, vec![])]
+    );
 }

@@ -1,6 +1,6 @@
 //! In-process tests of the gateway's router: the versioned API end to end over the real
 //! actors and an SQLite file, error mapping of malformed and hostile input, and the OpenAPI
-//! document against the routes actually served.
+//! document and the access rules against the route table and the routes actually served.
 
 use std::sync::Arc;
 
@@ -438,36 +438,57 @@ async fn bad_and_hostile_input_gets_a_clear_400_and_the_node_keeps_serving() {
     assert_eq!((status, ok["seq"].as_u64()), (StatusCode::OK, Some(0)));
 }
 
+/// Whether an answer says the router has no such route, or authentication no rule for it.
+fn unserved(status: StatusCode, body: &Value) -> bool {
+    let message = body["message"].as_str().unwrap_or_default();
+    status == StatusCode::METHOD_NOT_ALLOWED
+        || (status == StatusCode::NOT_FOUND && message.starts_with("no such endpoint"))
+        || (status == StatusCode::FORBIDDEN && message == "this endpoint has no access rule")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_documented_operation_is_served() {
+async fn every_route_of_the_table_is_served_with_a_rule_and_documented_and_nothing_else_is() {
     let dir = tempfile::tempdir().unwrap();
     let app = app(&dir).await;
     let (status, doc) = send(&app, Method::GET, "/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
-    let paths = doc["paths"].as_object().unwrap();
-    assert!(paths.len() >= 17, "{:?}", paths.keys());
-    for (path, operations) in paths {
+    let mut documented = std::collections::BTreeSet::new();
+    for (path, operations) in doc["paths"].as_object().unwrap() {
         for method in operations.as_object().unwrap().keys() {
-            let uri = path
-                .replace("{user}", "dave")
-                .replace("{memory_id}", "m1")
-                .replace("{session_id}", "s1");
-            let method: Method = method.to_uppercase().parse().unwrap();
-            let (status, body) = send(&app, method.clone(), &uri, None).await;
-            // Served: anything but "no such endpoint" or "method not allowed".
-            assert!(
-                status != StatusCode::METHOD_NOT_ALLOWED,
-                "{method} {path}: {status}"
-            );
-            assert!(
-                !(status == StatusCode::NOT_FOUND
-                    && body["message"]
-                        .as_str()
-                        .is_some_and(|m| m.starts_with("no such endpoint"))),
-                "{method} {path} is documented but not served"
-            );
+            documented.insert((method.to_uppercase(), path.clone()));
         }
     }
+    let mut routes = std::collections::BTreeSet::new();
+    for route in super::table::table() {
+        for (method, path, _) in route.operations() {
+            routes.insert((method.to_string(), path.to_owned()));
+        }
+    }
+    assert!(routes.len() >= 31, "{routes:?}");
+    assert_eq!(
+        documented, routes,
+        "the served document and the table differ"
+    );
+    for (method, path) in &routes {
+        let uri = path
+            .replace("{user}", "dave")
+            .replace("{memory_id}", "m1")
+            .replace("{session_id}", "s1")
+            .replace("{key_id}", "0123456789abcdef");
+        let method: Method = method.parse().unwrap();
+        let (status, body) = send(&app, method.clone(), &uri, None).await;
+        // Served, and authenticated by its rule: anything but "no such endpoint", "method not
+        // allowed" or "no access rule".
+        assert!(
+            !unserved(status, &body),
+            "{method} {path} is in the table but not served: {status} {body}"
+        );
+    }
+    // The check tells an unserved route: a path and a method that are not routes.
+    let (status, body) = send(&app, Method::GET, "/v1/users/dave/nothing", None).await;
+    assert!(unserved(status, &body), "{status} {body}");
+    let (status, body) = send(&app, Method::PATCH, "/v1/users/dave/memories", None).await;
+    assert!(unserved(status, &body), "{status} {body}");
     let (status, metrics) = send(&app, Method::GET, "/metrics", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(metrics, Value::Null, "metrics are text, not JSON");

@@ -16,9 +16,8 @@ pub mod admin;
 mod records;
 
 pub use records::{
-    ConflictView, ConflictsResponse, DeletedResponse, ForgetResponse, MemoriesResponse, MemoryBody,
-    MemoryResponse, MemoryView, SessionMemoryResponse, SessionView, SessionsResponse, StatusBody,
-    TurnView, ts,
+    ConflictsResponse, DeletedResponse, ForgetResponse, MemoriesResponse, MemoryBody,
+    MemoryResponse, MemoryView, SessionMemoryResponse, SessionsResponse, StatusBody, TurnView, ts,
 };
 
 /// Parses a route name, naming the accepted ones when it is unknown.

@@ -16,7 +16,7 @@
 //!   numbers a user gave.
 //! - Rate limit: a key over its rate gets 429 (`rate_limited`); other keys keep theirs.
 
-use engram_tests::harness::{HttpClient, Node, Sandbox, node_binary, turn};
+use engram_tests::harness::{HttpClient, Sandbox, node_binary, turn};
 use hyper::{Method, StatusCode};
 use serde_json::{Value, json};
 

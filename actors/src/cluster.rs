@@ -4,9 +4,10 @@
 //! which this module fills in; that module does not know this one.
 //!
 //! How it works:
-//! - Each node runs a [`LeaseManager`] round every heartbeat interval: it writes its heartbeat,
-//!   reads the members and the lease rows, hands off the shards that rendezvous hashing now
-//!   gives another live node (stop their user actors after their queued requests, then
+//! - Each node runs a [`LeaseManager`] round every heartbeat interval: it writes its heartbeat
+//!   (a one-row write transaction), reads the members and the lease rows (a read
+//!   transaction, which holds no write lock), hands off the shards that rendezvous hashing
+//!   now gives another live node (stop their user actors after their queued requests, then
 //!   release the lease), takes the shards rendezvous gives it whose lease is free or whose
 //!   owner is dead (heartbeat older than the lease timeout, or left), and drops the shards
 //!   whose lease row names someone else (it was fenced out).
@@ -178,7 +179,8 @@ impl LeaseManager {
             member.clone()
         };
         let ks = self.keyspace.clone();
-        let (member, members, leases) = self
+        // The heartbeat: one row read and written, so the write lock is held for little.
+        let member = self
             .store
             .run(move |txn| {
                 let mut member = member.clone();
@@ -189,8 +191,15 @@ impl LeaseManager {
                     member.status = MemberStatus::Draining;
                 }
                 cluster::put_member(txn, &ks, &member)?;
+                Ok(member)
+            })
+            .await?;
+        // Read after the heartbeat committed: it sees every lease this node took before.
+        let ks = self.keyspace.clone();
+        let (members, leases) = self
+            .store
+            .read(move |txn| {
                 Ok((
-                    member,
                     cluster::members(txn, &ks)?,
                     cluster::shard_leases(txn, &ks)?,
                 ))

@@ -244,29 +244,47 @@ impl LeaseManager {
             }
         }
 
-        // Hand off what rendezvous now gives another live node.
-        for (shard, epoch) in self.ownership.snapshot() {
-            if rendezvous(shard, &candidates) == Some(me) {
-                continue;
+        // Hand off what rendezvous now gives another live node: stop serving each and stop
+        // its actors (after their queued requests), then release them all in one transaction
+        // (one commit, not one a shard, so a scale-out round stays short).
+        let leaving: Vec<(u32, u64)> = self
+            .ownership
+            .snapshot()
+            .into_iter()
+            .filter(|(shard, _)| rendezvous(*shard, &candidates) != Some(me))
+            .collect();
+        if !leaving.is_empty() {
+            for (shard, _) in &leaving {
+                self.ownership.remove(*shard);
+                self.directory.stop_shard(*shard).await;
             }
-            self.ownership.remove(shard);
-            self.directory.stop_shard(shard).await;
-            let ks = self.keyspace.clone();
-            let owner = me.to_owned();
-            match self
+            let (ks, owner, releases) = (self.keyspace.clone(), me.to_owned(), leaving.clone());
+            let released = self
                 .store
-                .run(move |txn| cluster::release_shard(txn, &ks, shard, &owner, epoch))
-                .await
-            {
-                Ok(()) | Err(engram_storage::Error::Fenced { .. }) => {}
-                Err(err) => return Err(err.into()),
+                .run(move |txn| {
+                    for (shard, epoch) in &releases {
+                        match cluster::release_shard(txn, &ks, *shard, &owner, *epoch) {
+                            Ok(()) | Err(engram_storage::Error::Fenced { .. }) => {}
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    Ok(())
+                })
+                .await;
+            if let Err(err) = released {
+                // Still ours: serve them again (their actors reload) until a round hands
+                // them off; one that was taken meanwhile is dropped by the next round.
+                for (shard, epoch) in &leaving {
+                    self.ownership.insert(*shard, *epoch);
+                }
+                return Err(err.into());
             }
             self.ownership
                 .metrics
                 .handed_off
-                .fetch_add(1, Ordering::Relaxed);
-            report.handed_off += 1;
-            gone.push(shard);
+                .fetch_add(leaving.len() as u64, Ordering::Relaxed);
+            report.handed_off = leaving.len();
+            gone.extend(leaving.iter().map(|(shard, _)| *shard));
         }
 
         // Take what rendezvous gives this node and nobody alive holds.

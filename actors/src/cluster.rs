@@ -4,12 +4,14 @@
 //! which this module fills in; that module does not know this one.
 //!
 //! How it works:
-//! - Each node runs a [`LeaseManager`] round every heartbeat interval: it writes its heartbeat,
-//!   reads the members and the lease rows, hands off the shards that rendezvous hashing now
-//!   gives another live node (stop their user actors after their queued requests, then
-//!   release the lease), takes the shards rendezvous gives it whose lease is free or whose
-//!   owner is dead (heartbeat older than the lease timeout, or left), and drops the shards
-//!   whose lease row names someone else (it was fenced out).
+//! - Each node runs a [`LeaseManager`] round every heartbeat interval: it writes its heartbeat
+//!   (a one-row write transaction), reads the members and the lease rows (a read
+//!   transaction, which holds no write lock), hands off the shards that rendezvous hashing
+//!   now gives another live node (stop their user actors after their queued requests, then
+//!   release their leases in one transaction), takes the shards rendezvous gives it whose
+//!   lease is free or whose owner is presumed dead (left, or its heartbeat older than the
+//!   lease timeout, or than the suspicion confirmation age while suspected: see the timing
+//!   below), and drops the shards whose lease row names someone else (it was fenced out).
 //! - Liveness rides on the node's heartbeat row: lease rows hold only (owner, epoch), so a
 //!   thousand shards cost no renewals. Taking a lease bumps its epoch, which fences out the
 //!   previous owner's writes ([`engram_storage::cluster::fence`]).
@@ -18,6 +20,34 @@
 //! shard this node does not hold is refused with [`Error::NotOwner`] and forwarded there.
 //! A draining node (status `Draining` in its row, set by [`request_drain`]) takes no shards
 //! and hands off all of its own; [`LeaseManager::drained`] resolves when it holds none.
+//!
+//! Take-over timing. Write H for the heartbeat interval, L for the lease timeout, C for the
+//! suspicion confirmation age (`suspect_confirm`, at most L) and S = min(L, C) / 2 for the
+//! serving window ([`LeaseSettings::serve_for`]):
+//! - A round stamps its heartbeat with the wall clock read at its start, and once it has
+//!   completed, the node serves for S from that same start (monotonic clock). A node that
+//!   cannot complete a round (storage down, process paused) serves nothing once S has passed.
+//! - A peer is presumed dead when its heartbeat is older than L, or older than C while it is
+//!   suspected: every transport link between it and this node closed
+//!   ([`LeaseManager::suspect`], which `node` calls when its last session with the peer
+//!   ends, unless `node` closed it itself for want of an answer; a killed process's
+//!   connections close at once). Its shards are then placed over the other members and taken.
+//! - Both thresholds are at least 2S, so the old owner stopped serving at least S before the
+//!   earliest take-over, by either path. That S is the margin for wall clocks (an age is the
+//!   taker's clock minus the owner's stamp) and for the rounds' own delays.
+//! - The take transaction re-reads the previous owner's membership row and takes nothing from
+//!   it if the row changed since the round read it: an owner that heartbeat in between is
+//!   alive and keeps its shards, and one whose heartbeat commits after the take reads the new
+//!   lease rows before it confirms a round, so it drops the shards without serving them.
+//! - A dropped link alone never causes a take-over: a live peer keeps heartbeating, and C is
+//!   more than 2H (the node's configuration checks it), so its heartbeat stays younger than
+//!   C. Suspicion only shortens the silence after which a peer is presumed dead from L to C;
+//!   it ends when a link to the peer is up again ([`LeaseManager::trust`]).
+//! - Whatever the timing, the fence decides: every write re-reads its shard's row inside its
+//!   transaction and aborts unless (owner, epoch) is still the writer's.
+//!
+//! So a killed node's shards are taken about C after its last heartbeat (C + H at worst, plus
+//! a round), and a paused or storage-cut node's, whose links stay up, after L + H.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -98,6 +128,11 @@ pub struct RoundReport {
     pub live: usize,
     /// Shards taken.
     pub taken: usize,
+    /// Shards of those taken from a peer presumed dead (its lease still named it).
+    pub taken_over: usize,
+    /// Shards of those taken over early: the peer was suspected and its heartbeat older than
+    /// the confirmation age, not yet the lease timeout.
+    pub taken_over_early: usize,
     /// Shards handed off.
     pub handed_off: usize,
     /// Shards dropped after being fenced out.
@@ -116,7 +151,18 @@ pub struct LeaseManager {
     directory: Arc<Directory>,
     shards: u32,
     member: Mutex<Member>,
+    /// Peers whose every transport link to this node closed, until a link is up again.
+    suspects: Mutex<HashSet<String>>,
     drained: tokio::sync::watch::Sender<bool>,
+}
+
+/// A shard this round means to take, as the round read it.
+struct Claim {
+    shard: u32,
+    /// Its lease row.
+    seen: Option<ShardLease>,
+    /// The other node its row names, with that node's membership row: the node presumed dead.
+    from: Option<(String, Option<Member>)>,
 }
 
 impl std::fmt::Debug for LeaseManager {
@@ -148,6 +194,7 @@ impl LeaseManager {
             ownership,
             directory,
             member: Mutex::new(member),
+            suspects: Mutex::new(HashSet::new()),
             drained: tokio::sync::watch::Sender::new(false),
         }))
     }
@@ -155,6 +202,23 @@ impl LeaseManager {
     /// The node's ownership view.
     pub fn ownership(&self) -> &Arc<Ownership> {
         &self.ownership
+    }
+
+    /// Suspects `node`: every transport link between it and this node closed. From the next
+    /// round on, its shards are taken as soon as its heartbeat is older than the confirmation
+    /// age (`suspect_confirm`) instead of the lease timeout; while it keeps heartbeating,
+    /// nothing changes.
+    pub fn suspect(&self, node: &str) {
+        if node != self.settings.node_id && self.suspects.lock().insert(node.to_owned()) {
+            tracing::info!(node = %self.settings.node_id, peer = node, "peer suspected: its links closed");
+        }
+    }
+
+    /// Ends the suspicion of `node`: a link to it is up again.
+    pub fn trust(&self, node: &str) {
+        if self.suspects.lock().remove(node) {
+            tracing::info!(node = %self.settings.node_id, peer = node, "peer no longer suspected");
+        }
     }
 
     /// One round: heartbeat, read the cluster, hand off, take over, drop what was lost.
@@ -178,7 +242,8 @@ impl LeaseManager {
             member.clone()
         };
         let ks = self.keyspace.clone();
-        let (member, members, leases) = self
+        // The heartbeat: one row read and written, so the write lock is held for little.
+        let member = self
             .store
             .run(move |txn| {
                 let mut member = member.clone();
@@ -189,8 +254,15 @@ impl LeaseManager {
                     member.status = MemberStatus::Draining;
                 }
                 cluster::put_member(txn, &ks, &member)?;
+                Ok(member)
+            })
+            .await?;
+        // Read after the heartbeat committed: it sees every lease this node took before.
+        let ks = self.keyspace.clone();
+        let (members, leases) = self
+            .store
+            .read(move |txn| {
                 Ok((
-                    member,
                     cluster::members(txn, &ks)?,
                     cluster::shard_leases(txn, &ks)?,
                 ))
@@ -202,9 +274,26 @@ impl LeaseManager {
         }
         *self.member.lock() = member;
         let me = self.settings.node_id.as_str();
+        let lease_timeout = self.settings.lease_timeout;
+        // Presumed dead early: suspected, and silent for longer than the confirmation age.
+        let early: HashSet<&str> = {
+            let suspects = self.suspects.lock();
+            members
+                .iter()
+                .filter(|m| m.node_id != me && suspects.contains(&m.node_id))
+                .filter(|m| {
+                    is_live(m, now, lease_timeout)
+                        && !is_live(m, now, self.settings.suspect_confirm)
+                })
+                .map(|m| m.node_id.as_str())
+                .collect()
+        };
         let live: Vec<&str> = members
             .iter()
-            .filter(|m| m.node_id == me || is_live(m, now, self.settings.lease_timeout))
+            .filter(|m| {
+                m.node_id == me
+                    || (is_live(m, now, lease_timeout) && !early.contains(m.node_id.as_str()))
+            })
             .map(|m| m.node_id.as_str())
             .collect();
         // Shards are placed over the live members that take shards: not draining ones.
@@ -235,75 +324,117 @@ impl LeaseManager {
             }
         }
 
-        // Hand off what rendezvous now gives another live node.
-        for (shard, epoch) in self.ownership.snapshot() {
-            if rendezvous(shard, &candidates) == Some(me) {
-                continue;
+        // Hand off what rendezvous now gives another live node: stop serving each and stop
+        // its actors (after their queued requests), then release them all in one transaction
+        // (one commit, not one a shard, so a scale-out round stays short).
+        let leaving: Vec<(u32, u64)> = self
+            .ownership
+            .snapshot()
+            .into_iter()
+            .filter(|(shard, _)| rendezvous(*shard, &candidates) != Some(me))
+            .collect();
+        if !leaving.is_empty() {
+            for (shard, _) in &leaving {
+                self.ownership.remove(*shard);
+                self.directory.stop_shard(*shard).await;
             }
-            self.ownership.remove(shard);
-            self.directory.stop_shard(shard).await;
-            let ks = self.keyspace.clone();
-            let owner = me.to_owned();
-            match self
+            let (ks, owner, releases) = (self.keyspace.clone(), me.to_owned(), leaving.clone());
+            let released = self
                 .store
-                .run(move |txn| cluster::release_shard(txn, &ks, shard, &owner, epoch))
-                .await
-            {
-                Ok(()) | Err(engram_storage::Error::Fenced { .. }) => {}
-                Err(err) => return Err(err.into()),
+                .run(move |txn| {
+                    for (shard, epoch) in &releases {
+                        match cluster::release_shard(txn, &ks, *shard, &owner, *epoch) {
+                            Ok(()) | Err(engram_storage::Error::Fenced { .. }) => {}
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    Ok(())
+                })
+                .await;
+            if let Err(err) = released {
+                // Still ours: serve them again (their actors reload) until a round hands
+                // them off; one that was taken meanwhile is dropped by the next round.
+                for (shard, epoch) in &leaving {
+                    self.ownership.insert(*shard, *epoch);
+                }
+                return Err(err.into());
             }
             self.ownership
                 .metrics
                 .handed_off
-                .fetch_add(1, Ordering::Relaxed);
-            report.handed_off += 1;
-            gone.push(shard);
+                .fetch_add(leaving.len() as u64, Ordering::Relaxed);
+            report.handed_off = leaving.len();
+            gone.extend(leaving.iter().map(|(shard, _)| *shard));
         }
 
         // Take what rendezvous gives this node and nobody alive holds.
         let alive: HashSet<&str> = live.iter().copied().collect();
         let held = self.ownership.snapshot();
-        let wanted: Vec<(u32, Option<ShardLease>)> = (0..self.shards)
+        let claims: Vec<Claim> = (0..self.shards)
             .filter(|s| !held.contains_key(s) && rendezvous(*s, &candidates) == Some(me))
-            .filter_map(|s| {
-                let lease = leases.get(&s).cloned();
-                let free = lease.as_ref().is_none_or(|l| match l.owner.as_deref() {
-                    None => true,
-                    Some(owner) => owner == me || !alive.contains(owner),
+            .filter_map(|shard| {
+                let seen = leases.get(&shard).cloned();
+                let from = seen
+                    .as_ref()
+                    .and_then(|l| l.owner.clone())
+                    .filter(|owner| owner != me);
+                if from.as_deref().is_some_and(|owner| alive.contains(owner)) {
+                    return None;
+                }
+                let from = from.map(|owner| {
+                    let row = members.iter().find(|m| m.node_id == owner).cloned();
+                    (owner, row)
                 });
-                free.then_some((s, lease))
+                Some(Claim { shard, seen, from })
             })
             .collect();
-        if !wanted.is_empty() {
-            let ks = self.keyspace.clone();
-            let owner = me.to_owned();
-            let taken = self
-                .store
-                .run(move |txn| {
-                    let mut taken = Vec::new();
-                    for (shard, seen) in &wanted {
-                        // Take it only if nobody changed it since it was read.
-                        if cluster::shard_lease(txn, &ks, *shard)? == *seen {
-                            taken.push((
-                                *shard,
-                                cluster::take_shard(txn, &ks, *shard, &owner, now)?,
-                            ));
-                        }
-                    }
-                    Ok(taken)
-                })
-                .await?;
-            for (shard, epoch) in &taken {
+        if !claims.is_empty() {
+            let taken = self.take(claims, now).await?;
+            let mut from_dead: HashMap<&str, usize> = HashMap::new();
+            for (shard, epoch, from) in &taken {
                 self.ownership.insert(*shard, *epoch);
+                if let Some(owner) = from {
+                    *from_dead.entry(owner.as_str()).or_default() += 1;
+                }
             }
-            self.ownership
-                .metrics
-                .taken
-                .fetch_add(taken.len() as u64, Ordering::Relaxed);
+            for (owner, shards) in from_dead {
+                let early = early.contains(owner);
+                report.taken_over += shards;
+                if early {
+                    report.taken_over_early += shards;
+                }
+                let age = members
+                    .iter()
+                    .find(|m| m.node_id == owner)
+                    .map(|m| now.0.saturating_sub(m.heartbeat_at.0));
+                tracing::info!(
+                    node = me,
+                    peer = owner,
+                    shards,
+                    early,
+                    heartbeat_age_ms = age,
+                    "took over the shards of a node presumed dead"
+                );
+            }
+            let m = &self.ownership.metrics;
+            m.taken.fetch_add(taken.len() as u64, Ordering::Relaxed);
+            m.taken_over
+                .fetch_add(report.taken_over as u64, Ordering::Relaxed);
+            m.taken_over_early
+                .fetch_add(report.taken_over_early as u64, Ordering::Relaxed);
             report.taken = taken.len();
         }
         // Serving is confirmed as of the round's start: the heartbeat others see.
         self.ownership.confirm(started);
+        let took = started.elapsed();
+        if took > self.settings.serve_for() {
+            tracing::warn!(
+                node = me,
+                took_ms = took.as_millis(),
+                serve_for_ms = self.settings.serve_for().as_millis(),
+                "a lease round outlasted the serving window: this node served nothing meanwhile"
+            );
+        }
         let mut owners: HashMap<u32, String> = leases
             .iter()
             .filter_map(|(s, l)| Some((*s, l.owner.clone()?)))
@@ -338,6 +469,47 @@ impl LeaseManager {
             );
         }
         Ok(report)
+    }
+
+    /// Takes the `claims` in one transaction: each only if its lease row is as the round read
+    /// it and the node it names (if any) has not written its membership row since; an owner
+    /// that heartbeat meanwhile is alive after all. Returns the shards taken, their new
+    /// epochs and the node each was taken from.
+    async fn take(
+        &self,
+        claims: Vec<Claim>,
+        now: Timestamp,
+    ) -> Result<Vec<(u32, u64, Option<String>)>> {
+        let ks = self.keyspace.clone();
+        let me = self.settings.node_id.clone();
+        Ok(self
+            .store
+            .run(move |txn| {
+                let mut rows: HashMap<&str, Option<Member>> = HashMap::new();
+                let mut taken = Vec::new();
+                for claim in &claims {
+                    if cluster::shard_lease(txn, &ks, claim.shard)? != claim.seen {
+                        continue;
+                    }
+                    if let Some((owner, seen)) = &claim.from {
+                        let row = match rows.get(owner.as_str()) {
+                            Some(row) => row.clone(),
+                            None => {
+                                let row = cluster::member(txn, &ks, owner)?;
+                                rows.insert(owner, row.clone());
+                                row
+                            }
+                        };
+                        if row != *seen {
+                            continue;
+                        }
+                    }
+                    let epoch = cluster::take_shard(txn, &ks, claim.shard, &me, now)?;
+                    taken.push((claim.shard, epoch, claim.from.as_ref().map(|f| f.0.clone())));
+                }
+                Ok(taken)
+            })
+            .await?)
     }
 
     /// Resolves once this node was asked to drain and has handed off every shard.
@@ -397,49 +569,4 @@ impl LeaseManager {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rendezvous_is_deterministic_balanced_and_moves_little() {
-        let three = ["a", "b", "c"];
-        let mut counts = HashMap::new();
-        for shard in 0..3000 {
-            let owner = rendezvous(shard, &three).unwrap();
-            assert_eq!(rendezvous(shard, &["c", "a", "b"]), Some(owner));
-            *counts.entry(owner).or_insert(0) += 1;
-        }
-        for node in three {
-            assert!((850..1150).contains(&counts[node]), "{counts:?}");
-        }
-        // Adding a node moves only the shards it wins.
-        let four = ["a", "b", "c", "d"];
-        for shard in 0..3000 {
-            let after = rendezvous(shard, &four).unwrap();
-            if after != "d" {
-                assert_eq!(Some(after), rendezvous(shard, &three));
-            }
-        }
-        assert_eq!(rendezvous(1, &[]), None);
-    }
-
-    #[test]
-    fn liveness_follows_the_heartbeat_and_the_status() {
-        let member = Member {
-            node_id: "a".into(),
-            http_addr: String::new(),
-            cluster_addr: String::new(),
-            started_at: Timestamp(0),
-            heartbeat_at: Timestamp(10_000),
-            status: MemberStatus::Active,
-        };
-        let timeout = Duration::from_secs(3);
-        assert!(is_live(&member, Timestamp(13_000), timeout));
-        assert!(!is_live(&member, Timestamp(13_001), timeout));
-        let left = Member {
-            status: MemberStatus::Left,
-            ..member
-        };
-        assert!(!is_live(&left, Timestamp(10_000), timeout));
-    }
-}
+mod tests;

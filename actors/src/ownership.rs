@@ -4,10 +4,13 @@
 //! lost: the lease round ([`crate::cluster::LeaseManager`]) fills it in, and nothing here
 //! imports the directory or the actors (DESIGN.md section 4).
 //!
-//! - A shard is served only while it is held and the node's last complete round started less
-//!   than half the lease timeout ago (monotonic clock). A node that cannot heartbeat (storage
-//!   down, process paused) therefore stops serving everything before any other node may
-//!   take its shards; a request meanwhile gets 503.
+//! - A shard is served only while it is held and the node's last complete round started
+//!   less than [`LeaseSettings::serve_for`] ago (monotonic clock): half the earliest heartbeat
+//!   age at which a peer may take this node's shards, which is the suspicion confirmation age
+//!   (`suspect_confirm`, when a peer's links to it closed) or else the lease timeout. A node
+//!   that cannot heartbeat (storage down, process paused) therefore stops serving everything
+//!   before any other node may take its shards, by either path; a request meanwhile gets 503.
+//!   The timing argument is in [`crate::cluster`].
 //! - Safety never depends on clocks: every write transaction re-reads its shard's row and
 //!   aborts unless (owner, epoch) is still this node's, so two nodes that both believe they
 //!   own a shard can never both commit. [`Ownership::fenced`] records such an abort.
@@ -31,8 +34,23 @@ pub struct LeaseSettings {
     /// How often a round runs (heartbeat, hand-offs, take-overs).
     pub heartbeat_interval: Duration,
     /// Age of a heartbeat after which its node is presumed dead and its shards may be taken.
-    /// A node stops serving when its own last round is older than half of it.
     pub lease_timeout: Duration,
+    /// Age of a heartbeat after which a peer that is suspected (every transport link to it
+    /// closed, [`crate::cluster::LeaseManager::suspect`]) is presumed dead: the early
+    /// take-over. At most `lease_timeout`; equal to it, suspicion changes nothing.
+    pub suspect_confirm: Duration,
+}
+
+impl LeaseSettings {
+    /// How long after the start of its last complete round a node keeps serving: half the
+    /// earliest heartbeat age at which a peer may take its shards,
+    /// `min(lease_timeout, suspect_confirm) / 2`. Serving stops at this age and take-overs
+    /// start at twice it, so the old owner has stopped before either kind of take-over;
+    /// the other half is the margin for clocks (heartbeat ages are read on the taker's wall
+    /// clock) and for the time a round takes.
+    pub fn serve_for(&self) -> Duration {
+        self.lease_timeout.min(self.suspect_confirm) / 2
+    }
 }
 
 /// Counters of the lease protocol, exported as metrics.
@@ -40,6 +58,12 @@ pub struct LeaseSettings {
 pub struct LeaseMetrics {
     /// Shards taken (a fresh lease with a new epoch).
     pub taken: AtomicU64,
+    /// Shards of those taken from a peer presumed dead (its lease still named it): by the
+    /// lease timeout, or early.
+    pub taken_over: AtomicU64,
+    /// Shards of those taken over early: from a suspected peer (its links closed) whose
+    /// heartbeat was older than the confirmation age but not yet the lease timeout.
+    pub taken_over_early: AtomicU64,
     /// Shards handed off cleanly (actors stopped, lease released).
     pub handed_off: AtomicU64,
     /// Shards dropped because their lease row named another owner or epoch.
@@ -70,7 +94,7 @@ impl Ownership {
     pub fn new(settings: &LeaseSettings) -> Arc<Self> {
         Arc::new(Ownership {
             node: settings.node_id.clone(),
-            fresh_for: settings.lease_timeout / 2,
+            fresh_for: settings.serve_for(),
             held: RwLock::new(HashMap::new()),
             confirmed_at: Mutex::new(None),
             view: RwLock::new((HashMap::new(), Vec::new())),
@@ -166,3 +190,6 @@ impl Ownership {
         *self.confirmed_at.lock() = None;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,8 +1,9 @@
 //! Two nodes' worth of user actors and lease managers in one process, on one real SQLite file
 //! with an injected clock: leases are taken by rendezvous, a live owner keeps its shards, a
 //! dead one loses them, and a stale owner that still believes it owns a shard cannot commit;
-//! each node's maintenance jobs sweep only its own shards' users; a drain is reported in the
-//! round that hands off the last shard.
+//! a suspected owner (its links closed) is taken over early once its heartbeat is older than
+//! the confirmation age, never while it heartbeats; each node's maintenance jobs sweep only
+//! its own shards' users; a drain is reported in the round that hands off the last shard.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,8 +41,9 @@ fn node(store: &Store, clock: &Arc<ManualClock>, id: &str) -> Node {
 fn node_with(store: &Store, clock: &Arc<ManualClock>, id: &str, actors: Settings) -> Node {
     let settings = LeaseSettings {
         node_id: id.into(),
-        heartbeat_interval: Duration::from_millis(500),
+        heartbeat_interval: Duration::from_millis(250),
         lease_timeout: Duration::from_secs(3),
+        suspect_confirm: Duration::from_secs(1),
     };
     let services = Services {
         store: store.clone(),
@@ -90,10 +92,15 @@ async fn append_for(
 }
 
 async fn stored_request_ids(store: &Store) -> Vec<String> {
-    let ks = Keyspace::new("engram");
+    stored_for(store, &UserKey::new("acme", "alice")).await
+}
+
+/// The request ids of `user`'s stored turns of session s1.
+async fn stored_for(store: &Store, user: &UserKey) -> Vec<String> {
+    let (ks, user) = (Keyspace::new("engram"), user.clone());
     store
         .read(move |txn| {
-            let turns = UserData::new(txn, &ks, "acme", "alice").turns_from("s1", 0)?;
+            let turns = UserData::new(txn, &ks, &user.tenant, &user.user).turns_from("s1", 0)?;
             Ok(turns.into_iter().map(|t| t.request_id).collect())
         })
         .await
@@ -146,6 +153,11 @@ async fn a_stale_owner_cannot_commit_after_a_take_over() {
     clock.advance(10_000);
     let takeover = other.leases.round().await.unwrap();
     assert!(takeover.taken > 0);
+    assert_eq!(
+        (takeover.taken_over, takeover.taken_over_early),
+        (takeover.taken, 0),
+        "taken from a node presumed dead by the lease timeout: {takeover:?}"
+    );
     assert_eq!(other.leases.ownership().held(), SHARDS as usize);
 
     // The stale owner still believes it owns alice's shard (its view is fresh by its own
@@ -258,4 +270,85 @@ async fn a_drain_is_reported_in_the_round_that_hands_off_the_last_shard() {
         .await
         .expect("the drain is reported by the round that emptied the node");
     assert_eq!(b.leases.round().await.unwrap().taken, held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspected_owner_is_taken_over_once_silent_for_the_confirmation_age_not_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
+    let settings = Settings {
+        shards: SHARDS,
+        ..Settings::default()
+    };
+    let (a, b) = settled_pair(&store, &clock, &settings).await;
+    let on_a = a.leases.ownership().held();
+    let user = user_on(&a);
+    append_for(&a, &user, "e-1", "before the silence")
+        .await
+        .unwrap();
+
+    // Silent past the confirmation age but its links are up: only the lease timeout counts.
+    clock.advance(1_500);
+    let round = b.leases.round().await.unwrap();
+    assert_eq!((round.live, round.taken), (2, 0), "{round:?}");
+    // A suspicion that ended (a link is up again) changes nothing either.
+    b.leases.suspect("a");
+    b.leases.trust("a");
+    let round = b.leases.round().await.unwrap();
+    assert_eq!((round.live, round.taken), (2, 0), "{round:?}");
+
+    // a heartbeats; then its links close. While its heartbeat is no older than the
+    // confirmation age it is alive and keeps every shard.
+    a.leases.round().await.unwrap();
+    b.leases.suspect("a");
+    let round = b.leases.round().await.unwrap();
+    assert_eq!(
+        (round.live, round.taken),
+        (2, 0),
+        "a fresh heartbeat: {round:?}"
+    );
+    clock.advance(1_000);
+    let round = b.leases.round().await.unwrap();
+    assert_eq!(
+        (round.live, round.taken),
+        (2, 0),
+        "exactly the age: {round:?}"
+    );
+    assert_eq!(a.leases.ownership().held(), on_a);
+
+    // Older than the confirmation age (not the lease timeout): b takes a's shards early.
+    clock.advance(1);
+    let round = b.leases.round().await.unwrap();
+    assert_eq!(round.live, 1, "{round:?}");
+    assert_eq!(
+        (round.taken, round.taken_over, round.taken_over_early),
+        (on_a, on_a, on_a),
+        "{round:?}"
+    );
+    let metrics = &b.leases.ownership().metrics;
+    assert_eq!(
+        metrics
+            .taken_over_early
+            .load(std::sync::atomic::Ordering::Relaxed),
+        on_a as u64
+    );
+    assert_eq!(b.leases.ownership().held(), SHARDS as usize);
+
+    // The fence still decides: a, which has not run a round since, cannot commit.
+    let stale = append_for(&a, &user, "e-2", "written by the suspect").await;
+    assert!(matches!(stale, Err(Error::NotOwner(_))), "{stale:?}");
+    append_for(&b, &user, "e-3", "on the new owner")
+        .await
+        .unwrap();
+    assert_eq!(stored_for(&store, &user).await, ["e-1", "e-3"]);
+
+    // a was alive after all: its next round finds its shards gone and heartbeats; with a
+    // fresh heartbeat it is live to b again, suspected or not, and gets its share back.
+    let lost = a.leases.round().await.unwrap();
+    // (The shard of the fenced write was dropped by the fence already.)
+    assert!(lost.held == 0 && lost.lost + 1 >= on_a, "{lost:?}");
+    let back = b.leases.round().await.unwrap();
+    assert_eq!((back.live, back.handed_off), (2, on_a), "{back:?}");
+    assert_eq!(a.leases.round().await.unwrap().taken, on_a);
 }

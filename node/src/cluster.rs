@@ -5,7 +5,7 @@
 //! - Each node runs a `NodeServer` (Isolated mode) and dials every live member named in the
 //!   membership table itself, again on every lease round until the peer's region is visible
 //!   (ractor_cluster has no reconnect and no liveness timeout: death is decided by leases,
-//!   never by TCP).
+//!   never by TCP alone).
 //! - The node accepts links itself, on `cluster.listen` ([`accept_links`]), and hands each
 //!   connection to the node server. The node server's own listener, which would run every
 //!   inbound TLS handshake inside its accept loop with no timeout (so one silent connection
@@ -18,6 +18,10 @@
 //!   the peer the same way and presents this node's certificate. The cookie is checked on
 //!   top, inside the encrypted link. Without TLS, accepted connections are handed over at
 //!   once, as the node server's listener did.
+//! - The node server's session events feed the lease round's suspicion of peers
+//!   ([`Transport::watch_links`], `links`): a peer whose last session closed is taken over
+//!   once its heartbeat is older than `cluster.suspect-confirm`, not `cluster.lease-timeout`.
+//!   TCP still decides no death: a peer that keeps heartbeating keeps its shards.
 //! - Per-user actors stay local. The only remote-capable actor is the [`Region`], which joins
 //!   the process group `engram.region.<node id>`; peers find it there.
 //! - The transport is the front door's [`PeerLink`]: a request for a user another node owns
@@ -33,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use engram_actors::cluster::LeaseManager;
 use engram_actors::front::{LinkError, LinkFuture, PeerLink, Users};
 use engram_storage::model::Member;
 use ractor::message::{BoxedDowncastErr, SerializedMessage};
@@ -45,8 +50,10 @@ use tokio::task::JoinHandle;
 
 use crate::tls::ClusterTls;
 
+mod links;
 mod listen;
 
+use links::LinkWatch;
 use listen::accept_links;
 
 /// How long one dial of a peer may take.
@@ -158,6 +165,8 @@ pub struct Transport {
     /// The task accepting links on `cluster.listen` ([`accept_links`]).
     acceptor: JoinHandle<()>,
     next_dial: Mutex<HashMap<String, (Instant, Duration)>>,
+    /// The sessions of each peer, for the lease round's suspicion.
+    links: LinkWatch,
     /// Counters.
     pub metrics: Arc<TransportMetrics>,
 }
@@ -224,6 +233,14 @@ impl Transport {
             tls = tls.is_some(),
             "cluster transport listening"
         );
+        // Before any link opens, so that every session is counted.
+        let links = LinkWatch::default();
+        server
+            .cast(NodeServerMessage::SubscribeToEvents {
+                id: "engram.link-watch".to_owned(),
+                subscription: Box::new(links.clone()),
+            })
+            .map_err(|e| std::io::Error::other(format!("watching the node server's links: {e}")))?;
         let metrics = Arc::<TransportMetrics>::default();
         let acceptor = tokio::spawn(accept_links(
             listener,
@@ -238,6 +255,7 @@ impl Transport {
                 tls,
                 acceptor,
                 next_dial: Mutex::new(HashMap::new()),
+                links,
                 metrics,
             }),
             bound.to_string(),
@@ -251,6 +269,12 @@ impl Transport {
             .map_err(|e| std::io::Error::other(format!("starting the shard region: {e}")))?;
         ractor::pg::join(region_group(&self.node_id), vec![region.get_cell()]);
         Ok(region)
+    }
+
+    /// Reports to `leases` every peer whose last session with this node closes (suspected)
+    /// and every peer a session authenticates with again (trusted).
+    pub fn watch_links(&self, leases: Arc<LeaseManager>) {
+        self.links.attach(leases);
     }
 
     fn region_of(&self, node_id: &str) -> Option<ActorRef<RegionMsg>> {
@@ -378,12 +402,9 @@ impl Transport {
             .await;
         if let Ok(ractor::rpc::CallResult::Success(sessions)) = sessions {
             for session in sessions.values() {
-                let peer = session
-                    .peer_name
-                    .as_ref()
-                    .and_then(|n| n.name.split('@').next().map(str::to_owned));
-                if peer.as_deref() == Some(node_id) {
+                if links::peer_of(session) == Some(node_id) {
                     tracing::info!(peer = %node_id, "dropping an unresponsive session");
+                    self.links.closing(session);
                     session.actor.stop(Some("unresponsive".to_owned()));
                 }
             }

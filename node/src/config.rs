@@ -282,6 +282,12 @@ pub struct ClusterConfig {
     /// taken over.
     #[serde(with = "humantime_serde")]
     pub lease_timeout: Duration,
+    /// Age of the last heartbeat after which a node whose every link to this one closed (a
+    /// killed process's connections close at once) is presumed dead: the early take-over.
+    /// A node stops serving once its own last complete round is older than half of the
+    /// smaller of this and `lease-timeout`, before any peer may take its shards.
+    #[serde(with = "humantime_serde")]
+    pub suspect_confirm: Duration,
     /// How long a request for a shard that is moving waits for its new owner before it is
     /// answered 503 with Retry-After.
     #[serde(with = "humantime_serde")]
@@ -299,8 +305,9 @@ impl Default for ClusterConfig {
             tls_key_file: None,
             tls_server_name: "engram-cluster".to_owned(),
             shards: 1024,
-            heartbeat_interval: Duration::from_millis(500),
+            heartbeat_interval: Duration::from_millis(250),
             lease_timeout: Duration::from_secs(3),
+            suspect_confirm: Duration::from_secs(1),
             handoff_wait: Duration::from_secs(5),
         }
     }

@@ -10,7 +10,8 @@
 //! and keys (`crate::secret`, `crate::tls`): a missing or bad file stops it with an error
 //! naming the setting and the path. Between start-up and shutdown, the node starts the
 //! cluster transport and its shard region, takes its shard leases (one lease round before serving), heartbeats and rebalances every
-//! `cluster.heartbeat-interval`, serves the HTTP gateway over the front door to its user actors
+//! `cluster.heartbeat-interval` (taking over a peer whose links closed once it has been silent for
+//! `cluster.suspect-confirm`), serves the HTTP gateway over the front door to its user actors
 //! (which sends requests for users it does not own to their owners) and runs the maintenance jobs. SIGTERM, or the end of a drain,
 //! stops accepting connections, lets in-flight requests and the writes already queued at
 //! user actors finish (bounded by `http.shutdown-grace`), releases every lease so others
@@ -122,6 +123,7 @@ pub async fn run(config: Config) -> Result<()> {
         node_id: node.clone(),
         heartbeat_interval: config.cluster.heartbeat_interval,
         lease_timeout: config.cluster.lease_timeout,
+        suspect_confirm: config.cluster.suspect_confirm,
     };
     // Logs name users by a pseudonym keyed with the audit trail's pepper (the same secret on
     // every node of the deployment; the audit trail reads the same row below).
@@ -155,6 +157,8 @@ pub async fn run(config: Config) -> Result<()> {
         .await
         .map_err(|e| Error::Cluster(format!("first lease round: {e}")))?;
     info!(node = %node, live = first.live, held = first.held, "shard leases taken");
+    // A peer whose links close is taken over after cluster.suspect-confirm of silence.
+    transport.watch_links(Arc::clone(&leases));
     let (lease_stop, lease_stopped) = tokio::sync::watch::channel(false);
     let lease_task = tokio::spawn(Arc::clone(&leases).run(lease_stopped));
     let metrics = Arc::new(NodeMetrics::new());

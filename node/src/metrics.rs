@@ -400,8 +400,8 @@ engram_key_unknown_cached {}
     }
 }
 
-/// The lease protocol's metrics: shards held, and counters of take-overs, hand-offs, losses,
-/// fenced writes, failed rounds and refused requests.
+/// The lease protocol's metrics: shards held, and counters of leases taken and taken over
+/// (early ones too), hand-offs, losses, fenced writes, failed rounds and refused requests.
 fn render_leases(text: &mut String, ownership: &Ownership) {
     use std::fmt::Write;
     let m = &ownership.metrics;
@@ -412,6 +412,17 @@ fn render_leases(text: &mut String, ownership: &Ownership) {
     );
     for (name, help, value) in [
         ("shards_taken", "Shard leases taken (a new epoch)", &m.taken),
+        (
+            "shards_taken_over",
+            "Shard leases taken from a node presumed dead (its lease still named it)",
+            &m.taken_over,
+        ),
+        (
+            "shards_taken_over_early",
+            "Shard leases taken over early: the node's links had closed and its heartbeat was \
+             older than cluster.suspect-confirm",
+            &m.taken_over_early,
+        ),
         (
             "shards_handed_off",
             "Shards handed off cleanly",

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_tests::chaos::{
-    Gateway, Load, SHARDS, epoch_of, metric_above_zero, owned_by, pause_outside_writes, settled,
-    shard, start, status, texts, user_of,
+    Gateway, Load, SHARDS, epoch_of, metric, metric_above_zero, owned_by, pause_outside_writes,
+    settled, shard, start, status, texts, user_of,
 };
 use engram_tests::harness::{HttpClient, Sandbox, turn};
 use hyper::{Method, StatusCode};
@@ -159,6 +159,22 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
     );
     let acked_during = load.acked().await - acked_before;
     settled(&clients[..2], Duration::from_secs(30)).await;
+    // Every shard of the victim was taken from it, and its closed links made the survivors
+    // take them early (after cluster.suspect-confirm of silence, not the lease timeout).
+    let (mut taken_over, mut early) = (0.0, 0.0);
+    for (_, client) in &clients[..2] {
+        taken_over += metric(client, "engram_shards_taken_over_total").await;
+        early += metric(client, "engram_shards_taken_over_early_total").await;
+    }
+    let on_victim = owners.values().filter(|o| *o == victim).count();
+    assert_eq!(
+        taken_over, on_victim as f64,
+        "every shard of the victim taken over"
+    );
+    assert!(
+        early > 0.0,
+        "no early take-over of the killed node's shards"
+    );
     // The killed node restarts, rejoins and gets its shards back while the load goes on.
     nodes[2].restart().await;
     gateway.add(nodes[2].client());
@@ -176,8 +192,9 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
     // Every acknowledged write is there exactly once, in order, under one owner per epoch.
     load.stop_and_verify(&clients[0].1, &sandbox).await;
     println!(
-        "SIGKILL of 1 of 3 nodes: every affected user ({} of 24) served again after {:.2} s; \
-         {} writes acknowledged meanwhile ({:.0}/s); {} retried requests",
+        "SIGKILL of 1 of 3 nodes: every affected user ({} of 24) served again after {:.2} s \
+         ({early} of its {on_victim} shards taken over early); {} writes acknowledged meanwhile \
+         ({:.0}/s); {} retried requests",
         victims.len(),
         failover.as_secs_f64(),
         acked_during,
@@ -261,6 +278,12 @@ async fn scaling_out_to_four_and_draining_back_to_three_under_load_loses_nothing
     );
     assert!(view.contains("without owner 0"), "{view}");
     load.wait_for(50, Duration::from_secs(30)).await;
+    // Nobody was presumed dead: shards moved by hand-off only (the drained node exited after
+    // releasing everything, so its closed links took nothing over).
+    for (id, client) in &remaining {
+        let taken_over = metric(client, "engram_shards_taken_over_total").await;
+        assert_eq!(taken_over, 0.0, "{id} took shards over from a live node");
+    }
     let acks = load.stop_and_verify(&remaining[0].1, &sandbox).await;
     println!(
         "scale out 3 -> 4 settled in {:.2} s ({on_d} shards moved to the new node); drain 4 -> 3 \
@@ -298,6 +321,12 @@ async fn a_paused_owner_loses_its_shards_and_what_it_is_sent_after_is_served_by_
     b_client
         .must_append_turn(&user, &turn("z-2", "s1", "on the new owner", "ok"))
         .await;
+    // A paused process keeps its links: taken over by the lease timeout, not early.
+    assert_eq!(
+        metric(b_client, "engram_shards_taken_over_early_total").await,
+        0.0,
+        "a paused owner was taken over early"
+    );
 
     // a wakes up believing it owns the shard: it must not write. It either refuses (503) or
     // hands the request to b once it has seen the take-over.
@@ -319,11 +348,16 @@ async fn a_paused_owner_loses_its_shards_and_what_it_is_sent_after_is_served_by_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
     let sandbox = Sandbox::new();
+    // The test holds the store's write lock while the write gets in flight, which stalls a's
+    // heartbeats too: with suspect-confirm at the lease timeout, a serves for 1.5 s after
+    // its last round (not 500 ms), so the write passes its ownership check in that window
+    // and reaches the fence. A paused process keeps its links: this changes no take-over.
     let spec = |id: &str| {
         sandbox
             .shared_node(id)
             .set("inference.enabled", false)
             .set("storage.sqlite.busy-timeout", "20ms")
+            .set("cluster.suspect-confirm", "3s")
     };
     let a = spec("fence-a").start().await;
     let b = spec("fence-b").start().await;

@@ -193,7 +193,7 @@ fn env_overrides_the_file() {
         "[http]\nlisten = \"127.0.0.1:8080\"\n[cluster]\nheartbeat-interval = \"200ms\"\n",
         &[
             ("ENGRAM__HTTP__LISTEN", "0.0.0.0:9090"),
-            ("ENGRAM__CLUSTER__HEARTBEAT_INTERVAL", "1s"),
+            ("ENGRAM__CLUSTER__HEARTBEAT_INTERVAL", "400ms"),
             (
                 "ENGRAM__CLUSTER__SEEDS",
                 "[\"10.0.0.2:7000\", \"node-3:7000\"]",
@@ -204,7 +204,10 @@ fn env_overrides_the_file() {
     )
     .expect("loads");
     assert_eq!(config.http.listen, "0.0.0.0:9090");
-    assert_eq!(config.cluster.heartbeat_interval, Duration::from_secs(1));
+    assert_eq!(
+        config.cluster.heartbeat_interval,
+        Duration::from_millis(400)
+    );
     assert_eq!(config.cluster.seeds, ["10.0.0.2:7000", "node-3:7000"]);
     assert_eq!(config.storage.root_prefix, "staging");
     assert_eq!(config.storage.sqlite.read_pool, 16);
@@ -251,8 +254,9 @@ fn lease_timeout_must_exceed_twice_the_heartbeat() {
     let mut config = Config::default();
     config.cluster.heartbeat_interval = Duration::from_secs(5);
     config.cluster.lease_timeout = Duration::from_secs(10);
+    config.cluster.suspect_confirm = Duration::from_millis(10_001);
     let err = config.validate().expect_err("exactly twice is not enough");
-    assert_eq!(keys(&err), ["cluster.lease-timeout"]);
+    assert!(keys(&err).contains(&"cluster.lease-timeout"), "{err}");
     let message = err.to_string();
     assert!(
         message.contains("10s") && message.contains("5s"),
@@ -261,6 +265,36 @@ fn lease_timeout_must_exceed_twice_the_heartbeat() {
 
     config.cluster.lease_timeout = Duration::from_millis(10_001);
     config.validate().expect("just over twice is enough");
+}
+
+#[test]
+fn suspect_confirm_must_exceed_twice_the_heartbeat_and_not_the_lease_timeout() {
+    let mut config = Config::default();
+    config.cluster.heartbeat_interval = Duration::from_millis(250);
+    config.cluster.suspect_confirm = Duration::from_millis(500);
+    let err = config.validate().expect_err("exactly twice is not enough");
+    assert_eq!(keys(&err), ["cluster.suspect-confirm"]);
+    let message = err.to_string();
+    assert!(
+        message.contains("500ms") && message.contains("250ms") && message.contains("twice"),
+        "{message}"
+    );
+    config.cluster.suspect_confirm = Duration::from_millis(501);
+    config.validate().expect("just over twice is enough");
+
+    // The early take-over comes before the lease timeout, or is off (equal).
+    config.cluster.suspect_confirm = Duration::from_millis(3_001);
+    let err = config.validate().expect_err("later than the lease timeout");
+    assert_eq!(keys(&err), ["cluster.suspect-confirm"]);
+    let message = err.to_string();
+    assert!(
+        message.contains("3s 1ms") && message.contains("lease-timeout is 3s"),
+        "{message}"
+    );
+    config.cluster.suspect_confirm = config.cluster.lease_timeout;
+    config
+        .validate()
+        .expect("equal to the lease timeout turns it off");
 }
 
 #[test]

@@ -100,6 +100,33 @@ impl Config {
                 ),
             );
         }
+        let confirm = self.cluster.suspect_confirm;
+        if confirm <= heartbeat.saturating_mul(2) {
+            problem(
+                "cluster.suspect-confirm",
+                format!(
+                    "must be more than twice cluster.heartbeat-interval: a node whose links \
+                     closed is taken over once its heartbeat is this old, so a live one must \
+                     heartbeat well within it, and every node stops serving half of it after \
+                     its last round, so that must be longer than a heartbeat interval \
+                     (suspect-confirm is {}, heartbeat-interval is {})",
+                    format_duration(confirm),
+                    format_duration(heartbeat),
+                ),
+            );
+        }
+        if confirm > lease {
+            problem(
+                "cluster.suspect-confirm",
+                format!(
+                    "must be at most cluster.lease-timeout: it is the earlier take-over of a \
+                     node whose links closed; set it to lease-timeout to take every node over \
+                     only after lease-timeout (suspect-confirm is {}, lease-timeout is {})",
+                    format_duration(confirm),
+                    format_duration(lease),
+                ),
+            );
+        }
 
         match self.storage.backend {
             Backend::Sqlite => {}

@@ -56,13 +56,6 @@ pub struct AppState {
     pub lease_timeout: std::time::Duration,
     /// The cluster transport (for the cluster view and its metrics).
     pub cluster: Option<Arc<crate::cluster::Transport>>,
-    /// Largest body, in bytes. Read by nothing since the audit trail stopped reading seed
-    /// bodies ([`Limits`] carries the limit the router applies); start-up still sets it.
-    #[expect(
-        dead_code,
-        reason = "set by lifecycle.rs, which another change is editing: drop the field with it"
-    )]
-    pub max_body_bytes: usize,
     /// Checks API keys.
     pub auth: Arc<Authenticator>,
     /// The audit trail.

@@ -41,22 +41,123 @@ use crate::error::{Error, Result};
 use crate::http::{AppState, Limits, router};
 use crate::metrics::NodeMetrics;
 
-/// Runs the node until a shutdown signal, then leaves the cluster cleanly.
+/// Runs the node until a shutdown signal, then leaves the cluster cleanly. Each step is one
+/// concern below: secrets, storage, listeners and membership, the memory services, the
+/// leases, the gateway, serving, and the ordered shutdown.
 pub async fn run(config: Config) -> Result<()> {
     // Before anything else, so that a signal sent during start-up is not fatal.
-    let mut shutdown = Shutdown::install()?;
+    let shutdown = Shutdown::install()?;
     // Secrets and certificates next: a bad file stops the node before it touches the store.
-    let cookie = crate::secret::cookie(&config)?;
-    let gateway_tls = crate::tls::gateway(&config)?;
-    let cluster_tls = crate::tls::cluster(&config)?;
-    let links = if cluster_tls.is_some() {
-        "mutual-tls"
-    } else {
-        "tcp"
-    };
+    let secrets = Secrets::load(&config)?;
+    let (store, keyspace) = open_storage(&config).await?;
+    let node = config.node.id.clone();
+    let bound = Bound::bind(&config, &node, secrets.cookie, secrets.cluster_tls).await?;
+    let member = bound.member(&node);
+    register(&store, &keyspace, member.clone()).await?;
 
-    let admin_key = config.security.admin_key().map_err(Error::Secret)?;
-    let store = crate::store::open(&config).await?;
+    let lease_settings = LeaseSettings {
+        node_id: node.clone(),
+        heartbeat_interval: config.cluster.heartbeat_interval,
+        lease_timeout: config.cluster.lease_timeout,
+        suspect_confirm: config.cluster.suspect_confirm,
+    };
+    let (directory, embedder) = memory(&config, &store, &keyspace, &lease_settings).await?;
+    let cluster = Membership::join(lease_settings, member, &directory, &bound.transport).await?;
+    let metrics = Arc::new(NodeMetrics::new());
+    let jobs = crate::jobs::spawn(&config.jobs, &directory, &metrics);
+    let (app, users) = gateway(
+        &config,
+        (&store, &keyspace),
+        &secrets.admin_key,
+        &directory,
+        &bound.transport,
+        metrics,
+    )
+    .await?;
+    // Peers' requests for users this node owns come in through the same front door.
+    bound
+        .transport
+        .start_region(users)
+        .await
+        .map_err(|source| Error::Io {
+            step: "starting the shard region".to_owned(),
+            source,
+        })?;
+    let dialer = spawn_dialer(
+        Arc::clone(&bound.transport),
+        Arc::clone(cluster.leases.ownership()),
+        config.cluster.seeds.clone(),
+        config.cluster.heartbeat_interval,
+    );
+    info!(
+        node = %node,
+        backend = store.backend(),
+        http = %bound.http_addr,
+        https = secrets.gateway_tls.is_some(),
+        cluster = %config.cluster.listen,
+        links = secrets.links,
+        shards = config.cluster.shards,
+        "node started"
+    );
+
+    let signal = serve(
+        bound.listener,
+        secrets.gateway_tls,
+        app,
+        (shutdown, Arc::clone(&cluster.leases)),
+        config.http.shutdown_grace,
+    )
+    .await?;
+    info!(node = %node, signal, "shutting down");
+    for job in jobs {
+        job.abort();
+    }
+    dialer.abort();
+    cluster.leave(config.http.shutdown_grace).await?;
+    bound.transport.stop();
+    if let Some(embedder) = embedder {
+        embedder.pool().clone().shutdown().await;
+    }
+    crate::store::close(store, config.storage.backend);
+    info!(node = %node, "node stopped");
+    Ok(())
+}
+
+/// The secrets and certificates a node needs, read before anything else.
+struct Secrets {
+    cookie: String,
+    gateway_tls: Option<Arc<rustls::ServerConfig>>,
+    cluster_tls: Option<crate::tls::ClusterTls>,
+    admin_key: String,
+    /// How nodes are linked, for the start-up line.
+    links: &'static str,
+}
+
+impl Secrets {
+    fn load(config: &Config) -> Result<Secrets> {
+        let cookie = crate::secret::cookie(config)?;
+        let gateway_tls = crate::tls::gateway(config)?;
+        let cluster_tls = crate::tls::cluster(config)?;
+        let links = if cluster_tls.is_some() {
+            "mutual-tls"
+        } else {
+            "tcp"
+        };
+        let admin_key = config.security.admin_key().map_err(Error::Secret)?;
+        Ok(Secrets {
+            cookie,
+            gateway_tls,
+            cluster_tls,
+            admin_key,
+            links,
+        })
+    }
+}
+
+/// Opens the store and the keyspace over it (sealing user values when master keys are
+/// configured).
+async fn open_storage(config: &Config) -> Result<(Store, Keyspace)> {
+    let store = crate::store::open(config).await?;
     let keyspace = match &config.security.master_key_file {
         Some(path) => {
             let keys = engram_storage::crypto::MasterKeys::from_file(path)
@@ -71,40 +172,75 @@ pub async fn run(config: Config) -> Result<()> {
         }
         None => Keyspace::new(&config.storage.root_prefix),
     };
-    let node = config.node.id.clone();
-    // Bind first, so that the membership row names the address peers can really reach
-    // (http.listen may ask for port 0).
-    let listener = tokio::net::TcpListener::bind(&config.http.listen)
-        .await
-        .map_err(|source| Error::Io {
-            step: format!("binding http.listen {}", config.http.listen),
-            source,
-        })?;
-    let http_addr = listener.local_addr().map_err(|source| Error::Io {
-        step: "reading the bound address".to_owned(),
-        source,
-    })?;
-    let (transport, cluster_addr) =
-        Transport::start(&node, &config.cluster.listen, cookie, cluster_tls)
+    Ok((store, keyspace))
+}
+
+/// The gateway's listener and the cluster transport, bound before the membership row is
+/// written so that the row names addresses peers can really reach (either may ask for port 0).
+struct Bound {
+    listener: tokio::net::TcpListener,
+    http_addr: std::net::SocketAddr,
+    transport: Arc<Transport>,
+    cluster_addr: String,
+}
+
+impl Bound {
+    async fn bind(
+        config: &Config,
+        node: &str,
+        cookie: String,
+        cluster_tls: Option<crate::tls::ClusterTls>,
+    ) -> Result<Bound> {
+        let listener = tokio::net::TcpListener::bind(&config.http.listen)
             .await
             .map_err(|source| Error::Io {
-                step: format!(
-                    "starting the cluster transport on {}",
-                    config.cluster.listen
-                ),
+                step: format!("binding http.listen {}", config.http.listen),
                 source,
             })?;
-    let started_at = now();
-    let member = Member {
-        node_id: node.clone(),
-        http_addr: http_addr.to_string(),
-        cluster_addr: cluster_addr.clone(),
-        started_at,
-        heartbeat_at: started_at,
-        status: MemberStatus::Active,
-    };
-    register(&store, &keyspace, member.clone()).await?;
+        let http_addr = listener.local_addr().map_err(|source| Error::Io {
+            step: "reading the bound address".to_owned(),
+            source,
+        })?;
+        let (transport, cluster_addr) =
+            Transport::start(node, &config.cluster.listen, cookie, cluster_tls)
+                .await
+                .map_err(|source| Error::Io {
+                    step: format!(
+                        "starting the cluster transport on {}",
+                        config.cluster.listen
+                    ),
+                    source,
+                })?;
+        Ok(Bound {
+            listener,
+            http_addr,
+            transport,
+            cluster_addr,
+        })
+    }
 
+    /// This node's membership row as it starts.
+    fn member(&self, node: &str) -> Member {
+        let started_at = now();
+        Member {
+            node_id: node.to_owned(),
+            http_addr: self.http_addr.to_string(),
+            cluster_addr: self.cluster_addr.clone(),
+            started_at,
+            heartbeat_at: started_at,
+            status: MemberStatus::Active,
+        }
+    }
+}
+
+/// The memory services (segmenter, embedding pool, log pseudonyms) and the directory of
+/// user actors over them.
+async fn memory(
+    config: &Config,
+    store: &Store,
+    keyspace: &Keyspace,
+    lease_settings: &LeaseSettings,
+) -> Result<(Arc<Directory>, Option<Embedder>)> {
     let lexicon = config.memory.lexicon.clone();
     let extractor = tokio::task::spawn_blocking(move || EntityExtractor::new(&lexicon))
         .await
@@ -119,14 +255,8 @@ pub async fn run(config: Config) -> Result<()> {
         info!("inference disabled: memories are ranked by words, recency and salience");
         None
     };
-    let lease_settings = LeaseSettings {
-        node_id: node.clone(),
-        heartbeat_interval: config.cluster.heartbeat_interval,
-        lease_timeout: config.cluster.lease_timeout,
-        suspect_confirm: config.cluster.suspect_confirm,
-    };
     // Logs name users by a pseudonym keyed with the audit trail's pepper (the same secret on
-    // every node of the deployment; the audit trail reads the same row below).
+    // every node of the deployment; the audit trail reads the same row).
     let pepper = {
         let (ks, fresh) = (keyspace.clone(), rand::random::<[u8; 32]>());
         store
@@ -140,29 +270,69 @@ pub async fn run(config: Config) -> Result<()> {
         clock: Arc::new(SystemClock),
         extractor: Arc::new(extractor),
         embedder: embedder.clone(),
-        ownership: Some(Ownership::new(&lease_settings)),
+        ownership: Some(Ownership::new(lease_settings)),
         settings: engram_actors::services::Settings {
             log_pepper: engram_actors::placement::LogPepper::new(pepper),
             ..config.actor_settings()
         },
         metrics: Arc::new(Metrics::default()),
     };
-    let directory = Directory::new(services);
-    // Take this node's shards before serving: a lone node takes all of them here; a node
-    // joining a cluster gets its share as the current owners hand them off.
-    let leases = LeaseManager::new(lease_settings, member.clone(), Arc::clone(&directory))
-        .map_err(|e| Error::Cluster(e.to_string()))?;
-    let first = leases
-        .round()
-        .await
-        .map_err(|e| Error::Cluster(format!("first lease round: {e}")))?;
-    info!(node = %node, live = first.live, held = first.held, "shard leases taken");
-    // A peer whose links close is taken over after cluster.suspect-confirm of silence.
-    transport.watch_links(Arc::clone(&leases));
-    let (lease_stop, lease_stopped) = tokio::sync::watch::channel(false);
-    let lease_task = tokio::spawn(Arc::clone(&leases).run(lease_stopped));
-    let metrics = Arc::new(NodeMetrics::new());
-    let jobs = crate::jobs::spawn(&config.jobs, &directory, &metrics);
+    Ok((Directory::new(services), embedder))
+}
+
+/// This node's part in the cluster: its shard leases and the task that keeps them.
+struct Membership {
+    leases: Arc<LeaseManager>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Membership {
+    /// Takes this node's shards before serving (a lone node takes all of them here; a node
+    /// joining a cluster gets its share as the current owners hand them off), then keeps
+    /// heartbeating and rebalancing in a task. A peer whose links close is taken over after
+    /// `cluster.suspect-confirm` of silence.
+    async fn join(
+        settings: LeaseSettings,
+        member: Member,
+        directory: &Arc<Directory>,
+        transport: &Arc<Transport>,
+    ) -> Result<Membership> {
+        let node = settings.node_id.clone();
+        let leases = LeaseManager::new(settings, member, Arc::clone(directory))
+            .map_err(|e| Error::Cluster(e.to_string()))?;
+        let first = leases
+            .round()
+            .await
+            .map_err(|e| Error::Cluster(format!("first lease round: {e}")))?;
+        info!(node = %node, live = first.live, held = first.held, "shard leases taken");
+        transport.watch_links(Arc::clone(&leases));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(Arc::clone(&leases).run(stopped));
+        Ok(Membership { leases, stop, task })
+    }
+
+    /// Stops the lease round, finishes the queued writes, releases every lease (so that
+    /// other nodes take the shards at once) and marks this node left.
+    async fn leave(self, grace: std::time::Duration) -> Result<()> {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        self.leases
+            .leave(grace)
+            .await
+            .map_err(|e| Error::Cluster(format!("leaving the cluster: {e}")))
+    }
+}
+
+/// The gateway: the audit trail, authentication, the front door and the router over them.
+async fn gateway(
+    config: &Config,
+    (store, keyspace): (&Store, &Keyspace),
+    admin_key: &str,
+    directory: &Arc<Directory>,
+    transport: &Arc<Transport>,
+    metrics: Arc<NodeMetrics>,
+) -> Result<(axum::Router, Arc<Users>)> {
     let clock: engram_actors::clock::SharedClock = Arc::new(SystemClock);
     let audit = crate::audit::AuditLog::start(
         store.clone(),
@@ -180,13 +350,13 @@ pub async fn run(config: Config) -> Result<()> {
     let auth = crate::auth::Authenticator::new(
         store.clone(),
         keyspace.clone(),
-        Some(&admin_key),
+        Some(admin_key),
         crate::auth::RateLimiter::new(config.security.rate_limit, config.security.rate_burst),
         config.security.key_lookups(),
     );
     let link: Arc<dyn PeerLink> = transport.clone();
     let users = Arc::new(Users::new(
-        Arc::clone(&directory),
+        Arc::clone(directory),
         Some(link),
         config.cluster.handoff_wait,
     ));
@@ -197,41 +367,25 @@ pub async fn run(config: Config) -> Result<()> {
         metrics,
         token_budget: config.memory.token_budget,
         lease_timeout: config.cluster.lease_timeout,
-        cluster: Some(Arc::clone(&transport)),
-        max_body_bytes: config.http.max_body_bytes,
+        cluster: Some(Arc::clone(transport)),
     };
     let limits = Limits {
         max_body_bytes: config.http.max_body_bytes,
         max_in_flight: config.http.max_in_flight,
     };
-    let app = router(state, limits);
-    // Peers' requests for users this node owns come in through the same front door.
-    transport
-        .start_region(users)
-        .await
-        .map_err(|source| Error::Io {
-            step: "starting the shard region".to_owned(),
-            source,
-        })?;
-    let dialer = spawn_dialer(
-        Arc::clone(&transport),
-        Arc::clone(leases.ownership()),
-        config.cluster.seeds.clone(),
-        config.cluster.heartbeat_interval,
-    );
-    info!(
-        node = %node,
-        backend = store.backend(),
-        http = %http_addr,
-        https = gateway_tls.is_some(),
-        cluster = %config.cluster.listen,
-        links,
-        shards = config.cluster.shards,
-        "node started"
-    );
+    Ok((router(state, limits), users))
+}
 
+/// Serves `app` (over TLS when configured) until a signal arrives or the node has drained,
+/// then lets in-flight requests finish within `grace`; returns what stopped it.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    app: axum::Router,
+    (mut shutdown, drained): (Shutdown, Arc<LeaseManager>),
+    grace: std::time::Duration,
+) -> Result<&'static str> {
     let (signal_tx, signal_rx) = tokio::sync::oneshot::channel();
-    let drained = Arc::clone(&leases);
     let stop = async move {
         let signal = tokio::select! {
             signal = shutdown.wait() => signal,
@@ -239,8 +393,7 @@ pub async fn run(config: Config) -> Result<()> {
         };
         let _ = signal_tx.send(signal);
     };
-    let grace = config.http.shutdown_grace;
-    let served = match gateway_tls {
+    let served = match tls {
         Some(tls) => {
             let listener =
                 crate::tls::TlsListener::new(listener, tls).map_err(|source| Error::Io {
@@ -255,27 +408,7 @@ pub async fn run(config: Config) -> Result<()> {
         step: "serving http".to_owned(),
         source,
     })?;
-    let signal = signal_rx.await.unwrap_or("server exit");
-    info!(node = %node, signal, "shutting down");
-    for job in jobs {
-        job.abort();
-    }
-    let _ = lease_stop.send(true);
-    let _ = lease_task.await;
-    dialer.abort();
-    // Finish the queued writes, release every lease (so that other nodes take the shards at
-    // once) and mark this node left.
-    leases
-        .leave(grace)
-        .await
-        .map_err(|e| Error::Cluster(format!("leaving the cluster: {e}")))?;
-    transport.stop();
-    if let Some(embedder) = embedder {
-        embedder.pool().clone().shutdown().await;
-    }
-    crate::store::close(store, config.storage.backend);
-    info!(node = %node, "node stopped");
-    Ok(())
+    Ok(signal_rx.await.unwrap_or("server exit"))
 }
 
 /// Dials the seeds once, then every live member whose region is not reachable, every

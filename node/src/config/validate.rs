@@ -19,77 +19,110 @@ const MIN_SHARDS_PER_NODE: u32 = 10;
 /// FoundationDB ends every transaction after this long.
 const FDB_MAX_TRANSACTION: Duration = Duration::from_secs(5);
 
+/// What [`Config::validate`] found wrong so far, every section's checks adding to it.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, key: &'static str, message: String) {
+        self.0.push(Problem { key, message });
+    }
+}
+
 impl Config {
     /// Checks that the settings can work, alone and together, and says in words what is
-    /// wrong with each one that cannot.
+    /// wrong with each one that cannot, section by section (every problem at once).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut problems = Vec::new();
-        let mut problem = |key: &'static str, message: String| {
-            problems.push(Problem { key, message });
-        };
+        let mut p = Problems::default();
+        self.check_node(&mut p);
+        self.check_addresses(&mut p);
+        self.check_cluster(&mut p);
+        self.check_storage(&mut p);
+        self.check_http(&mut p);
+        self.check_memory(&mut p);
+        self.check_inference(&mut p);
+        self.check_jobs(&mut p);
+        self.check_security(&mut p);
+        self.check_log(&mut p);
+        if p.0.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(p.0))
+        }
+    }
 
+    /// `[node]`: an id that is a plain name, a data directory.
+    fn check_node(&self, p: &mut Problems) {
         let id = &self.node.id;
         if id.is_empty() {
-            problem("node.id", "must not be empty".to_owned());
+            p.add("node.id", "must not be empty".to_owned());
         } else if let Some(c) = id
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
         {
-            problem(
+            p.add(
                 "node.id",
                 format!("{id:?} contains {c:?}; use only letters, digits, `-` and `_`"),
             );
         }
         if self.node.data_dir.as_os_str().is_empty() {
-            problem("node.data-dir", "must not be empty".to_owned());
+            p.add("node.data-dir", "must not be empty".to_owned());
         }
+    }
 
+    /// The addresses and secrets of `[http]` and `[cluster]`: listen addresses of their own, seeds
+    /// as host and port, the cookie file, TLS.
+    fn check_addresses(&self, p: &mut Problems) {
         let http = parse_listen(&self.http.listen);
         if let Err(message) = &http {
-            problem("http.listen", message.clone());
+            p.add("http.listen", message.clone());
         }
         let cluster = parse_listen(&self.cluster.listen);
         if let Err(message) = &cluster {
-            problem("cluster.listen", message.clone());
+            p.add("cluster.listen", message.clone());
         }
         if let (Ok(http), Ok(cluster)) = (http, cluster)
             && http == cluster
             && http.port() != 0
         {
-            problem(
+            p.add(
                 "cluster.listen",
                 format!("is the same address as http.listen ({http}); give each its own port"),
             );
         }
         for seed in &self.cluster.seeds {
             if let Err(message) = check_seed(seed) {
-                problem("cluster.seeds", message);
+                p.add("cluster.seeds", message);
             }
         }
 
         if self.cluster.cookie_file.as_os_str().is_empty() {
-            problem(
+            p.add(
                 "cluster.cookie-file",
                 "must name the file holding the cluster's shared secret".to_owned(),
             );
         }
         for (key, message) in self.tls_problems() {
-            problem(key, message);
+            p.add(key, message);
         }
+    }
 
+    /// The timings of `[cluster]`: shards, heartbeats, the lease timeout and the early take-over
+    /// after suspicion, the hand-off wait.
+    fn check_cluster(&self, p: &mut Problems) {
         if self.cluster.shards == 0 {
-            problem("cluster.shards", "must be at least 1".to_owned());
+            p.add("cluster.shards", "must be at least 1".to_owned());
         }
         let heartbeat = self.cluster.heartbeat_interval;
         let lease = self.cluster.lease_timeout;
         if heartbeat.is_zero() {
-            problem(
+            p.add(
                 "cluster.heartbeat-interval",
                 "must be longer than 0s".to_owned(),
             );
         }
         if lease <= heartbeat.saturating_mul(2) {
-            problem(
+            p.add(
                 "cluster.lease-timeout",
                 format!(
                     "must be more than twice cluster.heartbeat-interval, so that one late \
@@ -102,7 +135,7 @@ impl Config {
         }
         let confirm = self.cluster.suspect_confirm;
         if confirm <= heartbeat.saturating_mul(2) {
-            problem(
+            p.add(
                 "cluster.suspect-confirm",
                 format!(
                     "must be more than twice cluster.heartbeat-interval: a node whose links \
@@ -116,7 +149,7 @@ impl Config {
             );
         }
         if confirm > lease {
-            problem(
+            p.add(
                 "cluster.suspect-confirm",
                 format!(
                     "must be at most cluster.lease-timeout: it is the earlier take-over of a \
@@ -128,11 +161,18 @@ impl Config {
             );
         }
 
+        if self.cluster.handoff_wait > Duration::from_secs(60) {
+            p.add("cluster.handoff-wait", "must be at most 60s".to_owned());
+        }
+    }
+
+    /// `[storage]`: a backend this build has, a root prefix, paths, timeouts and retries.
+    fn check_storage(&self, p: &mut Problems) {
         match self.storage.backend {
             Backend::Sqlite => {}
             Backend::Fdb => {
                 if !cfg!(feature = "fdb") {
-                    problem(
+                    p.add(
                         "storage.backend",
                         "is \"fdb\" but this engram-node was built without FoundationDB support; \
                          rebuild it with `--features fdb` or set backend = \"sqlite\""
@@ -142,47 +182,52 @@ impl Config {
             }
         }
         if self.storage.root_prefix.is_empty() {
-            problem("storage.root-prefix", "must not be empty".to_owned());
+            p.add("storage.root-prefix", "must not be empty".to_owned());
         }
         if self.storage.sqlite.path.as_os_str().is_empty() {
-            problem("storage.sqlite.path", "must not be empty".to_owned());
+            p.add("storage.sqlite.path", "must not be empty".to_owned());
         }
         if self.storage.fdb.transaction_timeout.is_zero() {
-            problem(
+            p.add(
                 "storage.fdb.transaction-timeout",
                 "must be longer than 0s".to_owned(),
             );
         }
         if self.storage.retry.max_attempts == 0 {
-            problem(
+            p.add(
                 "storage.retry.max-attempts",
                 "must be at least 1".to_owned(),
             );
         }
         if self.storage.retry.max_elapsed.is_zero() {
-            problem(
+            p.add(
                 "storage.retry.max-elapsed",
                 "must be longer than 0s".to_owned(),
             );
         }
+    }
 
-        if self.cluster.handoff_wait > Duration::from_secs(60) {
-            problem("cluster.handoff-wait", "must be at most 60s".to_owned());
-        }
+    /// `[http]`: body and in-flight limits.
+    fn check_http(&self, p: &mut Problems) {
         if self.http.max_body_bytes < 1024 {
-            problem("http.max-body-bytes", "must be at least 1024".to_owned());
+            p.add("http.max-body-bytes", "must be at least 1024".to_owned());
         }
         if self.http.max_in_flight == 0 {
-            problem("http.max-in-flight", "must be at least 1".to_owned());
+            p.add("http.max-in-flight", "must be at least 1".to_owned());
         }
+    }
+
+    /// `[memory]`: idle timeout, retention and archive, budgets and the bounds of what a node
+    /// holds.
+    fn check_memory(&self, p: &mut Problems) {
         if self.memory.idle_timeout < Duration::from_millis(100) {
-            problem("memory.idle-timeout", "must be at least 100ms".to_owned());
+            p.add("memory.idle-timeout", "must be at least 100ms".to_owned());
         }
         if self.memory.retention < Duration::from_secs(24 * 3600) {
-            problem("memory.retention", "must be at least 1 day".to_owned());
+            p.add("memory.retention", "must be at least 1 day".to_owned());
         }
         if self.memory.archive_retention < self.memory.retention {
-            problem(
+            p.add(
                 "memory.archive-retention",
                 format!(
                     "must be at least memory.retention ({}); set it equal to keep no archive",
@@ -191,72 +236,83 @@ impl Config {
             );
         }
         if !(100..=32_000).contains(&self.memory.token_budget) {
-            problem(
+            p.add(
                 "memory.token-budget",
                 "must be between 100 and 32000".to_owned(),
             );
         }
         if !(2..=10_000).contains(&self.memory.intent_versions) {
-            problem(
+            p.add(
                 "memory.intent-versions",
                 "must be between 2 and 10000".to_owned(),
             );
         }
         if self.memory.max_actors == 0 {
-            problem("memory.max-actors", "must be at least 1".to_owned());
+            p.add("memory.max-actors", "must be at least 1".to_owned());
         }
         if self.memory.max_cached_records == 0 {
-            problem("memory.max-cached-records", "must be at least 1".to_owned());
+            p.add("memory.max-cached-records", "must be at least 1".to_owned());
         }
+    }
+
+    /// `[inference]`: workers, batching, the queue and each tenant's share of it, search.
+    fn check_inference(&self, p: &mut Problems) {
         let inference = &self.inference;
         if inference.workers == 0 || inference.workers > 64 {
-            problem("inference.workers", "must be between 1 and 64".to_owned());
+            p.add("inference.workers", "must be between 1 and 64".to_owned());
         }
         if inference.max_batch == 0 || inference.max_batch > 1024 {
-            problem(
+            p.add(
                 "inference.max-batch",
                 "must be between 1 and 1024".to_owned(),
             );
         }
         if inference.queue_capacity < inference.max_batch {
-            problem(
+            p.add(
                 "inference.queue-capacity",
                 "must be at least inference.max-batch".to_owned(),
             );
         }
         if inference.tenant_share_percent == 0 || inference.tenant_share_percent > 100 {
-            problem(
+            p.add(
                 "inference.tenant-share-percent",
                 "must be between 1 and 100".to_owned(),
             );
         }
         if inference.max_wait > Duration::from_secs(1) {
-            problem("inference.max-wait", "must be at most 1s".to_owned());
+            p.add("inference.max-wait", "must be at most 1s".to_owned());
         }
         if inference.max_batch_tokens < 512 {
-            problem(
+            p.add(
                 "inference.max-batch-tokens",
                 "must be at least 512 (one full-length text)".to_owned(),
             );
         }
         if inference.exact_search_below == 0 {
-            problem(
+            p.add(
                 "inference.exact-search-below",
                 "must be at least 1".to_owned(),
             );
         }
+    }
+
+    /// `[jobs]`: cron schedules.
+    fn check_jobs(&self, p: &mut Problems) {
         for (key, schedule) in [
             ("jobs.expiry-sweep", &self.jobs.expiry_sweep),
             ("jobs.retention", &self.jobs.retention),
             ("jobs.session-cleanup", &self.jobs.session_cleanup),
         ] {
             if let Err(err) = crate::jobs::parse_schedule(schedule) {
-                problem(key, format!("{schedule:?} is not a cron schedule: {err}"));
+                p.add(key, format!("{schedule:?} is not a cron schedule: {err}"));
             }
         }
+    }
 
+    /// `[security]`: a cipher needs master keys.
+    fn check_security(&self, p: &mut Problems) {
         if self.security.master_key_file.is_none() && self.security.cipher != Cipher::default() {
-            problem(
+            p.add(
                 "security.cipher",
                 format!(
                     "{} seals nothing without security.master-key-file; set the key file too",
@@ -264,18 +320,15 @@ impl Config {
                 ),
             );
         }
+    }
 
+    /// `[log]`: a filter `tracing` understands.
+    fn check_log(&self, p: &mut Problems) {
         if let Err(err) = tracing_subscriber::EnvFilter::try_new(&self.log.level) {
-            problem(
+            p.add(
                 "log.level",
                 format!("{:?} is not a log filter: {err}", self.log.level),
             );
-        }
-
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid(problems))
         }
     }
 

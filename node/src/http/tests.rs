@@ -101,7 +101,6 @@ pub(super) async fn app_with(
         token_budget: 1200,
         lease_timeout: std::time::Duration::from_secs(3),
         cluster: None,
-        max_body_bytes: 1024 * 1024,
     };
     router(
         state,

@@ -31,11 +31,7 @@ struct Node {
 }
 
 fn node(store: &Store, clock: &Arc<ManualClock>, id: &str) -> Node {
-    let settings = Settings {
-        shards: SHARDS,
-        ..Settings::default()
-    };
-    node_with(store, clock, id, settings)
+    node_with(store, clock, id, sharded())
 }
 
 fn node_with(store: &Store, clock: &Arc<ManualClock>, id: &str, actors: Settings) -> Node {
@@ -109,9 +105,7 @@ async fn stored_for(store: &Store, user: &UserKey) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_owner_cannot_commit_after_a_take_over() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
-    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
+    let (_dir, store, clock) = fixture();
 
     // A alone takes every shard.
     let a = node(&store, &clock, "a");
@@ -179,6 +173,21 @@ async fn a_stale_owner_cannot_commit_after_a_take_over() {
 }
 
 /// Two nodes that have split the shards between them.
+/// A fresh SQLite file (kept while the `TempDir` lives), the store on it and a manual clock.
+fn fixture() -> (tempfile::TempDir, Store, Arc<ManualClock>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    (dir, store, ManualClock::new(Timestamp(1_780_000_000_000)))
+}
+
+/// The actors' default settings over this test's [`SHARDS`] shards.
+fn sharded() -> Settings {
+    Settings {
+        shards: SHARDS,
+        ..Settings::default()
+    }
+}
+
 async fn settled_pair(
     store: &Store,
     clock: &Arc<ManualClock>,
@@ -217,9 +226,7 @@ async fn run_job(node: &Node, job: Job) -> JobReport {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_node_sweeps_only_the_users_of_the_shards_it_holds() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
-    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
+    let (_dir, store, clock) = fixture();
     // Raw turns are due for the archive 1 ms after they are written.
     let settings = Settings {
         shards: SHARDS,
@@ -248,14 +255,8 @@ async fn each_node_sweeps_only_the_users_of_the_shards_it_holds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_is_reported_in_the_round_that_hands_off_the_last_shard() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
-    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
-    let settings = Settings {
-        shards: SHARDS,
-        ..Settings::default()
-    };
-    let (a, b) = settled_pair(&store, &clock, &settings).await;
+    let (_dir, store, clock) = fixture();
+    let (a, b) = settled_pair(&store, &clock, &sharded()).await;
     let held = a.leases.ownership().held();
     let not_yet = tokio::time::timeout(Duration::from_millis(50), a.leases.drained()).await;
     assert!(not_yet.is_err(), "drained before any drain was asked");
@@ -274,14 +275,8 @@ async fn a_drain_is_reported_in_the_round_that_hands_off_the_last_shard() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_suspected_owner_is_taken_over_once_silent_for_the_confirmation_age_not_before() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
-    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
-    let settings = Settings {
-        shards: SHARDS,
-        ..Settings::default()
-    };
-    let (a, b) = settled_pair(&store, &clock, &settings).await;
+    let (_dir, store, clock) = fixture();
+    let (a, b) = settled_pair(&store, &clock, &sharded()).await;
     let on_a = a.leases.ownership().held();
     let user = user_on(&a);
     append_for(&a, &user, "e-1", "before the silence")

@@ -393,7 +393,7 @@ pub fn pause_outside_writes(node: &Node, sandbox: &Sandbox) {
         let lock = store
             .begin(engram_storage::TxnMode::Write)
             .expect("the shared file's write lock");
-        node.signal("STOP");
+        node.pause();
         // Rolled back: nothing written, the lock released.
         drop(lock);
     });

@@ -301,6 +301,26 @@ impl Node {
         assert!(status.success(), "kill -{signal} {pid}: {status}");
     }
 
+    /// Pauses the process (SIGSTOP) and returns once every one of its threads is stopped:
+    /// `kill` only queues the signal, and a thread running on another core goes on for a
+    /// moment (long enough to take a lock its caller is about to release).
+    ///
+    /// # Panics
+    /// If its threads are not all stopped within 10 s.
+    pub fn pause(&self) {
+        self.signal("STOP");
+        let pid = self.pid().expect("a node just signalled is running");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "node {} was sent SIGSTOP but its threads did not all stop within 10 s",
+                self.spec.id()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Waits up to `timeout` for the process to exit and returns its status.
     ///
     /// # Panics
@@ -394,4 +414,21 @@ pub fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
             .unwrap_or("")
             .trim_matches('"'),
     )
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc/<pid>/task/*/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+            })
+            .is_some_and(|state| state == 'T' || state == 't')
+    })
 }

@@ -411,7 +411,7 @@ async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
     let in_flight =
         "engram_http_requests_in_flight{method=\"POST\",route=\"/v1/users/{user}/turns\"}";
     metric_above_zero(&a_client, in_flight, Duration::from_secs(10)).await;
-    a.signal("STOP");
+    a.pause();
     release.send(()).unwrap();
     lock.await.unwrap().unwrap();
     owned_by(

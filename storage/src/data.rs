@@ -5,12 +5,14 @@
 //! write. Invariants kept here: a record's expiry-index entry is written and removed in the
 //! same transaction as the record; forgetting a user leaves no key of theirs anywhere.
 //!
-//! The archive tier ([`archive`]), identity anchors ([`anchor`]) and counts of repeated
-//! choices ([`choice`]) are in their own modules.
+//! The archive tier ([`archive`]), identity anchors ([`anchor`]), counts of repeated
+//! choices ([`choice`]) and the queue of pending inference ([`pending`]) are in their own
+//! modules.
 
 pub mod anchor;
 pub mod archive;
 pub mod choice;
+pub mod pending;
 
 use crate::codec::{decode, encode};
 use crate::error::Result;
@@ -273,7 +275,7 @@ impl<'t> UserData<'t> {
             self.txn.clear(&self.expiry_key(at, &target))?;
         }
         self.txn.clear(&self.keys.record(kind, memory_id))?;
-        self.txn.clear(&self.keys.embedding(memory_id))?;
+        self.remove_embedding(memory_id)?;
         Ok(true)
     }
 
@@ -326,13 +328,15 @@ impl<'t> UserData<'t> {
         self.txn.clear_range(&range.begin, &end)
     }
 
-    /// Writes the embedding of a memory.
+    /// Writes the embedding of a memory (no vector is pending for it any more).
     pub fn put_embedding(&mut self, memory_id: &str, embedding: &Embedding) -> Result<()> {
+        self.clear_pending(memory_id)?;
         self.put("embedding", &self.keys.embedding(memory_id), embedding)
     }
 
-    /// Removes the embedding of a memory.
+    /// Removes the embedding of a memory, and any vector pending for it.
     pub fn remove_embedding(&mut self, memory_id: &str) -> Result<()> {
+        self.clear_pending(memory_id)?;
         self.txn.clear(&self.keys.embedding(memory_id))
     }
 
@@ -391,7 +395,8 @@ impl<'t> UserData<'t> {
         )
     }
 
-    /// Removes every key of this user and the expiry-index entries that point at them.
+    /// Removes every key of this user, the expiry-index entries that point at them and the
+    /// user's mark in the work index of pending inference.
     pub fn forget(&mut self) -> Result<ForgetReport> {
         let mut report = ForgetReport::default();
         let records = self.keys.all_records();
@@ -424,6 +429,7 @@ impl<'t> UserData<'t> {
             report.expiry_entries += 1;
         }
         report.expiry_entries += self.clear_archive_index()?;
+        self.clear_pending_mark()?;
         let all = self.keys.all();
         self.txn.clear_range(&all.begin, &all.end)?;
         Ok(report)

@@ -10,6 +10,7 @@
 //! ("u", tenant, user, "rec", kind, memory_id)     memory records
 //! ("u", tenant, user, "intent", type, version)    versioned intents
 //! ("u", tenant, user, "vec", memory_id)           embeddings
+//! ("u", tenant, user, "pend", memory_id)          pending inference: a text awaiting its vector
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", hash)             counts of repeated choices, by keyed hash
@@ -21,13 +22,14 @@
 //! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
 //! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
 //! ("exp", at, tenant, user, "arch", session)      expiry index: a session's archive purge
+//! ("pend", tenant, user)                          users with pending inference (the work index)
 //! ("key", key_id)                                 API key: tenant, scope, hash of the secret
 //! ("audit", tenant, at, entry_id)                 audit trail (append-only)
 //! ("audit-pepper",)                               key of the audit trail's user pseudonyms
 //! ```
 //!
-//! Everything of a user sits under `("u", tenant, user)`; the expiry index is the only place
-//! outside that prefix that names a user. This module only builds byte strings; it reads and
+//! Everything of a user sits under `("u", tenant, user)`; the expiry index and the work
+//! index of pending inference are the only places outside that prefix that name a user. This module only builds byte strings; it reads and
 //! writes nothing.
 
 use std::sync::Arc;
@@ -230,6 +232,23 @@ impl Keyspace {
         (tag == "exp").then_some((Timestamp(at), tenant, user, target))
     }
 
+    /// The work-index entry of a user with pending inference (its value: when the oldest
+    /// entry was queued, [`crate::data::PENDING_SINCE_LEN`] bytes).
+    pub fn pending_user(&self, tenant: &str, user: &str) -> Vec<u8> {
+        self.root.pack(&("pend", tenant, user))
+    }
+
+    /// Every work-index entry, by tenant then user.
+    pub fn pending_users(&self) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("pend",)))
+    }
+
+    /// Decodes a work-index key into (tenant, user).
+    pub fn parse_pending_user(&self, key: &[u8]) -> Option<(String, String)> {
+        let (tag, tenant, user): (String, String, String) = self.root.unpack(key).ok()?;
+        (tag == "pend").then_some((tenant, user))
+    }
+
     /// The row of an API key.
     pub fn api_key(&self, key_id: &str) -> Vec<u8> {
         self.root.pack(&("key", key_id))
@@ -375,6 +394,22 @@ impl UserKeys {
     /// All embeddings of this user.
     pub fn embeddings(&self) -> KeyRange {
         self.range(&("vec",))
+    }
+
+    /// The pending-inference entry of a memory.
+    pub fn pending(&self, memory_id: &str) -> Vec<u8> {
+        self.space.pack(&("pend", memory_id))
+    }
+
+    /// All pending-inference entries of this user, by memory id.
+    pub fn pendings(&self) -> KeyRange {
+        self.range(&("pend",))
+    }
+
+    /// Decodes a pending-inference key into its memory id.
+    pub fn parse_pending(&self, key: &[u8]) -> Option<String> {
+        let (tag, id): (String, String) = self.space.unpack(key).ok()?;
+        (tag == "pend").then_some(id)
     }
 
     /// The idempotency entry of a request.

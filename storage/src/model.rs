@@ -336,6 +336,18 @@ pub struct Intent {
     pub source_turn: Option<u64>,
 }
 
+/// A text awaiting its embedding: written in the transaction that gives a record the text, and
+/// removed in the one that stores the text's vector (or drops the record).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingInference {
+    /// The record's layer (where to find it).
+    pub kind: MemoryKind,
+    /// The text to embed: what the record is indexed by.
+    pub text: String,
+    /// When it was queued.
+    pub queued_at: Timestamp,
+}
+
 /// A stored embedding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Embedding {

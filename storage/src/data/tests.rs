@@ -5,7 +5,8 @@ use proptest::prelude::*;
 use super::archive::RetentionRule;
 use super::{UserData, expired};
 use crate::model::{
-    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel,
+    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus,
+    PendingInference, PiiLevel,
     RedactionLevel, ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
 };
 
@@ -428,6 +429,14 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
                     vector: vec![1.0],
                 },
             )?;
+            u.put_pending(
+                "m2",
+                &PendingInference {
+                    kind: MemoryKind::Episodic,
+                    text: "hello".into(),
+                    queued_at: Timestamp(1),
+                },
+            )?;
             u.put_intent(&Intent {
                 intent_type: "x".into(),
                 version: Timestamp(1),
@@ -460,6 +469,9 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
         assert!(!alice_keys.contains(key), "a key of alice is left: {key:?}");
         if let Some((_, _, user, _)) = ks.parse_expiry(key) {
             assert_ne!(user, "alice", "an expiry entry of alice is left");
+        }
+        if let Some((_, user)) = ks.parse_pending_user(key) {
+            assert_ne!(user, "alice", "alice is left in the work index");
         }
         assert!(
             !value.windows(5).any(|w| w == b"alice"),
@@ -594,3 +606,69 @@ fn sealed_values_are_ciphertext_and_forgetting_shreds_them_from_the_file() {
 }
 
 mod ciphers;
+
+#[test]
+fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    let pending = |text: &str, at: i64| PendingInference {
+        kind: MemoryKind::Episodic,
+        text: text.into(),
+        queued_at: Timestamp(at),
+    };
+    let vector = Embedding {
+        model: "e5".into(),
+        vector: vec![1.0],
+    };
+    with_user(&store, &ks, "alice", |u| {
+        for id in ["m1", "m2", "m3"] {
+            u.put_record(&record(id, MemoryKind::Episodic, None))?;
+            u.put_pending(id, &pending(&format!("text {id}"), 5))?;
+        }
+        // m1 is rewritten before its vector comes, m3 deleted.
+        u.put_pending("m1", &pending("text m1 again", 7))?;
+        u.remove_record(MemoryKind::Episodic, "m3")?;
+        Ok(())
+    });
+    let users = store
+        .read_blocking(|txn| super::pending::pending_users(txn, &ks, None, 10))
+        .unwrap();
+    assert_eq!(users.len(), 1);
+    assert_eq!(
+        (users[0].user.as_str(), users[0].since),
+        ("alice", Timestamp(5)),
+        "the mark keeps the oldest queue time"
+    );
+    use super::pending::Completion::{Dropped, Stored};
+    let outcomes = with_user(&store, &ks, "alice", |u| {
+        let outcomes = [
+            u.complete_pending("m1", "text m1", &vector)?,
+            u.complete_pending("m2", "text m2", &vector)?,
+            u.complete_pending("m3", "text m3", &vector)?,
+        ];
+        assert!(u.settle_pending()?, "m1's new text is left");
+        Ok(outcomes)
+    });
+    assert_eq!(outcomes, [Dropped, Stored, Dropped]);
+    let left = with_user(&store, &ks, "alice", |u| {
+        Ok((
+            u.pending_entries(10)?,
+            u.embedding("m1")?,
+            u.embedding("m2")?,
+        ))
+    });
+    assert_eq!(left.0.len(), 1, "the rewritten text still waits");
+    assert_eq!(left.0[0].1.text, "text m1 again");
+    assert_eq!((left.1, left.2), (None, Some(vector.clone())));
+    with_user(&store, &ks, "alice", |u| {
+        assert_eq!(
+            u.complete_pending("m1", "text m1 again", &vector)?,
+            Stored
+        );
+        assert!(!u.settle_pending()?, "nothing is left");
+        Ok(())
+    });
+    let users = store
+        .read_blocking(|txn| super::pending::pending_users(txn, &ks, None, 10))
+        .unwrap();
+    assert!(users.is_empty(), "the mark is cleared with the last entry");
+}

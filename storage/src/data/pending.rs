@@ -1,0 +1,180 @@
+//! Pending inference: the durable queue of texts awaiting their embeddings (DESIGN.md section
+//! 5, "inference follows the writes").
+//!
+//! A write that gives a record a text it has no vector for stores a [`PendingInference`] entry
+//! at `("u", tenant, user, "pend", memory_id)` in the same transaction, sealed like every value
+//! of the user, and marks the user in the work index `("pend", tenant, user)`, whose value is
+//! when the user's oldest entry was queued (8 bytes, big-endian milliseconds; no personal
+//! data). The pipeline finds work through the work index, reads the entries, and stores each
+//! vector in a transaction that first checks the entry still holds the text that was embedded
+//! ([`UserData::complete_pending`]); then it settles the user's mark.
+//!
+//! Invariants: an entry names a record written in the same transaction; the entry of a memory
+//! is removed whenever its vector is stored or removed, or the record is; a user with entries
+//! is marked (a mark without entries is possible, and harmless: the pipeline clears it);
+//! forgetting a user removes both.
+
+use crate::error::Result;
+use crate::keyspace::Keyspace;
+use crate::kv::{RangeOptions, Txn};
+use crate::model::{Embedding, MemoryStatus, PendingInference, Timestamp};
+
+use super::UserData;
+
+/// The length of a work-index value: when the user's oldest pending entry was queued.
+pub const PENDING_SINCE_LEN: usize = 8;
+
+/// What became of a computed vector ([`UserData::complete_pending`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// Stored: the entry still held the embedded text and the record is live.
+    Stored,
+    /// Dropped: the entry is gone or holds another text (the record was deleted, forgotten,
+    /// or rewritten since), or the record was deleted.
+    Dropped,
+}
+
+/// A user marked in the work index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingUser {
+    /// Tenant.
+    pub tenant: String,
+    /// User.
+    pub user: String,
+    /// When the user's oldest pending entry was queued (as of the last write or settle).
+    pub since: Timestamp,
+    /// The work-index key (to read on after it).
+    pub key: Vec<u8>,
+}
+
+fn since_bytes(at: Timestamp) -> [u8; PENDING_SINCE_LEN] {
+    at.0.to_be_bytes()
+}
+
+fn since_of(value: &[u8]) -> Timestamp {
+    Timestamp(
+        value
+            .try_into()
+            .map(i64::from_be_bytes)
+            .unwrap_or_default(),
+    )
+}
+
+impl UserData<'_> {
+    /// Queues `text` (what `memory_id` is indexed by) for embedding and marks the user in the
+    /// work index (keeping an older mark's time).
+    pub fn put_pending(&mut self, memory_id: &str, entry: &PendingInference) -> Result<()> {
+        self.put("pending inference", &self.keys.pending(memory_id), entry)?;
+        let mark = self.keyspace.pending_user(self.tenant, self.user);
+        if self.txn.get(&mark)?.is_none() {
+            self.txn.set(&mark, &since_bytes(entry.queued_at))?;
+        }
+        Ok(())
+    }
+
+    /// The pending entry of a memory.
+    pub fn pending(&mut self, memory_id: &str) -> Result<Option<PendingInference>> {
+        self.get("pending inference", &self.keys.pending(memory_id))
+    }
+
+    /// Removes the pending entry of a memory (its vector was stored or removed).
+    pub fn clear_pending(&mut self, memory_id: &str) -> Result<()> {
+        self.txn.clear(&self.keys.pending(memory_id))
+    }
+
+    /// At most `limit` pending entries of the user, by memory id.
+    pub fn pending_entries(&mut self, limit: usize) -> Result<Vec<(String, PendingInference)>> {
+        let range = self.keys.pendings();
+        let rows = self
+            .txn
+            .get_range(&range.begin, &range.end, RangeOptions::first(limit.max(1)))?;
+        rows.iter()
+            .map(|(k, v)| {
+                let id = self
+                    .keys
+                    .parse_pending(k)
+                    .ok_or_else(|| crate::Error::Decode {
+                        what: "pending inference key",
+                        reason: "not a pending-inference key".into(),
+                    })?;
+                Ok((id, self.open("pending inference", k, v)?))
+            })
+            .collect()
+    }
+
+    /// Stores the vector of `text` for `memory_id` if its pending entry still holds that text
+    /// and the record is not deleted, and removes the entry either way when it held that text.
+    /// An entry for another text (the record was rewritten meanwhile) stays for its own vector.
+    pub fn complete_pending(
+        &mut self,
+        memory_id: &str,
+        text: &str,
+        embedding: &Embedding,
+    ) -> Result<Completion> {
+        let Some(entry) = self.pending(memory_id)? else {
+            return Ok(Completion::Dropped);
+        };
+        if entry.text != text {
+            return Ok(Completion::Dropped);
+        }
+        self.clear_pending(memory_id)?;
+        match self.record(entry.kind, memory_id)? {
+            Some(record) if record.status != MemoryStatus::Deleted => {
+                self.put_embedding(memory_id, embedding)?;
+                Ok(Completion::Stored)
+            }
+            Some(_) | None => Ok(Completion::Dropped),
+        }
+    }
+
+    /// Brings the user's work-index mark up to date: cleared when no entry is left, else
+    /// stamped with the queue time of the first remaining entry. Returns whether any is left.
+    pub fn settle_pending(&mut self) -> Result<bool> {
+        let mark = self.keyspace.pending_user(self.tenant, self.user);
+        match self.pending_entries(1)?.into_iter().next() {
+            Some((_, first)) => {
+                self.txn.set(&mark, &since_bytes(first.queued_at))?;
+                Ok(true)
+            }
+            None => {
+                self.txn.clear(&mark)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Removes the user's work-index mark (the user is forgotten).
+    pub(super) fn clear_pending_mark(&mut self) -> Result<()> {
+        self.txn
+            .clear(&self.keyspace.pending_user(self.tenant, self.user))
+    }
+}
+
+/// At most `limit` users of the work index, by tenant then user, after the key `after`
+/// (from the start when `None`): the pipeline's scan for work.
+pub fn pending_users(
+    txn: &mut Txn,
+    keyspace: &Keyspace,
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<PendingUser>> {
+    let range = keyspace.pending_users();
+    let begin = match after {
+        // The smallest key after `after`.
+        Some(key) => [key, &[0u8]].concat(),
+        None => range.begin,
+    };
+    let rows = txn.get_range(&begin, &range.end, RangeOptions::first(limit.max(1)))?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let (tenant, user) = keyspace.parse_pending_user(&key)?;
+            Some(PendingUser {
+                tenant,
+                user,
+                since: since_of(&value),
+                key,
+            })
+        })
+        .collect())
+}

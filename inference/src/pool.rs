@@ -81,6 +81,16 @@ impl Default for PoolConfig {
     }
 }
 
+/// Which requests a batch takes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// Someone waits: a read's query, a write's topic phrase. Batched first.
+    Interactive,
+    /// Nobody waits: the pipeline's passages. Batched with the room interactive requests
+    /// leave.
+    Background,
+}
+
 /// A handle to a running embedding pool; clones share the pool.
 #[derive(Clone)]
 pub struct EmbeddingPool {
@@ -174,6 +184,19 @@ impl EmbeddingPool {
         texts: Vec<String>,
         role: TextRole,
     ) -> Result<Vec<Vec<f32>>> {
+        self.embed_with(key, texts, role, Priority::Interactive)
+            .await
+    }
+
+    /// [`EmbeddingPool::embed_for`] at `priority`: background requests are batched with the
+    /// room interactive ones leave, and admitted under the same capacity and shares.
+    pub async fn embed_with(
+        &self,
+        key: &str,
+        texts: Vec<String>,
+        role: TextRole,
+        priority: Priority,
+    ) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -220,6 +243,7 @@ impl EmbeddingPool {
             key: Arc::clone(&key),
             texts,
             role,
+            priority,
             admitted: Instant::now(),
             reply: tx.into(),
         };

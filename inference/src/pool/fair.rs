@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::router::Request;
+use crate::pool::Priority;
 
 /// Texts waiting per key, shared by the pool's handles (which admit) and its router (which
 /// takes texts out of the queue).
@@ -122,6 +123,12 @@ impl Lanes {
             .min()
     }
 
+    /// Texts of the request served next.
+    fn front_texts(&self) -> Option<usize> {
+        let key = self.turn.front()?;
+        self.lanes.get(key)?.front().map(|r| r.texts.len())
+    }
+
     /// Whole requests up to `max_batch` texts (at least one request), one from each key in
     /// turn; a key that got a request goes to the back of the rotation. Stops at the first
     /// request that would overflow the batch, so a large request is not passed over forever.
@@ -159,6 +166,64 @@ impl Lanes {
         self.turn.clear();
         self.texts = 0;
         self.lanes.drain().flat_map(|(_, lane)| lane)
+    }
+}
+
+/// The router's queue: interactive requests (a query a read waits for, a topic a write
+/// compares) before background ones (the pipeline's passages), each class in [`Lanes`].
+/// A batch takes every interactive request it can hold first, then fills up with background
+/// ones, so a read waits behind at most the batch already running.
+#[derive(Default)]
+pub(crate) struct Queue {
+    interactive: Lanes,
+    background: Lanes,
+}
+
+impl Queue {
+    /// Queues `request` in its class.
+    pub(crate) fn push(&mut self, request: Request) {
+        match request.priority {
+            Priority::Interactive => self.interactive.push(request),
+            Priority::Background => self.background.push(request),
+        }
+    }
+
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.interactive.is_empty() && self.background.is_empty()
+    }
+
+    /// Texts waiting.
+    pub(crate) fn texts(&self) -> usize {
+        self.interactive.texts() + self.background.texts()
+    }
+
+    /// When the request that has waited longest was admitted.
+    pub(crate) fn oldest(&self) -> Option<Instant> {
+        match (self.interactive.oldest(), self.background.oldest()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Interactive requests first, then background ones, up to `max_batch` texts.
+    pub(crate) fn take_batch(&mut self, max_batch: usize) -> Vec<Request> {
+        let mut batch = self.interactive.take_batch(max_batch);
+        let texts: usize = batch.iter().map(|r| r.texts.len()).sum();
+        if batch.is_empty() {
+            batch = self.background.take_batch(max_batch);
+        } else if texts < max_batch && !self.background.is_empty() {
+            let room = max_batch - texts;
+            if self.background.front_texts().is_some_and(|n| n <= room) {
+                batch.extend(self.background.take_batch(room));
+            }
+        }
+        batch
+    }
+
+    /// Every waiting request (for a closing pool to answer).
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = Request> + '_ {
+        self.interactive.drain().chain(self.background.drain())
     }
 }
 

@@ -9,7 +9,8 @@
 //! Admission and load shedding happen before a request reaches this actor (in the handle, on
 //! an atomic counter), so the router's mailbox is bounded by the queue's capacity. The router
 //! never runs a model and never blocks. The queue is one lane per caller key (the tenant),
-//! served in turn ([`super::fair`]).
+//! served in turn, in two classes: interactive requests before background ones
+//! ([`super::fair`]).
 //!
 //! Supervision: workers are linked children. ractor stops a supervisor when a child dies
 //! unless it overrides `handle_supervisor_evt`, which this one does: a dead worker is dropped
@@ -23,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 
-use super::fair::{Lanes, Shares};
+use super::Priority;
+use super::fair::{Queue, Shares};
 use super::stats::Metrics;
 use super::worker::{EncoderWorker, WorkerArgs, WorkerMsg};
 use crate::config::TextRole;
@@ -36,6 +38,8 @@ pub(crate) struct Request {
     pub(crate) key: Arc<str>,
     pub(crate) texts: Vec<String>,
     pub(crate) role: TextRole,
+    /// Interactive requests are batched before background ones.
+    pub(crate) priority: Priority,
     pub(crate) admitted: Instant,
     pub(crate) reply: RpcReplyPort<Result<Vec<Vec<f32>>>>,
 }
@@ -83,7 +87,7 @@ pub(crate) struct RouterArgs {
 pub(crate) struct RouterState {
     workers: Vec<Option<ActorRef<WorkerMsg>>>,
     idle: Vec<usize>,
-    queue: Lanes,
+    queue: Queue,
     max_batch: usize,
     max_wait: Duration,
     timer_armed: bool,
@@ -119,7 +123,7 @@ impl Actor for Router {
         Ok(RouterState {
             idle: (0..workers.len()).rev().collect(),
             workers,
-            queue: Lanes::default(),
+            queue: Queue::default(),
             max_batch: args.max_batch.max(1),
             max_wait: args.max_wait,
             timer_armed: false,

@@ -7,11 +7,16 @@ use super::*;
 use crate::config::TextRole;
 
 fn request(key: &str, texts: usize, admitted: Instant) -> Request {
+    request_at(key, texts, admitted, Priority::Interactive)
+}
+
+fn request_at(key: &str, texts: usize, admitted: Instant, priority: Priority) -> Request {
     let (tx, _rx) = ractor::concurrency::oneshot();
     Request {
         key: Arc::from(key),
         texts: vec![String::from("x"); texts],
         role: TextRole::Passage,
+        priority,
         admitted,
         reply: tx.into(),
     }
@@ -98,4 +103,28 @@ fn the_oldest_request_is_found_across_lanes() {
     assert_eq!(lanes.drain().count(), 2);
     assert!(lanes.is_empty());
     assert_eq!(lanes.oldest(), None);
+}
+
+#[test]
+fn interactive_requests_are_batched_before_older_background_ones() {
+    let t0 = Instant::now();
+    let mut queue = Queue::default();
+    for _ in 0..4 {
+        queue.push(request_at("pipeline", 8, t0, Priority::Background));
+    }
+    queue.push(request_at("reader", 1, t0 + Duration::from_millis(5), Priority::Interactive));
+    assert_eq!(queue.texts(), 33);
+    assert_eq!(queue.oldest(), Some(t0));
+    let batch = queue.take_batch(16);
+    assert_eq!(
+        batch.iter().map(|r| (&*r.key, r.priority)).collect::<Vec<_>>(),
+        [
+            ("reader", Priority::Interactive),
+            ("pipeline", Priority::Background)
+        ],
+        "the query first, then the background requests that fit beside it"
+    );
+    let batch = queue.take_batch(16);
+    assert_eq!(batch.len(), 2, "background requests fill whole batches when alone");
+    assert_eq!(queue.texts(), 8);
 }

@@ -1,39 +1,148 @@
 //! The user actors' view of the node's embedding pool: passages (what is stored) and queries
 //! (what is searched for) in, vectors out, with the pool's errors mapped to the actors' own.
 //!
-//! Embeddings are always computed before a write transaction starts, never inside it, so a
-//! slow or overloaded pool delays or refuses the write (503, retry with the same request id)
-//! without holding storage. Every call names the user's tenant, the pool's fairness key: a
-//! tenant holds at most its share of the queue and takes its turn in batches with the others.
+//! Embeddings are always computed outside a write transaction, never inside it. With the
+//! pipeline ([`crate::pipeline`]) a write embeds nothing but the short topic phrases the
+//! conflict rule compares; its passages are embedded after the commit, in the background
+//! class of the pool. Every call names the user's tenant, the pool's fairness key: a tenant
+//! holds at most its share of the queue and takes its turn in batches with the others.
+//!
+//! Queries and topic phrases go through a node-wide cache (bounded LRU keyed by the role and
+//! the SHA-256 of the text; the model is the embedder's own) and in the pool's interactive
+//! class. A query is given [`Embedder::query_deadline`]: past it the read goes on without the
+//! vector ([`QueryVector::Fallback`]), and the embedding, when it comes, still fills the cache
+//! for the next read of the same text.
 
-use engram_inference::{EmbeddingPool, ModelKind, TextRole};
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use engram_inference::{EmbeddingPool, ModelKind, Priority, TextRole};
+use lru::LruCache;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 
-/// A handle to the node's embedding pool and the model it runs.
+/// Query and topic embeddings a node caches, by default.
+pub const DEFAULT_CACHE_ENTRIES: usize = 10_000;
+
+/// Why a read ranked without its query's vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fallback {
+    /// The embedding did not come within the query deadline.
+    Deadline,
+    /// The pool refused the query (its queue, or the tenant's share, was full).
+    Overloaded,
+    /// The pool is closed or failed.
+    Unavailable,
+}
+
+impl Fallback {
+    /// The name used in responses and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fallback::Deadline => "deadline",
+            Fallback::Overloaded => "overloaded",
+            Fallback::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// A query's embedding, or why the read goes on without it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueryVector {
+    /// Embedded (or found in the cache).
+    Embedded(Arc<[f32]>),
+    /// Ranked by words and priors instead.
+    Fallback(Fallback),
+}
+
+/// Counters of the cache and the query deadline.
+#[derive(Debug, Default)]
+pub struct EmbedMetrics {
+    /// Query or topic embeddings found in the cache.
+    pub cache_hits: AtomicU64,
+    /// Query or topic embeddings computed (not in the cache).
+    pub cache_misses: AtomicU64,
+    /// Reads ranked without their query's vector: past the deadline.
+    pub fallback_deadline: AtomicU64,
+    /// ... refused by the pool.
+    pub fallback_overloaded: AtomicU64,
+    /// ... the pool closed or failed.
+    pub fallback_unavailable: AtomicU64,
+}
+
+type CacheKey = (bool, [u8; 32]);
+
+/// A handle to the node's embedding pool, the model it runs and the node's cache.
 #[derive(Clone)]
 pub struct Embedder {
     pool: EmbeddingPool,
     model: ModelKind,
+    cache: Arc<Mutex<LruCache<CacheKey, Arc<[f32]>>>>,
+    query_deadline: Option<Duration>,
+    metrics: Arc<EmbedMetrics>,
 }
 
 impl std::fmt::Debug for Embedder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Embedder")
             .field("model", &self.model)
+            .field("query_deadline", &self.query_deadline)
             .finish_non_exhaustive()
     }
 }
 
+fn cache_key(role: TextRole, text: &str) -> CacheKey {
+    (role == TextRole::Query, Sha256::digest(text.as_bytes()).into())
+}
+
 impl Embedder {
-    /// Wraps a running pool of `model` encoders.
+    /// Wraps a running pool of `model` encoders, with a cache of
+    /// [`DEFAULT_CACHE_ENTRIES`] and no query deadline (a read waits for its vector).
     pub fn new(pool: EmbeddingPool, model: ModelKind) -> Self {
-        Embedder { pool, model }
+        Embedder {
+            pool,
+            model,
+            cache: Arc::new(Mutex::new(LruCache::new(
+                NonZeroUsize::new(DEFAULT_CACHE_ENTRIES).expect("non-zero"),
+            ))),
+            query_deadline: None,
+            metrics: Arc::new(EmbedMetrics::default()),
+        }
+    }
+
+    /// The same embedder with a cache of `entries` query and topic embeddings (at least 1).
+    pub fn with_cache(mut self, entries: usize) -> Self {
+        self.cache = Arc::new(Mutex::new(LruCache::new(
+            NonZeroUsize::new(entries.max(1)).expect("at least 1"),
+        )));
+        self
+    }
+
+    /// The same embedder with a deadline for query embeddings (`None`: wait).
+    pub fn with_query_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.query_deadline = deadline;
+        self
     }
 
     /// The pool (for its metrics and shutdown).
     pub fn pool(&self) -> &EmbeddingPool {
         &self.pool
+    }
+
+    /// The cache's and the deadline's counters.
+    pub fn metrics(&self) -> &EmbedMetrics {
+        &self.metrics
+    }
+
+    /// How long a read waits for its query's embedding (`None`: as long as it takes).
+    pub fn query_deadline(&self) -> Option<Duration> {
+        self.query_deadline
     }
 
     /// The model's name, stored with every embedding.
@@ -46,19 +155,102 @@ impl Embedder {
         self.model.same_topic_threshold()
     }
 
-    /// Embeddings of stored texts of a user of `tenant`, in order.
+    /// Embeddings of stored texts of a user of `tenant`, in order, in the interactive class
+    /// (a write waits for them).
     pub async fn passages(&self, tenant: &str, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        self.embed(tenant, texts, TextRole::Passage).await
+        self.embed(tenant, texts, TextRole::Passage, Priority::Interactive)
+            .await
     }
 
-    /// The embedding of a search query of a user of `tenant`.
-    pub async fn query(&self, tenant: &str, text: &str) -> Result<Vec<f32>> {
-        let mut vectors = self
-            .embed(tenant, vec![text.to_owned()], TextRole::Query)
-            .await?;
-        vectors
-            .pop()
-            .ok_or_else(|| Error::Internal("the embedding pool returned no vector".into()))
+    /// Embeddings of stored texts of `tenant`, in order, in the background class (the
+    /// pipeline's: nobody waits).
+    pub async fn background(&self, tenant: &str, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
+        self.embed(tenant, texts, TextRole::Passage, Priority::Background)
+            .await
+    }
+
+    /// Passage embeddings of short texts (topic phrases), in order, through the cache.
+    pub async fn cached_passages(&self, tenant: &str, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        let keys: Vec<CacheKey> = texts
+            .iter()
+            .map(|t| cache_key(TextRole::Passage, t))
+            .collect();
+        let mut found: Vec<Option<Arc<[f32]>>> = {
+            let mut cache = self.cache.lock();
+            keys.iter().map(|k| cache.get(k).cloned()).collect()
+        };
+        let missing: Vec<usize> = (0..texts.len()).filter(|&i| found[i].is_none()).collect();
+        self.count_lookups(texts.len() - missing.len(), missing.len());
+        if !missing.is_empty() {
+            let batch = missing.iter().map(|&i| texts[i].clone()).collect();
+            let vectors = self
+                .embed(tenant, batch, TextRole::Passage, Priority::Interactive)
+                .await?;
+            let mut cache = self.cache.lock();
+            for (i, vector) in missing.into_iter().zip(vectors) {
+                let vector: Arc<[f32]> = vector.into();
+                cache.put(keys[i], Arc::clone(&vector));
+                found[i] = Some(vector);
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|v| v.map(|v| v.to_vec()).unwrap_or_default())
+            .collect())
+    }
+
+    /// The embedding of a search query of a user of `tenant`, from the cache or the pool,
+    /// within the query deadline.
+    pub async fn query(&self, tenant: &str, text: &str) -> QueryVector {
+        let key = cache_key(TextRole::Query, text);
+        if let Some(vector) = self.cache.lock().get(&key).cloned() {
+            self.count_lookups(1, 0);
+            return QueryVector::Embedded(vector);
+        }
+        self.count_lookups(0, 1);
+        let this = self.clone();
+        let (tenant, text) = (tenant.to_owned(), text.to_owned());
+        // A task of its own, so an embedding that comes after the deadline still fills the
+        // cache.
+        let task = tokio::spawn(async move {
+            let mut vectors = this
+                .embed(&tenant, vec![text], TextRole::Query, Priority::Interactive)
+                .await?;
+            let vector: Arc<[f32]> = vectors.pop().unwrap_or_default().into();
+            this.cache.lock().put(key, Arc::clone(&vector));
+            Ok::<_, Error>(vector)
+        });
+        let outcome = match self.query_deadline {
+            Some(deadline) => tokio::time::timeout(deadline, task).await.ok(),
+            None => Some(task.await),
+        };
+        let fallback = match outcome {
+            Some(Ok(Ok(vector))) => return QueryVector::Embedded(vector),
+            None => Fallback::Deadline,
+            Some(Ok(Err(Error::Overloaded(_)))) => Fallback::Overloaded,
+            Some(Ok(Err(_)) | Err(_)) => Fallback::Unavailable,
+        };
+        let counter = match fallback {
+            Fallback::Deadline => &self.metrics.fallback_deadline,
+            Fallback::Overloaded => &self.metrics.fallback_overloaded,
+            Fallback::Unavailable => &self.metrics.fallback_unavailable,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        QueryVector::Fallback(fallback)
+    }
+
+    /// Forgets every cached embedding (a user was forgotten: their queries may be cached).
+    pub fn clear_cache(&self) {
+        self.cache.lock().clear();
+    }
+
+    fn count_lookups(&self, hits: usize, misses: usize) {
+        self.metrics
+            .cache_hits
+            .fetch_add(hits as u64, Ordering::Relaxed);
+        self.metrics
+            .cache_misses
+            .fetch_add(misses as u64, Ordering::Relaxed);
     }
 
     async fn embed(
@@ -66,12 +258,13 @@ impl Embedder {
         tenant: &str,
         texts: Vec<String>,
         role: TextRole,
+        priority: Priority,
     ) -> Result<Vec<Vec<f32>>> {
         let n = texts.len();
         use engram_inference::Error as E;
         let vectors = self
             .pool
-            .embed_for(tenant, texts, role)
+            .embed_with(tenant, texts, role, priority)
             .await
             .map_err(|err| match err {
                 E::Overloaded { .. } => Error::Overloaded(err.to_string()),

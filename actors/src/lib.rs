@@ -15,8 +15,9 @@
 //!   is remote-capable. A node writes a user only under its shard's lease, fenced by epoch
 //!   ([`ownership`], which the lease round in [`cluster`] fills in; ownership imports neither
 //!   the round nor the directory).
-//! - Embeddings come from the node's pool ([`embed::Embedder`]) before a write transaction
-//!   starts, never inside one; a node without a pool ranks by words and priors alone.
+//! - Embeddings come from the node's pool ([`embed::Embedder`]), never inside a write
+//!   transaction: after the commit, through the durable pipeline ([`pipeline`]), or (without
+//!   one) before the transaction starts; a node without a pool ranks by words and priors alone.
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
 
 pub mod breaker;
@@ -29,6 +30,7 @@ pub mod front;
 pub mod jobs;
 pub mod model;
 pub mod ownership;
+pub mod pipeline;
 pub mod placement;
 pub mod services;
 pub mod supervisor;

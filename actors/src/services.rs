@@ -14,6 +14,7 @@ use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;
 use crate::model::policy::DAY_MS;
 use crate::ownership::Ownership;
+use crate::pipeline::Pipeline;
 use crate::placement::{LogPepper, UserKey};
 
 /// Versions kept of each intent type of a user, by default.
@@ -91,8 +92,8 @@ pub struct Metrics {
     pub restarts: AtomicU64,
     /// Requests retried because the user's actor stopped while they were queued.
     pub redeliveries: AtomicU64,
-    /// Context reads answered without the query's embedding because the pool was overloaded
-    /// or closed (ranked by words and priors alone).
+    /// Context reads and searches answered without the query's embedding (past the query
+    /// deadline, or the pool overloaded or closed: ranked by words and priors alone).
     pub contexts_without_vector: AtomicU64,
     /// Memory records loaded without a usable embedding (none stored, or another model's).
     pub records_without_vector: AtomicU64,
@@ -123,6 +124,9 @@ pub struct Services {
     pub extractor: Arc<EntityExtractor>,
     /// The embedding pool, if the node embeds (`None`: ranking by words and priors only).
     pub embedder: Option<Embedder>,
+    /// The inference pipeline, when embeddings follow the writes (`None` with an embedder:
+    /// a write waits for its embeddings and stores them in its own transaction).
+    pub pipeline: Option<Pipeline>,
     /// The shards this node serves under leases; every write is fenced by its shard's
     /// epoch. `None` only for a process that is the sole user of its store (in-process tests
     /// and embedded use): it serves every shard and writes unfenced. A node always has one.
@@ -134,6 +138,11 @@ pub struct Services {
 }
 
 impl Services {
+    /// Whether writes leave their passages to the pipeline (an embedder and a pipeline).
+    pub fn writes_behind(&self) -> bool {
+        self.embedder.is_some() && self.pipeline.is_some()
+    }
+
     /// The pseudonym logs name `key`'s user by ([`UserKey::log_id`]).
     pub fn log_id(&self, key: &UserKey) -> String {
         key.log_id(&self.settings.log_pepper)

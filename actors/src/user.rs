@@ -4,8 +4,9 @@
 //!
 //! Its state is a cache of storage (the user's memory records in a [`MemoryIndex`]: words,
 //! embeddings and priors for hybrid retrieval), loaded when it starts and updated after each
-//! commit; losing it loses nothing. Embeddings of what a write may store are computed by the
-//! node's pool before the write's transaction starts. An actor idle
+//! commit; losing it loses nothing. Embeddings of what a write stores follow it through the
+//! node's pipeline ([`crate::pipeline`]), which hands them to the actor once stored (or, without
+//! one, are computed before the write's transaction starts). An actor idle
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
 pub mod api;
@@ -80,6 +81,20 @@ pub enum UserMsg {
     Fail,
     /// Passivation check (sent by the actor's own timer).
     Tick,
+    /// Vectors the pipeline stored for the user's records (after their commit): indexed
+    /// where the record is still indexed by the same text.
+    Embedded(Vec<EmbeddedText>),
+}
+
+/// A vector the pipeline stored, and the text it is the embedding of.
+#[derive(Debug, Clone)]
+pub struct EmbeddedText {
+    /// The record.
+    pub memory_id: String,
+    /// The text embedded.
+    pub text: String,
+    /// Its embedding.
+    pub vector: Vec<f32>,
 }
 
 // Local only: never sent to another node (ractor's `cluster` feature needs the impl).
@@ -195,7 +210,7 @@ impl Actor for UserActor {
         msg: UserMsg,
         state: &mut UserState,
     ) -> Result<(), ActorProcessingErr> {
-        if !matches!(msg, UserMsg::Tick) {
+        if !matches!(msg, UserMsg::Tick | UserMsg::Embedded(_)) {
             state.last_active = Instant::now();
         }
         match msg {
@@ -243,6 +258,7 @@ impl Actor for UserActor {
                 state.count_records();
                 return Err("fault injected".into());
             }
+            UserMsg::Embedded(vectors) => state.attach(vectors),
             UserMsg::Tick => {
                 if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
                     state
@@ -265,6 +281,19 @@ impl UserState {
     fn leave(&mut self, myself: &ActorRef<UserMsg>, why: &str) {
         self.args.directory.remove(&self.args.key, myself.get_id());
         myself.stop(Some(why.to_owned()));
+    }
+
+    /// Indexes vectors the pipeline stored (for records still indexed by the embedded text).
+    fn attach(&mut self, vectors: Vec<EmbeddedText>) {
+        let extractor = Arc::clone(&self.args.services.extractor);
+        for v in vectors {
+            if let Err(err) = self
+                .index
+                .attach_vector(&extractor, &v.memory_id, &v.text, v.vector)
+            {
+                tracing::warn!(user = %self.args.services.log_id(&self.args.key), error = %err, "embedding refused by the index");
+            }
+        }
     }
 
     /// Brings the node's gauge of cached records up to date with this actor's index.
@@ -395,10 +424,10 @@ impl UserState {
                 Some(_) | None => Ok(Vec::new()),
             })
             .await?;
-        let vector = match &query.query {
+        let (vector, fallback) = prepare::split(match &query.query {
             Some(q) => self.query_vector(q).await,
             None => None,
-        };
+        });
         let mut request = ContextRequest {
             query: query.query.as_deref(),
             query_vector: vector.as_deref(),
@@ -419,15 +448,16 @@ impl UserState {
             ctx = ranked(&request)?;
         }
         ctx.sensitive = sensitive;
+        ctx.fallback = fallback;
         Ok(ctx)
     }
 
     async fn search(&mut self, query: SearchQuery) -> Result<SearchResult> {
         validate::search(&query)?;
-        let vector = match query.mode {
+        let (vector, fallback) = prepare::split(match query.mode {
             SearchMode::Bm25 => None,
             SearchMode::Dense | SearchMode::Hybrid => self.query_vector(&query.query).await,
-        };
+        });
         let now = self.args.services.clock.now();
         let search = MemoryQuery {
             text: &query.query,
@@ -452,6 +482,7 @@ impl UserState {
         Ok(SearchResult {
             hits,
             embedded: vector.is_some(),
+            fallback,
         })
     }
 
@@ -482,6 +513,13 @@ impl UserState {
             .await?;
         self.index.clear();
         self.topics.clear();
+        if let Some(pipeline) = &self.args.services.pipeline {
+            pipeline.forgotten(&self.args.key);
+        }
+        if let Some(embedder) = &self.args.services.embedder {
+            // Their queries may be cached; nothing says whose an entry is.
+            embedder.clear_cache();
+        }
         tracing::info!(user = %self.args.services.log_id(&self.args.key), records = report.records, "user forgotten");
         Ok(ForgetAck {
             records: report.records,

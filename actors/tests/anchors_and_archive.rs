@@ -55,6 +55,7 @@ fn node(dir: &TempDir, keyspace: Keyspace) -> Node {
         clock: clock.clone() as SharedClock,
         extractor: Arc::new(EntityExtractor::default()),
         embedder: None,
+        pipeline: None,
         ownership: None,
         settings: Settings::default(),
         metrics: metrics.clone(),

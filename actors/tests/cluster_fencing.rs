@@ -47,6 +47,7 @@ fn node_with(store: &Store, clock: &Arc<ManualClock>, id: &str, actors: Settings
         clock: clock.clone() as SharedClock,
         extractor: Arc::new(EntityExtractor::default()),
         embedder: None,
+        pipeline: None,
         ownership: Some(Ownership::new(&settings)),
         settings: actors,
         metrics: Arc::new(Metrics::default()),

@@ -1,116 +1,18 @@
 //! The user actors with the real embedding pool (multilingual-e5-small from the pinned wheel,
 //! installed by `.ci/models`) on a real SQLite file: every written memory is stored with its
-//! embedding, searches and contexts rank by meaning, the index is rebuilt from storage by a
-//! fresh node, and the conflict rule compares topics by embedding.
+//! embedding (at once, or through the pipeline), searches and contexts rank by meaning, the
+//! index is rebuilt from storage by a fresh node, and the conflict rule compares topics by
+//! embedding in both write modes.
 
-use std::sync::Arc;
+mod support;
 
-use engram_actors::clock::{ManualClock, SharedClock};
-use engram_actors::directory::Directory;
-use engram_actors::embed::Embedder;
 use engram_actors::model::context::MemoryContext;
-use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
-use engram_actors::placement::UserKey;
-use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{
-    ContextQuery, ListMemories, MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
-};
-use engram_inference::{EmbeddingPool, ModelKind, PoolConfig};
-use engram_storage::data::UserData;
-use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
-use engram_storage::sqlite::SqliteOptions;
-use engram_storage::{Keyspace, Store};
-use serde_json::json;
-use tempfile::TempDir;
-
-struct Node {
-    directory: Arc<Directory>,
-    store: Store,
-}
-
-async fn node(dir: &TempDir, pool: &EmbeddingPool) -> Node {
-    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
-    let services = Services {
-        store: store.clone(),
-        keyspace: Keyspace::new("engram"),
-        clock: ManualClock::new(Timestamp(1_780_000_000_000)) as SharedClock,
-        extractor: Arc::new(EntityExtractor::default()),
-        embedder: Some(Embedder::new(pool.clone(), ModelKind::MultilingualE5Small)),
-        ownership: None,
-        settings: Settings::default(),
-        metrics: Arc::new(Metrics::default()),
-    };
-    Node {
-        directory: Directory::new(services),
-        store,
-    }
-}
-
-fn alice() -> UserKey {
-    UserKey::new("acme", "alice")
-}
-
-async fn turn(node: &Node, id: &str, session: &str, text: &str) {
-    let req = TurnRequest {
-        request_id: id.into(),
-        session_id: Some(session.into()),
-        user_text: text.into(),
-        assistant_text: "Noted.".into(),
-        route: None,
-        success: true,
-        trace_id: None,
-        choices: Vec::new(),
-    };
-    let ack = node
-        .directory
-        .ask_admin(&alice(), req.clone())
-        .await
-        .unwrap();
-    assert!(ack.written);
-}
-
-async fn search(node: &Node, query: &str, mode: SearchMode) -> SearchResult {
-    let q = SearchQuery {
-        query: query.into(),
-        k: 3,
-        kinds: Vec::new(),
-        mode,
-    };
-    node.directory.ask_admin(&alice(), q.clone()).await.unwrap()
-}
-
-async fn profile(node: &Node, id: &str, topic: &str, value: &str, text: &str) -> MemoryAck {
-    let req = MemoryWrite {
-        request_id: id.into(),
-        memory_id: None,
-        kind: MemoryKind::Profile,
-        text: text.into(),
-        payload: json!({ "topic": topic, "value": value }),
-        status: MemoryStatus::Active,
-        namespace: "default".into(),
-        scope: "global".into(),
-        confidence: 0.8,
-        salience: 0.6,
-        valid_from: None,
-        valid_to: None,
-        session_id: None,
-        source_route: None,
-        source_agent: None,
-        trace_id: None,
-    };
-    node.directory
-        .ask_admin(&alice(), req.clone())
-        .await
-        .unwrap()
-}
-
-async fn pool() -> EmbeddingPool {
-    EmbeddingPool::start(PoolConfig::default())
-        .await
-        .expect("the e5 model is installed by .ci/models")
-}
+use engram_actors::user::api::{ContextQuery, ListMemories};
+use engram_inference::ModelKind;
+use engram_storage::model::{MemoryKind, MemoryStatus};
+use support::{Mode, alice, embedder, node, node_with, pool, profile, search, turn};
 
 const TURNS: [&str; 3] = [
     "We adopted a golden retriever puppy and named him Oscar",
@@ -120,23 +22,25 @@ const TURNS: [&str; 3] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memories_are_stored_with_embeddings_and_found_by_meaning_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
     let pool = pool().await;
-    let first = node(&dir, &pool).await;
+    for mode in [Mode::Synchronous, Mode::behind()] {
+        stored_found_and_rebuilt(&pool, mode).await;
+    }
+    pool.shutdown().await;
+}
+
+async fn stored_found_and_rebuilt(pool: &engram_inference::EmbeddingPool, mode: Mode) {
+    let dir = tempfile::tempdir().unwrap();
+    let first = node_with(&dir, embedder(pool), mode.clone()).await;
     for (i, text) in TURNS.iter().enumerate() {
         turn(&first, &format!("r{i}"), "s1", text).await;
     }
+    if first.pipeline.is_some() {
+        first.drained().await;
+    }
 
     // Every episodic memory has its turn's embedding in storage, of the node's model.
-    let ks = Keyspace::new("engram");
-    let (records, embeddings) = first
-        .store
-        .read(move |txn| {
-            let mut u = UserData::new(txn, &ks, "acme", "alice");
-            Ok((u.records(MemoryKind::Episodic)?, u.embeddings()?))
-        })
-        .await
-        .unwrap();
+    let (records, embeddings) = first.stored(&alice(), MemoryKind::Episodic).await;
     assert_eq!(records.len(), 3);
     assert_eq!(embeddings.len(), 3);
     for (id, embedding) in &embeddings {
@@ -154,20 +58,17 @@ async fn memories_are_stored_with_embeddings_and_found_by_meaning_after_a_restar
     assert_eq!(hybrid.hits[0].memory.turn_id, Some(0));
     let bm25 = search(&first, question, SearchMode::Bm25).await;
     assert!(!bm25.embedded, "a BM25 search embeds nothing");
-    first
-        .directory
-        .shutdown(std::time::Duration::from_secs(5))
-        .await;
+    first.shutdown().await;
 
     // A fresh node on the same file rebuilds the index from the stored embeddings.
-    let second = node(&dir, &pool).await;
+    let second = node_with(&dir, embedder(pool), mode).await;
     let again = search(&second, question, SearchMode::Dense).await;
     assert_eq!(again.hits[0].memory.turn_id, Some(0));
     assert!(
         (again.hits[0].score - dense.hits[0].score).abs() < 1e-4,
         "the rebuilt index scores as the live one did"
     );
-    pool.shutdown().await;
+    second.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,9 +101,18 @@ async fn the_context_ranks_past_interactions_by_the_query_embedding() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_on_a_similar_topic_supersedes_and_an_unrelated_topic_does_not() {
-    let dir = tempfile::tempdir().unwrap();
     let pool = pool().await;
-    let node = node(&dir, &pool).await;
+    for mode in [Mode::Synchronous, Mode::behind()] {
+        // With the pipeline, the topic phrases are still embedded before the write (through
+        // the node's cache): the rule decides inside the write's transaction either way.
+        topics_by_meaning(&pool, mode).await;
+    }
+    pool.shutdown().await;
+}
+
+async fn topics_by_meaning(pool: &engram_inference::EmbeddingPool, mode: Mode) {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node_with(&dir, embedder(pool), mode).await;
     let line = profile(&node, "w1", "chart_type", "line", "prefers line charts").await;
     assert_eq!(line.action, "created");
     // "chart style" and "chart type" are one topic by their embeddings.
@@ -233,7 +143,7 @@ async fn a_value_on_a_similar_topic_supersedes_and_an_unrelated_topic_does_not()
     assert_eq!(status(&line.memory.memory_id), MemoryStatus::Suppressed);
     assert_eq!(status(&bar.memory.memory_id), MemoryStatus::Active);
     assert_eq!(status(&coffee.memory.memory_id), MemoryStatus::Active);
-    pool.shutdown().await;
+    node.shutdown().await;
 }
 
 /// The calibrated threshold separates topic phrases that name one topic from those that do
@@ -258,7 +168,7 @@ async fn the_topic_threshold_separates_paraphrases_from_other_topics() {
         ("spicy food", "coffee"),
     ];
     let threshold = ModelKind::MultilingualE5Small.same_topic_threshold();
-    let embedder = Embedder::new(pool.clone(), ModelKind::MultilingualE5Small);
+    let embedder = embedder(&pool);
     let cosine = async |a: &str, b: &str| {
         let v = embedder
             .passages("t", vec![a.to_owned(), b.to_owned()])

@@ -44,6 +44,7 @@ fn node(settings: Settings) -> Node {
         clock: clock.clone() as SharedClock,
         extractor: Arc::new(EntityExtractor::default()),
         embedder: None,
+        pipeline: None,
         ownership: None,
         settings,
         metrics: Arc::new(Metrics::default()),

@@ -45,6 +45,7 @@ fn node(dir: &TempDir, settings: Settings) -> Node {
         clock: clock.clone() as SharedClock,
         extractor: extractor(),
         embedder: None,
+        pipeline: None,
         ownership: None,
         settings,
         metrics: Arc::new(Metrics::default()),

@@ -27,6 +27,7 @@ use engram_actors::embed::Embedder;
 use engram_actors::front::{PeerLink, Users};
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::ownership::{LeaseSettings, Ownership};
+use engram_actors::pipeline::Pipeline;
 use engram_actors::services::{Metrics, Services};
 
 use engram_inference::EmbeddingPool;
@@ -115,6 +116,9 @@ pub async fn run(config: Config) -> Result<()> {
     dialer.abort();
     cluster.leave(config.http.shutdown_grace).await?;
     bound.transport.stop();
+    if let Some(pipeline) = &directory.services().pipeline {
+        pipeline.stop();
+    }
     if let Some(embedder) = embedder {
         embedder.pool().clone().shutdown().await;
     }
@@ -233,7 +237,7 @@ impl Bound {
     }
 }
 
-/// The memory services (segmenter, embedding pool, log pseudonyms) and the directory of
+/// The memory services (segmenter, embedding pool and pipeline, log pseudonyms) and the directory of
 /// user actors over them.
 async fn memory(
     config: &Config,
@@ -248,13 +252,20 @@ async fn memory(
             step: "loading the segmenter".to_owned(),
             source: e.into(),
         })?;
-    let embedder = if config.inference.enabled {
-        let pool = EmbeddingPool::start(config.inference.pool()).await?;
-        Some(Embedder::new(pool, config.inference.model))
+    let inference = &config.inference;
+    let embedder = if inference.enabled {
+        let pool = EmbeddingPool::start(inference.pool()).await?;
+        Some(
+            Embedder::new(pool, inference.model)
+                .with_cache(inference.query_cache_entries)
+                .with_query_deadline(Some(inference.query_deadline)),
+        )
     } else {
         info!("inference disabled: memories are ranked by words, recency and salience");
         None
     };
+    let pipeline = (embedder.is_some() && inference.write_behind)
+        .then(|| Pipeline::new(inference.pipeline.config()));
     // Logs name users by a pseudonym keyed with the audit trail's pepper (the same secret on
     // every node of the deployment; the audit trail reads the same row).
     let pepper = {
@@ -270,6 +281,7 @@ async fn memory(
         clock: Arc::new(SystemClock),
         extractor: Arc::new(extractor),
         embedder: embedder.clone(),
+        pipeline: pipeline.clone(),
         ownership: Some(Ownership::new(lease_settings)),
         settings: engram_actors::services::Settings {
             log_pepper: engram_actors::placement::LogPepper::new(pepper),
@@ -277,7 +289,15 @@ async fn memory(
         },
         metrics: Arc::new(Metrics::default()),
     };
-    Ok((Directory::new(services), embedder))
+    let directory = Directory::new(services);
+    if let Some(pipeline) = &pipeline {
+        // The dispatcher runs until the node stops (its rounds are fenced like every write).
+        let _ = pipeline
+            .start(Arc::clone(&directory))
+            .await
+            .map_err(|e| Error::Cluster(format!("starting the inference pipeline: {e}")))?;
+    }
+    Ok((directory, embedder))
 }
 
 /// This node's part in the cluster: its shard leases and the task that keeps them.

@@ -241,7 +241,7 @@ impl NodeMetrics {
             ),
             (
                 "engram_contexts_without_vector_total",
-                "Context reads and searches ranked without the query's embedding (pool overloaded or closed)",
+                "Context reads and searches ranked without the query's embedding (deadline, pool overloaded or closed)",
                 actors.contexts_without_vector.load(Ordering::Relaxed),
             ),
             (
@@ -292,6 +292,10 @@ impl NodeMetrics {
         }
         if let Some(embedder) = &directory.services().embedder {
             render_pool(&mut text, &embedder.pool().stats());
+            render_queries(&mut text, embedder.metrics());
+        }
+        if let Some(pipeline) = &directory.services().pipeline {
+            render_pipeline(&mut text, pipeline.metrics(), directory.services().clock.now());
         }
         if let Some(ownership) = &directory.services().ownership {
             render_leases(&mut text, ownership);
@@ -459,6 +463,132 @@ fn render_leases(text: &mut String, ownership: &Ownership) {
 
 /// The embedding pool's metrics: queue depth, counters, batch sizes (a histogram) and
 /// latency from admission to answer (a summary of p50 and p99).
+/// The query cache and the read deadline's fallbacks.
+fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedMetrics) {
+    use std::fmt::Write;
+    for (name, help, value) in [
+        (
+            "engram_query_cache_hits_total",
+            "Query and topic embeddings found in the node's cache",
+            &m.cache_hits,
+        ),
+        (
+            "engram_query_cache_misses_total",
+            "Query and topic embeddings computed by the pool",
+            &m.cache_misses,
+        ),
+    ] {
+        let _ = write!(
+            text,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+            value.load(Ordering::Relaxed)
+        );
+    }
+    let name = "engram_read_fallbacks_total";
+    let _ = write!(
+        text,
+        "# HELP {name} Reads ranked by words and priors without their query's vector, by reason\n# TYPE {name} counter\n"
+    );
+    for (reason, value) in [
+        ("deadline", &m.fallback_deadline),
+        ("overloaded", &m.fallback_overloaded),
+        ("unavailable", &m.fallback_unavailable),
+    ] {
+        let _ = writeln!(
+            text,
+            "{name}{{reason=\"{reason}\"}} {}",
+            value.load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// The inference pipeline: what is pending, how old, and what became of results.
+fn render_pipeline(
+    text: &mut String,
+    m: &engram_actors::pipeline::PipelineMetrics,
+    now: engram_storage::model::Timestamp,
+) {
+    use std::fmt::Write;
+    let oldest = m.oldest_queued_at.load(Ordering::Relaxed);
+    let age = if oldest == 0 {
+        0.0
+    } else {
+        (now.0 - oldest).max(0) as f64 / 1000.0
+    };
+    let _ = write!(
+        text,
+        "# HELP engram_pipeline_oldest_pending_seconds Age of the oldest pending embedding this node knows of\n# TYPE engram_pipeline_oldest_pending_seconds gauge\nengram_pipeline_oldest_pending_seconds {age}\n"
+    );
+    for (name, kind, help, value) in [
+        (
+            "engram_pipeline_pending_entries",
+            "gauge",
+            "Pending embeddings of this node's users, as of the last scan",
+            &m.pending_entries,
+        ),
+        (
+            "engram_pipeline_queued_users",
+            "gauge",
+            "Users with pending embeddings held in the dispatcher's memory",
+            &m.queued_users,
+        ),
+        (
+            "engram_pipeline_users_in_rounds",
+            "gauge",
+            "Users whose embeddings are being computed",
+            &m.users_in_rounds,
+        ),
+        (
+            "engram_pipeline_results_total",
+            "counter",
+            "Embeddings stored by the pipeline",
+            &m.stored,
+        ),
+        (
+            "engram_pipeline_dropped_total",
+            "counter",
+            "Embeddings dropped: the record was deleted or rewritten meanwhile",
+            &m.dropped,
+        ),
+        (
+            "engram_pipeline_rounds_total",
+            "counter",
+            "Rounds of the pipeline",
+            &m.rounds,
+        ),
+        (
+            "engram_pipeline_refused_total",
+            "counter",
+            "Round parts the embedding pool refused (their entries wait)",
+            &m.refused,
+        ),
+        (
+            "engram_pipeline_failed_total",
+            "counter",
+            "Round parts that failed in storage (their entries wait)",
+            &m.failed,
+        ),
+        (
+            "engram_pipeline_not_held_total",
+            "counter",
+            "Users not held in memory (the queue was full; storage holds them)",
+            &m.not_held,
+        ),
+        (
+            "engram_pipeline_scans_total",
+            "counter",
+            "Scans of the work index",
+            &m.scans,
+        ),
+    ] {
+        let _ = write!(
+            text,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n",
+            value.load(Ordering::Relaxed)
+        );
+    }
+}
+
 fn render_pool(text: &mut String, stats: &PoolStats) {
     use std::fmt::Write;
     let mut metric = |name: &str, kind: &str, help: &str, value: u64| {

@@ -58,6 +58,7 @@ impl Bench {
             clock: clock.clone() as SharedClock,
             extractor: Arc::new(EntityExtractor::default()),
             embedder: Some(Embedder::new(pool.clone(), model)),
+            pipeline: None,
             ownership: None,
             settings: Settings {
                 index,

@@ -112,6 +112,12 @@ pub struct MemoryContext {
     /// a read the sensitive-read breaker counts for non-admins.
     #[serde(default)]
     pub sensitive: bool,
+    /// Whether the query was embedded and its vector used in ranking.
+    #[serde(default)]
+    pub query_embedded: bool,
+    /// Why a query was ranked without its vector (by words and priors), if it was.
+    #[serde(default)]
+    pub fallback: Option<crate::embed::Fallback>,
 }
 
 /// Assembles the context of a session. `turns` are the session's current window, oldest
@@ -216,6 +222,8 @@ pub fn assemble(
         dropped: Vec::new(),
         text: String::new(),
         sensitive: false,
+        query_embedded: request.query_vector.is_some(),
+        fallback: None,
     };
     let mut dropped_summaries = 0;
     ctx.text = render(&ctx, &[]);

@@ -150,8 +150,9 @@ impl MemoryIndex {
 
     /// Caches and indexes a record (replacing an earlier version). `text` is what to index it
     /// by (its turn's text for an episodic memory; `None` keeps what it was indexed by, or its
-    /// summary); `vector` its embedding (`None` keeps the one it had). A deleted record loses
-    /// its vector, as its stored embedding does. A bad vector is refused and changes nothing.
+    /// summary); `vector` its embedding (`None` keeps the one it had while the text it is
+    /// indexed by is unchanged: a vector belongs to its text). A deleted record loses its
+    /// vector, as its stored embedding does. A bad vector is refused and changes nothing.
     pub fn upsert(
         &mut self,
         extractor: &EntityExtractor,
@@ -161,15 +162,19 @@ impl MemoryIndex {
     ) -> Result<(), VectorError> {
         let id = record.memory_id.clone();
         let old = self.sources.get(&id);
+        let text = text
+            .or_else(|| old.map(|s| s.text.clone()))
+            .unwrap_or_else(|| record.summary_text.clone());
         let source = Source {
-            text: text
-                .or_else(|| old.map(|s| s.text.clone()))
-                .unwrap_or_else(|| record.summary_text.clone()),
             vector: if record.status == MemoryStatus::Deleted {
                 None
             } else {
-                vector.or_else(|| old.and_then(|s| s.vector.clone()))
+                vector.or_else(|| {
+                    old.filter(|s| s.text == text)
+                        .and_then(|s| s.vector.clone())
+                })
             },
+            text,
         };
         let turn = turn_of(&record);
         let previous = self.sources.insert(id.clone(), source);
@@ -198,6 +203,27 @@ impl MemoryIndex {
             self.reindex(extractor, &neighbour)?;
         }
         Ok(())
+    }
+
+    /// Gives a cached record the vector of `text`, if it is still indexed by that text and not
+    /// deleted (a vector computed after the write, by the pipeline). Returns whether it did.
+    pub fn attach_vector(
+        &mut self,
+        extractor: &EntityExtractor,
+        memory_id: &str,
+        text: &str,
+        vector: Vec<f32>,
+    ) -> Result<bool, VectorError> {
+        let Some(record) = self.records.get(memory_id) else {
+            return Ok(false);
+        };
+        let current = self.sources.get(memory_id);
+        if record.status == MemoryStatus::Deleted || current.is_none_or(|s| s.text != text) {
+            return Ok(false);
+        }
+        let record = record.clone();
+        self.upsert(extractor, record, Some(text.to_owned()), Some(vector))?;
+        Ok(true)
     }
 
     /// Drops a record from the cache and the index; returns whether it was there.

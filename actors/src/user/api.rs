@@ -129,9 +129,12 @@ pub struct SearchHit {
 pub struct SearchResult {
     /// Hits, best first.
     pub hits: Vec<SearchHit>,
-    /// Whether the query was embedded (false: the node does not embed, or its pool was
-    /// overloaded and the search fell back to words and priors).
+    /// Whether the query was embedded (false: the node does not embed, or the search fell
+    /// back to words and priors).
     pub embedded: bool,
+    /// Why the query was ranked without its vector, if it was.
+    #[serde(default)]
+    pub fallback: Option<crate::embed::Fallback>,
 }
 
 /// A direct write of a memory record (write a candidate, or upsert by id).

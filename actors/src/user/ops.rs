@@ -4,7 +4,8 @@
 //!
 //! Domain rejections (unknown turn, unknown memory) happen before the first write, so a
 //! rejected request commits nothing. Embeddings were computed before the transaction
-//! ([`Prepared`]); a record is stored with the embedding of the text it is indexed by.
+//! ([`Prepared`]); a record is stored with the embedding of the text it is indexed by, or,
+//! with the pipeline, with that text queued for embedding in the same transaction.
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
@@ -268,7 +269,13 @@ pub fn write_memory(
         u.put_record(&record)?;
         scope
             .prepared
-            .store(u, &record.memory_id, &record.summary_text)?;
+            .store(
+                u,
+                record.kind,
+                &record.memory_id,
+                &record.summary_text,
+                scope.now,
+            )?;
         let ack = MemoryAck {
             memory: record.clone(),
             action: "updated".into(),
@@ -577,7 +584,9 @@ fn apply(
         Some(turn) if record.kind == MemoryKind::Episodic => turn.as_str(),
         Some(_) | None => record.summary_text.as_str(),
     };
-    scope.prepared.store(u, &memory_id, text)?;
+    scope
+        .prepared
+        .store(u, record.kind, &memory_id, text, scope.now)?;
     let change = MemoryChange {
         memory_id,
         kind: record.kind,

@@ -1,16 +1,18 @@
 //! What a write computes before its transaction: embeddings, from the node's pool, of the
-//! texts it may store and the topics it may compare; and a query's embedding for reads.
+//! topics it may compare, and (without the pipeline) of the texts it may store; and a query's
+//! embedding for reads.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{Embedding, MemoryKind, Trigger, Turn};
+use engram_storage::model::{Embedding, MemoryKind, PendingInference, Timestamp, Trigger, Turn};
 
 use super::UserState;
 use super::api::TurnRequest;
 use super::ops::choice_preference;
+use crate::embed::{Fallback, QueryVector};
 use crate::error::Result;
 use crate::model::conflict::record_topic;
 use crate::model::formation::{from_turn, profile};
@@ -22,8 +24,11 @@ use crate::model::policy::REPEATED_CHOICE_THRESHOLD;
 pub struct Prepared {
     /// The model of the vectors (`None`: the node does not embed).
     pub model: Option<String>,
-    /// Passage embeddings, by text.
+    /// Passage embeddings, by text (none when the pipeline embeds them).
     pub vectors: HashMap<String, Vec<f32>>,
+    /// Whether texts without a vector here are queued for the pipeline (in the write's own
+    /// transaction) rather than left without one.
+    pub write_behind: bool,
     /// Embeddings of topic phrases ([`topic_phrase`]), by normalised topic.
     pub topics: HashMap<String, Vec<f32>>,
     /// The cosine above which two topics are the same topic.
@@ -43,13 +48,16 @@ impl Prepared {
             }
     }
 
-    /// Stores the embedding of `text` as `memory_id`'s, or removes a stale one when there is
-    /// none (the text changed on a node that does not embed).
+    /// Stores the embedding of `text` as `memory_id`'s; or, with the pipeline, removes the
+    /// vector of an earlier text and queues `text` for embedding; or removes a stale vector
+    /// when there is none (the text changed on a node that does not embed).
     pub(super) fn store(
         &self,
         u: &mut UserData<'_>,
+        kind: MemoryKind,
         memory_id: &str,
         text: &str,
+        now: Timestamp,
     ) -> StorageResult<()> {
         match (&self.model, self.vectors.get(text)) {
             (Some(model), Some(vector)) => u.put_embedding(
@@ -59,6 +67,17 @@ impl Prepared {
                     vector: vector.clone(),
                 },
             ),
+            (Some(_), None) if self.write_behind => {
+                u.remove_embedding(memory_id)?;
+                u.put_pending(
+                    memory_id,
+                    &PendingInference {
+                        kind,
+                        text: text.to_owned(),
+                        queued_at: now,
+                    },
+                )
+            }
             (Some(_) | None, Some(_) | None) => u.remove_embedding(memory_id),
         }
     }
@@ -74,8 +93,9 @@ pub fn topic_phrase(topic: &str) -> String {
 }
 
 impl UserState {
-    /// Embeds, before a write's transaction, the texts it may store and the topics it may
-    /// compare (with the user's existing profile topics). Nothing when the node does not embed.
+    /// Embeds, before a write's transaction, the topics it may compare (with the user's
+    /// existing profile topics, through the node's cache) and, without the pipeline, the texts
+    /// it may store. Nothing when the node does not embed.
     pub(super) async fn prepare(
         &mut self,
         texts: Vec<String>,
@@ -84,6 +104,7 @@ impl UserState {
         let Some(embedder) = self.args.services.embedder.clone() else {
             return Ok(Prepared::default());
         };
+        let write_behind = self.args.services.writes_behind();
         let mut topics: Vec<String> = Vec::new();
         if !new_topics.is_empty() {
             let existing = self
@@ -102,17 +123,28 @@ impl UserState {
             .filter(|t| !self.topics.contains_key(*t))
             .cloned()
             .collect();
-        let mut texts: Vec<String> = texts.into_iter().filter(|t| !t.is_empty()).collect();
-        texts.sort();
-        texts.dedup();
-        let mut batch = texts.clone();
-        batch.extend(missing.iter().map(|t| topic_phrase(t)));
-        let mut vectors = embedder.passages(&self.args.key.tenant, batch).await?;
-        let topic_vectors = vectors.split_off(texts.len());
-        self.topics.extend(missing.into_iter().zip(topic_vectors));
+        if !missing.is_empty() {
+            let phrases: Vec<String> = missing.iter().map(|t| topic_phrase(t)).collect();
+            let vectors = embedder
+                .cached_passages(&self.args.key.tenant, &phrases)
+                .await?;
+            self.topics.extend(missing.into_iter().zip(vectors));
+        }
+        let vectors = if write_behind {
+            HashMap::new()
+        } else {
+            let mut texts: Vec<String> = texts.into_iter().filter(|t| !t.is_empty()).collect();
+            texts.sort();
+            texts.dedup();
+            let vectors = embedder
+                .passages(&self.args.key.tenant, texts.clone())
+                .await?;
+            texts.into_iter().zip(vectors).collect()
+        };
         Ok(Prepared {
             model: Some(embedder.model_name().to_owned()),
-            vectors: texts.into_iter().zip(vectors).collect(),
+            vectors,
+            write_behind,
             topics: topics
                 .into_iter()
                 .filter_map(|t| self.topics.get(&t).map(|v| (t, v.clone())))
@@ -175,25 +207,32 @@ impl UserState {
         Ok((texts, topics))
     }
 
-    /// The query's embedding, or `None` when the node does not embed or its pool cannot take
-    /// the query now (a read degrades to words and priors rather than failing).
-    pub(super) async fn query_vector(&self, query: &str) -> Option<Vec<f32>> {
+    /// The query's embedding, within the query deadline, or why the read goes on without it
+    /// (`None`: the node does not embed, or there is nothing to rank).
+    pub(super) async fn query_vector(&self, query: &str) -> Option<QueryVector> {
         let embedder = self.args.services.embedder.as_ref()?;
         if query.trim().is_empty() || self.index.is_empty() {
             // Nothing to rank: spare the pool.
             return None;
         }
-        match embedder.query(&self.args.key.tenant, query).await {
-            Ok(vector) => Some(vector),
-            Err(err) => {
-                tracing::debug!(user = %self.args.services.log_id(&self.args.key), error = %err, "query not embedded");
-                self.args
-                    .services
-                    .metrics
-                    .contexts_without_vector
-                    .fetch_add(1, Ordering::Relaxed);
-                None
-            }
+        let vector = embedder.query(&self.args.key.tenant, query).await;
+        if let QueryVector::Fallback(why) = &vector {
+            tracing::debug!(user = %self.args.services.log_id(&self.args.key), why = why.as_str(), "query ranked without its vector");
+            self.args
+                .services
+                .metrics
+                .contexts_without_vector
+                .fetch_add(1, Ordering::Relaxed);
         }
+        Some(vector)
+    }
+}
+
+/// The vector of a query, if it was embedded, and why not otherwise.
+pub(super) fn split(vector: Option<QueryVector>) -> (Option<std::sync::Arc<[f32]>>, Option<Fallback>) {
+    match vector {
+        Some(QueryVector::Embedded(v)) => (Some(v), None),
+        Some(QueryVector::Fallback(why)) => (None, Some(why)),
+        None => (None, None),
     }
 }

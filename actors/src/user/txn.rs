@@ -1,6 +1,6 @@
 //! A user's transactions: every write is fenced by the lease of the user's shard and records
 //! its request id in the same transaction (a retry replays the stored acknowledgement); the
-//! actor's index is updated after the commit.
+//! actor's index is updated after the commit, and the pipeline told of the texts it queued.
 
 use std::sync::Arc;
 
@@ -86,7 +86,11 @@ impl UserState {
             .await?;
         match written {
             Written::Fresh(ack, changed) => {
+                let queued = prepared.write_behind && !changed.is_empty();
                 self.cache(changed, turn.as_deref(), &prepared);
+                if queued && let Some(pipeline) = &self.args.services.pipeline {
+                    pipeline.notify(&self.args.key, now);
+                }
                 Ok(ack)
             }
             Written::Replay(bytes) => {
@@ -169,12 +173,14 @@ impl UserState {
     ) {
         let extractor = Arc::clone(&self.args.services.extractor);
         for record in changed {
-            let text = turn_text
-                .filter(|_| {
-                    record.kind == MemoryKind::Episodic
-                        && self.index.get(&record.memory_id).is_none()
-                })
-                .map(str::to_owned);
+            let text = if record.kind == MemoryKind::Episodic {
+                turn_text
+                    .filter(|_| self.index.get(&record.memory_id).is_none())
+                    .map(str::to_owned)
+            } else {
+                // Indexed by its summary, as it is now (a rewrite changes it).
+                Some(record.summary_text.clone())
+            };
             let vector = prepared
                 .vectors
                 .get(text.as_deref().unwrap_or(&record.summary_text))

@@ -1,10 +1,12 @@
-//! `[inference]`: the embedding pool that embeds memories before they are written and
-//! queries before they are searched. Its defaults are the pool's own
-//! ([`PoolConfig::default`]), so the two cannot disagree.
+//! `[inference]`: the embedding pool that embeds memories after they are written (through
+//! the pipeline) and queries before they are searched. Its defaults are the pool's and the
+//! pipeline's own ([`PoolConfig::default`], [`PipelineConfig::default`]), so they cannot
+//! disagree.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use engram_actors::pipeline::PipelineConfig;
 use engram_inference::{DeviceChoice, EncoderConfig, ModelKind, PoolConfig};
 use engram_storage::vector::VectorConfig;
 use serde::{Deserialize, Serialize};
@@ -39,6 +41,60 @@ pub struct InferenceConfig {
     /// A user with at least this many vectors is searched through an HNSW graph; fewer are
     /// searched exactly.
     pub exact_search_below: usize,
+    /// Whether a write leaves its passages to the pipeline (answers after its storage commit;
+    /// the vectors follow) rather than waiting for them.
+    pub write_behind: bool,
+    /// How long a context or search waits for its query's embedding; past it, it ranks by
+    /// words and priors and says so.
+    #[serde(with = "humantime_serde")]
+    pub query_deadline: Duration,
+    /// Query and topic-phrase embeddings the node caches.
+    pub query_cache_entries: usize,
+    /// The pipeline that embeds what writes stored.
+    pub pipeline: PipelineSection,
+}
+
+/// `[inference.pipeline]`: the per-node dispatcher of pending inference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
+pub struct PipelineSection {
+    /// Users with pending entries held in memory at most; storage holds the rest.
+    pub max_users_in_memory: usize,
+    /// Texts one round embeds at most.
+    pub round_texts: usize,
+    /// Entries of one user one round takes at most.
+    pub entries_per_user: usize,
+    /// Rounds running at once.
+    pub rounds_in_flight: usize,
+    /// How often the work index is scanned in any case (resumes what a dead node left).
+    #[serde(with = "humantime_serde")]
+    pub scan_interval: Duration,
+}
+
+impl Default for PipelineSection {
+    fn default() -> Self {
+        let p = PipelineConfig::default();
+        PipelineSection {
+            max_users_in_memory: p.max_users_in_memory,
+            round_texts: p.round_texts,
+            entries_per_user: p.entries_per_user,
+            rounds_in_flight: p.rounds_in_flight,
+            scan_interval: p.scan_interval,
+        }
+    }
+}
+
+impl PipelineSection {
+    /// The dispatcher's settings.
+    pub fn config(&self) -> PipelineConfig {
+        PipelineConfig {
+            max_users_in_memory: self.max_users_in_memory,
+            round_texts: self.round_texts,
+            entries_per_user: self.entries_per_user,
+            rounds_in_flight: self.rounds_in_flight,
+            scan_interval: self.scan_interval,
+        }
+    }
 }
 
 impl Default for InferenceConfig {
@@ -56,6 +112,10 @@ impl Default for InferenceConfig {
             tenant_share_percent: pool.tenant_share_percent,
             max_batch_tokens: pool.encoder.max_batch_tokens,
             exact_search_below: VectorConfig::default().exact_threshold,
+            write_behind: true,
+            query_deadline: Duration::from_millis(20),
+            query_cache_entries: engram_actors::embed::DEFAULT_CACHE_ENTRIES,
+            pipeline: PipelineSection::default(),
         }
     }
 }

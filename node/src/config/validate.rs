@@ -294,6 +294,48 @@ impl Config {
                 "must be at least 1".to_owned(),
             );
         }
+        if inference.query_deadline.is_zero() || inference.query_deadline > Duration::from_secs(60)
+        {
+            p.add(
+                "inference.query-deadline",
+                "must be more than 0s and at most 60s".to_owned(),
+            );
+        }
+        if inference.query_cache_entries == 0 {
+            p.add(
+                "inference.query-cache-entries",
+                "must be at least 1".to_owned(),
+            );
+        }
+        let pipeline = &inference.pipeline;
+        for (name, value, max) in [
+            (
+                "inference.pipeline.max-users-in-memory",
+                pipeline.max_users_in_memory,
+                10_000_000,
+            ),
+            ("inference.pipeline.round-texts", pipeline.round_texts, 4096),
+            (
+                "inference.pipeline.entries-per-user",
+                pipeline.entries_per_user,
+                4096,
+            ),
+            (
+                "inference.pipeline.rounds-in-flight",
+                pipeline.rounds_in_flight,
+                64,
+            ),
+        ] {
+            if value == 0 || value > max {
+                p.add(name, format!("must be between 1 and {max}"));
+            }
+        }
+        if pipeline.scan_interval < Duration::from_millis(100) {
+            p.add(
+                "inference.pipeline.scan-interval",
+                "must be at least 100ms".to_owned(),
+            );
+        }
     }
 
     /// `[jobs]`: cron schedules.

@@ -4,7 +4,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::wire::{ClusterStatus, DrainBody, DrainResponse, ErrorBody, LeaseView, MemberView};
+use super::wire::{
+    ClusterStatus, DrainBody, DrainResponse, ErrorBody, LeaseView, MemberView, PipelineStatus,
+};
 use super::{ApiError, AppState, ok, optional_json};
 
 #[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "The process is up")))]
@@ -81,6 +83,43 @@ pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiEr
                 epoch: l.epoch,
             })
             .collect(),
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/cluster/pipeline", tag = "operations",
+    responses((status = 200, body = PipelineStatus), (status = 503, body = ErrorBody)))]
+/// The inference pipeline of this node: the embeddings still pending for the shards it
+/// serves (counted in storage now) and what its dispatcher did since it started. An operator
+/// (or a benchmark) waits for `pending_entries` to reach 0 to know the writes are embedded.
+pub async fn pipeline(State(s): State<AppState>) -> Result<Response, ApiError> {
+    let services = s.users.directory().services();
+    let node = services
+        .ownership
+        .as_ref()
+        .map(|o| o.node().to_owned())
+        .unwrap_or_default();
+    let Some(pipeline) = &services.pipeline else {
+        return Ok(ok(PipelineStatus {
+            node,
+            enabled: false,
+            pending_users: 0,
+            pending_entries: 0,
+            oldest_pending_age_ms: 0,
+            stored: 0,
+            dropped: 0,
+        }));
+    };
+    let pending = pipeline.pending(services).await?;
+    let metrics = pipeline.metrics();
+    let now = services.clock.now();
+    Ok(ok(PipelineStatus {
+        node,
+        enabled: true,
+        pending_users: pending.users,
+        pending_entries: pending.entries,
+        oldest_pending_age_ms: pending.oldest.map_or(0, |t| (now.0 - t.0).max(0)),
+        stored: metrics.stored.load(std::sync::atomic::Ordering::Relaxed),
+        dropped: metrics.dropped.load(std::sync::atomic::Ordering::Relaxed),
     }))
 }
 

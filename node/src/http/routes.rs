@@ -162,6 +162,7 @@ pub async fn search(
                 })
                 .collect(),
             embedded: result.embedded,
+            fallback: result.fallback.map(|f| f.as_str().to_owned()),
         }),
     ))
 }

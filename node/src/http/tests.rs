@@ -85,6 +85,7 @@ pub(super) async fn app_with(
         clock: Arc::new(SystemClock),
         extractor: extractor(),
         embedder: None,
+        pipeline: None,
         ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),

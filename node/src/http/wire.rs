@@ -246,6 +246,25 @@ pub struct ClusterStatus {
     pub leases: Vec<LeaseView>,
 }
 
+/// The inference pipeline of the answering node, `GET /v1/cluster/pipeline`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PipelineStatus {
+    /// The node that answered.
+    pub node: String,
+    /// Whether writes leave their embeddings to the pipeline on this node.
+    pub enabled: bool,
+    /// Users of this node's shards with pending embeddings, counted in storage now.
+    pub pending_users: usize,
+    /// Their pending embeddings.
+    pub pending_entries: usize,
+    /// Age of the oldest of them, in milliseconds (0: none).
+    pub oldest_pending_age_ms: i64,
+    /// Embeddings stored by this node's pipeline since it started.
+    pub stored: u64,
+    /// Embeddings dropped since it started (record deleted or rewritten meanwhile).
+    pub dropped: u64,
+}
+
 /// A member of the cluster.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct MemberView {
@@ -302,9 +321,14 @@ pub struct SearchHitView {
 pub struct SearchResponse {
     /// Hits.
     pub hits: Vec<SearchHitView>,
-    /// Whether the query was embedded; false when the node does not embed or its embedding
-    /// pool was overloaded (the search then used words, recency and salience).
+    /// Whether the query was embedded; false when the node does not embed, or the query's
+    /// embedding missed the read deadline or was refused (the search then used words,
+    /// recency and salience).
     pub embedded: bool,
+    /// Why the query was ranked without its vector: `deadline`, `overloaded` or
+    /// `unavailable` (absent when it was embedded, or the node does not embed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 /// Parses a search mode.
@@ -382,6 +406,14 @@ pub struct ContextResponse {
     pub dropped: Vec<String>,
     /// The block to put in the prompt.
     pub text: String,
+    /// Whether the query was embedded and its vector used in ranking.
+    #[serde(default)]
+    pub query_embedded: bool,
+    /// Why the query was ranked without its vector: `deadline`, `overloaded` or
+    /// `unavailable` (absent when it was embedded, there was no query, or the node does not
+    /// embed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
 }
 
 fn memory_views(m: Vec<ContextMemory>) -> Vec<ContextMemoryView> {
@@ -426,6 +458,8 @@ impl From<MemoryContext> for ContextResponse {
             truncated: c.truncated,
             dropped: c.dropped,
             text: c.text,
+            query_embedded: c.query_embedded,
+            fallback: c.fallback.map(|f| f.as_str().to_owned()),
         }
     }
 }

@@ -128,19 +128,28 @@ impl UserData<'_> {
     }
 
     /// Brings the user's work-index mark up to date: cleared when no entry is left, else
-    /// stamped with the queue time of the first remaining entry. Returns whether any is left.
-    pub fn settle_pending(&mut self) -> Result<bool> {
+    /// stamped with the queue time of the first remaining entry, which it returns.
+    pub fn settle_pending(&mut self) -> Result<Option<Timestamp>> {
         let mark = self.keyspace.pending_user(self.tenant, self.user);
         match self.pending_entries(1)?.into_iter().next() {
             Some((_, first)) => {
                 self.txn.set(&mark, &since_bytes(first.queued_at))?;
-                Ok(true)
+                Ok(Some(first.queued_at))
             }
             None => {
                 self.txn.clear(&mark)?;
-                Ok(false)
+                Ok(None)
             }
         }
+    }
+
+    /// How many pending entries the user has (keys only are counted).
+    pub fn count_pending(&mut self) -> Result<usize> {
+        let range = self.keys.pendings();
+        Ok(self
+            .txn
+            .get_range(&range.begin, &range.end, RangeOptions::default())?
+            .len())
     }
 
     /// Removes the user's work-index mark (the user is forgotten).

@@ -645,7 +645,11 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
             u.complete_pending("m2", "text m2", &vector)?,
             u.complete_pending("m3", "text m3", &vector)?,
         ];
-        assert!(u.settle_pending()?, "m1's new text is left");
+        assert_eq!(
+            u.settle_pending()?,
+            Some(Timestamp(7)),
+            "m1's new text is left"
+        );
         Ok(outcomes)
     });
     assert_eq!(outcomes, [Dropped, Stored, Dropped]);
@@ -664,7 +668,8 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
             u.complete_pending("m1", "text m1 again", &vector)?,
             Stored
         );
-        assert!(!u.settle_pending()?, "nothing is left");
+        assert_eq!(u.settle_pending()?, None, "nothing is left");
+        assert_eq!(u.count_pending()?, 0);
         Ok(())
     });
     let users = store

@@ -1,0 +1,521 @@
+//! The inference pipeline: embeddings follow the writes instead of blocking them (DESIGN.md
+//! section 5).
+//!
+//! A write that gives a record a text stores, in its own fenced transaction, a pending entry
+//! for the text ([`engram_storage::data::pending`]) and answers; then it tells this node's
+//! dispatcher ([`Pipeline::notify`]). The dispatcher is one actor per node. It keeps a bounded,
+//! fair queue of users with pending entries ([`work`]), and runs rounds ([`round`]): take up to
+//! `round-texts` users (one of each tenant in turn), read their entries, embed them in the
+//! pool's background class (one call per tenant, so the pool's shares and rotation apply),
+//! and store each user's vectors in one transaction fenced by the user's shard, only for
+//! entries that still hold the embedded text; then the user's actor, if it runs, indexes them.
+//!
+//! Nothing is lost: the entries are in storage. The queue holds only user keys (at most
+//! `max-users-in-memory`; beyond, storage holds the rest and a scan finds them). The
+//! dispatcher scans the work index when it starts, when this node gains shards (a take-over,
+//! a hand-off, a restart), when users were not held, and every `scan-interval` in any case,
+//! so entries of a node that died, or notifications lost with a stopped actor, are resumed by
+//! whoever serves the shard next.
+//!
+//! It logs counts, never texts or vectors.
+
+mod round;
+mod work;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use engram_storage::data::UserData;
+use engram_storage::data::pending::pending_users;
+use engram_storage::model::Timestamp;
+use parking_lot::Mutex;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::time::Instant;
+
+use self::round::RoundOutcome;
+use self::work::Work;
+use crate::directory::Directory;
+use crate::error::{Error, Result};
+use crate::placement::UserKey;
+use crate::services::Services;
+
+/// How often the dispatcher looks at its shards, its gauges and its backoff.
+const TICK: Duration = Duration::from_millis(100);
+/// How long the dispatcher waits after the pool refused a round.
+const BACKOFF: Duration = Duration::from_millis(50);
+/// Work-index entries read per page of a scan.
+const SCAN_PAGE: usize = 512;
+
+/// The pipeline's settings (the node's `[inference.pipeline]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineConfig {
+    /// Users the dispatcher holds in memory at most; storage holds the rest.
+    pub max_users_in_memory: usize,
+    /// Texts one round embeds at most.
+    pub round_texts: usize,
+    /// Entries of one user one round takes at most (the rest wait for the next round, behind
+    /// the other users).
+    pub entries_per_user: usize,
+    /// Rounds running at once (one embedding while the next is read or written).
+    pub rounds_in_flight: usize,
+    /// How often the work index is scanned in any case.
+    pub scan_interval: Duration,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            max_users_in_memory: 10_000,
+            round_texts: 32,
+            entries_per_user: 8,
+            rounds_in_flight: 2,
+            scan_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Counters and gauges of the pipeline, exported as metrics.
+#[derive(Debug, Default)]
+pub struct PipelineMetrics {
+    /// Vectors stored.
+    pub stored: AtomicU64,
+    /// Vectors dropped: their record was deleted or rewritten while they were computed.
+    pub dropped: AtomicU64,
+    /// Rounds run.
+    pub rounds: AtomicU64,
+    /// Rounds (or a tenant's part of one) the pool refused; their entries wait.
+    pub refused: AtomicU64,
+    /// Rounds that failed (storage); their entries wait.
+    pub failed: AtomicU64,
+    /// Notifications not held because the queue was full (a scan finds those users).
+    pub not_held: AtomicU64,
+    /// Scans of the work index.
+    pub scans: AtomicU64,
+    /// Users queued (a gauge).
+    pub queued_users: AtomicU64,
+    /// Users in rounds (a gauge).
+    pub users_in_rounds: AtomicU64,
+    /// Pending entries of this node's users, as of the last scan (a gauge).
+    pub pending_entries: AtomicU64,
+    /// When the oldest pending entry this node knows of was queued, in ms since the epoch
+    /// (0: none) (a gauge).
+    pub oldest_queued_at: AtomicI64,
+}
+
+/// What is pending, counted in storage ([`Pipeline::pending`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    /// Users of this node's shards with pending entries.
+    pub users: usize,
+    /// Their pending entries.
+    pub entries: usize,
+    /// When the oldest of them was queued.
+    pub oldest: Option<Timestamp>,
+}
+
+struct Shared {
+    config: PipelineConfig,
+    work: Mutex<Work>,
+    actor: OnceLock<ActorRef<PipelineMsg>>,
+    metrics: PipelineMetrics,
+}
+
+/// A handle to the node's dispatcher; clones share it. Made before the node's services (which
+/// hold it) and started once the directory exists ([`Pipeline::start`]).
+#[derive(Clone)]
+pub struct Pipeline {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pipeline {
+    /// A dispatcher that is not started yet (notifications are held, and scanned for anyway
+    /// when it starts).
+    pub fn new(config: PipelineConfig) -> Pipeline {
+        Pipeline {
+            shared: Arc::new(Shared {
+                work: Mutex::new(Work::new(config.max_users_in_memory)),
+                config,
+                actor: OnceLock::new(),
+                metrics: PipelineMetrics::default(),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PipelineConfig {
+        &self.shared.config
+    }
+
+    /// The counters and gauges.
+    pub fn metrics(&self) -> &PipelineMetrics {
+        &self.shared.metrics
+    }
+
+    /// Tells the dispatcher that `key` has entries queued since `since` (after the commit).
+    pub fn notify(&self, key: &UserKey, since: Timestamp) {
+        let held = self.shared.work.lock().push(key.clone(), since);
+        if !held {
+            self.shared.metrics.not_held.fetch_add(1, Ordering::Relaxed);
+        }
+        self.wake();
+    }
+
+    /// Drops `key` from memory: the user was forgotten (their entries went with them).
+    pub fn forgotten(&self, key: &UserKey) {
+        self.shared.work.lock().remove(key);
+    }
+
+    fn wake(&self) {
+        if let Some(actor) = self.shared.actor.get() {
+            let _ = actor.cast(PipelineMsg::Wake);
+        }
+    }
+
+    /// Starts the dispatcher for the users of `directory` (whose services hold this handle).
+    /// Starting twice is an error.
+    pub async fn start(&self, directory: Arc<Directory>) -> Result<ractor::concurrency::JoinHandle<()>> {
+        if directory.services().embedder.is_none() {
+            return Err(Error::Internal(
+                "the inference pipeline needs an embedding pool".into(),
+            ));
+        }
+        let args = DispatcherArgs {
+            shared: Arc::clone(&self.shared),
+            directory,
+        };
+        let (actor, handle) = Actor::spawn(None, Dispatcher, args)
+            .await
+            .map_err(|e| Error::Internal(format!("the inference dispatcher did not start: {e}")))?;
+        self.shared
+            .actor
+            .set(actor)
+            .map_err(|_| Error::Internal("the inference dispatcher was started twice".into()))?;
+        self.wake();
+        Ok(handle)
+    }
+
+    /// Stops the dispatcher (rounds under way finish or are fenced; their entries stay in
+    /// storage for the next owner).
+    pub fn stop(&self) {
+        if let Some(actor) = self.shared.actor.get() {
+            actor.stop(None);
+        }
+    }
+
+    /// What is pending for the shards this node serves, counted in storage.
+    pub async fn pending(&self, services: &Services) -> Result<Pending> {
+        let scan = scan(services, 0).await?;
+        Ok(Pending {
+            users: scan.pending_users,
+            entries: scan.entries as usize,
+            oldest: scan.oldest,
+        })
+    }
+}
+
+/// Which users this node serves: those of the shards it holds (all, without leases).
+#[derive(Clone)]
+struct Owned {
+    shards: u32,
+    held: Option<HashSet<u32>>,
+}
+
+impl Owned {
+    fn of(services: &Services) -> Owned {
+        Owned {
+            shards: services.settings.shards,
+            held: services
+                .ownership
+                .as_ref()
+                .map(|o| o.snapshot().into_keys().collect()),
+        }
+    }
+
+    fn serves(&self, tenant: &str, user: &str) -> bool {
+        match &self.held {
+            Some(held) => held.contains(&UserKey::new(tenant, user).shard(self.shards)),
+            None => true,
+        }
+    }
+}
+
+/// The dispatcher's messages.
+pub(crate) enum PipelineMsg {
+    /// Work may be waiting.
+    Wake,
+    /// The periodic look at shards, gauges and backoff.
+    Tick,
+    /// A round ended.
+    RoundDone(RoundOutcome),
+    /// A scan of the work index ended.
+    ScanDone(Result<Scan>),
+}
+
+// Local only: never sent to another node (ractor's `cluster` feature needs the impl).
+impl ractor::Message for PipelineMsg {}
+
+/// What a scan found: users of this node's shards with pending entries.
+pub(crate) struct Scan {
+    users: Vec<(UserKey, Timestamp)>,
+    /// Whether users were left out for want of room.
+    more: bool,
+    /// Users with pending entries (stale marks left out).
+    pending_users: usize,
+    entries: u64,
+    oldest: Option<Timestamp>,
+}
+
+struct Dispatcher;
+
+struct DispatcherArgs {
+    shared: Arc<Shared>,
+    directory: Arc<Directory>,
+}
+
+struct DispatcherState {
+    shared: Arc<Shared>,
+    directory: Arc<Directory>,
+    rounds: usize,
+    scanning: bool,
+    /// When the last scan started (`None`: scan now).
+    scanned_at: Option<Instant>,
+    /// The shards held at the last tick (to scan when new ones come).
+    held: HashSet<u32>,
+    backoff_until: Option<Instant>,
+    /// The oldest pending entry the last scan saw.
+    scan_oldest: Option<Timestamp>,
+    ticker: Option<ractor::concurrency::JoinHandle<()>>,
+}
+
+impl Actor for Dispatcher {
+    type Msg = PipelineMsg;
+    type State = DispatcherState;
+    type Arguments = DispatcherArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<PipelineMsg>,
+        args: DispatcherArgs,
+    ) -> std::result::Result<DispatcherState, ActorProcessingErr> {
+        let ticker = myself.send_interval(TICK, || PipelineMsg::Tick);
+        Ok(DispatcherState {
+            shared: args.shared,
+            directory: args.directory,
+            rounds: 0,
+            scanning: false,
+            scanned_at: None,
+            held: HashSet::new(),
+            backoff_until: None,
+            scan_oldest: None,
+            ticker: Some(ticker),
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<PipelineMsg>,
+        state: &mut DispatcherState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        if let Some(ticker) = state.ticker.take() {
+            ticker.abort();
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<PipelineMsg>,
+        msg: PipelineMsg,
+        state: &mut DispatcherState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        match msg {
+            PipelineMsg::Wake => {}
+            PipelineMsg::Tick => state.tick(&myself),
+            PipelineMsg::RoundDone(outcome) => state.round_done(outcome),
+            PipelineMsg::ScanDone(scan) => state.scan_done(scan),
+        }
+        state.pump(&myself);
+        Ok(())
+    }
+}
+
+impl DispatcherState {
+    fn services(&self) -> &Services {
+        self.directory.services()
+    }
+
+    /// Starts rounds while there is room and work.
+    fn pump(&mut self, myself: &ActorRef<PipelineMsg>) {
+        if self.backoff_until.is_some_and(|until| Instant::now() < until) {
+            return;
+        }
+        self.backoff_until = None;
+        let config = &self.shared.config;
+        while self.rounds < config.rounds_in_flight.max(1) {
+            let users = self.shared.work.lock().take(config.round_texts.max(1));
+            if users.is_empty() {
+                break;
+            }
+            self.rounds += 1;
+            let (directory, config, me) =
+                (Arc::clone(&self.directory), config.clone(), myself.clone());
+            let metrics = Arc::clone(&self.shared);
+            tokio::spawn(async move {
+                let outcome = round::run(&directory, &config, &metrics.metrics, users).await;
+                let _ = me.cast(PipelineMsg::RoundDone(outcome));
+            });
+        }
+        self.gauges();
+    }
+
+    fn round_done(&mut self, outcome: RoundOutcome) {
+        self.rounds = self.rounds.saturating_sub(1);
+        if outcome.refused {
+            self.backoff_until = Some(Instant::now() + BACKOFF);
+        }
+        let mut work = self.shared.work.lock();
+        for (key, left) in outcome.finished {
+            work.finish(&key, left);
+        }
+        for key in outcome.not_served {
+            work.finish(&key, None);
+            work.remove(&key);
+        }
+    }
+
+    /// Scans when shards were gained, users were not held, or the interval passed.
+    fn tick(&mut self, myself: &ActorRef<PipelineMsg>) {
+        let held: HashSet<u32> = match &self.services().ownership {
+            Some(ownership) => ownership.snapshot().into_keys().collect(),
+            None => HashSet::new(),
+        };
+        let gained = held.difference(&self.held).next().is_some();
+        self.held = held;
+        let (overflowed, room) = {
+            let work = self.shared.work.lock();
+            (work.overflowed(), work.room())
+        };
+        let due = self
+            .scanned_at
+            .is_none_or(|at| at.elapsed() >= self.shared.config.scan_interval);
+        if !self.scanning && (gained || due || (overflowed && room > 0)) {
+            self.scan(myself, room);
+        }
+    }
+
+    fn scan(&mut self, myself: &ActorRef<PipelineMsg>, room: usize) {
+        self.scanning = true;
+        self.scanned_at = Some(Instant::now());
+        self.shared.work.lock().clear_overflow();
+        self.shared.metrics.scans.fetch_add(1, Ordering::Relaxed);
+        let services = self.services().clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let scan = scan(&services, room).await;
+            let _ = me.cast(PipelineMsg::ScanDone(scan));
+        });
+    }
+
+    fn scan_done(&mut self, scan: Result<Scan>) {
+        self.scanning = false;
+        let scan = match scan {
+            Ok(scan) => scan,
+            Err(err) => {
+                tracing::warn!(error = %err, "scan of pending inference failed; retried");
+                self.scanned_at = None;
+                return;
+            }
+        };
+        let metrics = &self.shared.metrics;
+        metrics.pending_entries.store(scan.entries, Ordering::Relaxed);
+        self.scan_oldest = scan.oldest;
+        let mut work = self.shared.work.lock();
+        for (key, since) in scan.users {
+            if !work.knows(&key) && !work.push(key, since) {
+                break;
+            }
+        }
+        if scan.more {
+            // Users were left in storage: scan again once there is room.
+            work.mark_overflow();
+        }
+    }
+
+    fn gauges(&self) {
+        let metrics = &self.shared.metrics;
+        let work = self.shared.work.lock();
+        metrics
+            .queued_users
+            .store(work.queued() as u64, Ordering::Relaxed);
+        metrics
+            .users_in_rounds
+            .store(work.in_round() as u64, Ordering::Relaxed);
+        let oldest = match (work.oldest(), self.scan_oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let oldest = if work.queued() + work.in_round() == 0 && metrics.pending_entries.load(Ordering::Relaxed) == 0 {
+            None
+        } else {
+            oldest
+        };
+        metrics
+            .oldest_queued_at
+            .store(oldest.map_or(0, |t| t.0), Ordering::Relaxed);
+    }
+}
+
+/// Users of this node's shards in the work index, at most `room` of them (and the count of
+/// all their pending entries).
+async fn scan(services: &Services, room: usize) -> Result<Scan> {
+    let (store, ks) = (services.store.clone(), services.keyspace.clone());
+    let owned = Owned::of(services);
+    Ok(store
+        .read(move |txn| {
+            let mut scan = Scan {
+                users: Vec::new(),
+                more: false,
+                pending_users: 0,
+                entries: 0,
+                oldest: None,
+            };
+            let mut after: Option<Vec<u8>> = None;
+            loop {
+                let page = pending_users(txn, &ks, after.as_deref(), SCAN_PAGE)?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.key.clone());
+                for marked in page {
+                    if !owned.serves(&marked.tenant, &marked.user) {
+                        continue;
+                    }
+                    let n = UserData::new(txn, &ks, &marked.tenant, &marked.user)
+                        .count_pending()?;
+                    // A stale mark (no entries) is queued too: the user's round clears it.
+                    if n > 0 {
+                        scan.entries += n as u64;
+                        scan.pending_users += 1;
+                        scan.oldest =
+                            Some(scan.oldest.map_or(marked.since, |o| o.min(marked.since)));
+                    }
+                    if scan.users.len() < room {
+                        scan.users
+                            .push((UserKey::new(marked.tenant, marked.user), marked.since));
+                    } else {
+                        scan.more = true;
+                    }
+                }
+            }
+            Ok(scan)
+        })
+        .await?)
+}

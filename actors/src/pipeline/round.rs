@@ -1,0 +1,280 @@
+//! One round of the pipeline: read the pending entries of a few users, embed them (one pool
+//! call per tenant, in the background class), store each user's vectors in one transaction
+//! fenced by the user's shard, and hand the stored ones to the user's actor.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use engram_storage::data::UserData;
+use engram_storage::data::pending::Completion;
+use engram_storage::model::{Embedding, PendingInference, Timestamp};
+use tokio::task::JoinSet;
+
+use super::{PipelineConfig, PipelineMetrics};
+use crate::directory::Directory;
+use crate::error::{Error, Result};
+use crate::placement::UserKey;
+use crate::user::{EmbeddedText, UserMsg};
+
+/// How a round ended, for the dispatcher's queue.
+#[derive(Debug, Default)]
+pub(crate) struct RoundOutcome {
+    /// Users done with, and when their entries left over (if any) were queued.
+    pub(crate) finished: Vec<(UserKey, Option<Timestamp>)>,
+    /// Users whose shard this node does not serve (now): dropped from memory.
+    pub(crate) not_served: Vec<UserKey>,
+    /// Whether the pool refused part of the round (back off a little).
+    pub(crate) refused: bool,
+}
+
+/// A user's part of the round.
+struct Part {
+    key: UserKey,
+    since: Timestamp,
+    /// The lease it is written under (`None`: no leases).
+    epoch: Option<u64>,
+    entries: Vec<(String, PendingInference)>,
+    /// Whether it has more entries than the round took (the rest are found when its
+    /// transaction settles its mark).
+    more: bool,
+}
+
+/// Runs one round for `users` (as the queue gave them, each with when its oldest entry was
+/// queued).
+pub(crate) async fn run(
+    directory: &Arc<Directory>,
+    config: &PipelineConfig,
+    metrics: &PipelineMetrics,
+    users: Vec<(UserKey, Timestamp)>,
+) -> RoundOutcome {
+    metrics.rounds.fetch_add(1, Ordering::Relaxed);
+    let mut outcome = RoundOutcome::default();
+    let services = directory.services();
+    let mut parts = Vec::new();
+    for (key, since) in users {
+        let shard = key.shard(services.settings.shards);
+        match &services.ownership {
+            Some(ownership) => match ownership.lease(shard) {
+                Ok(epoch) => parts.push((key, since, Some(epoch))),
+                Err(_) => outcome.not_served.push(key),
+            },
+            None => parts.push((key, since, None)),
+        }
+    }
+    let parts = match read(directory, config, parts).await {
+        Ok(parts) => parts,
+        Err(err) => {
+            // Nothing was done: the users wait in the queue (or in storage) for a next round.
+            metrics.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %err, "reading pending inference failed");
+            outcome.refused = true;
+            return outcome;
+        }
+    };
+    let vectors = embed(directory, &parts).await;
+    let mut writes = JoinSet::new();
+    for (part, vectors) in parts.into_iter().zip(vectors) {
+        if part.entries.is_empty() && part.more {
+            // The round's texts were all taken before this user's turn.
+            outcome.finished.push((part.key, Some(part.since)));
+            continue;
+        }
+        let Some(vectors) = vectors else {
+            outcome.refused = true;
+            metrics.refused.fetch_add(1, Ordering::Relaxed);
+            outcome.finished.push((part.key, Some(part.since)));
+            continue;
+        };
+        let directory = Arc::clone(directory);
+        writes.spawn(async move {
+            let written = store(&directory, &part, vectors).await;
+            (part, written)
+        });
+    }
+    while let Some(joined) = writes.join_next().await {
+        let Ok((part, written)) = joined else {
+            continue;
+        };
+        match written {
+            Ok(written) => {
+                metrics
+                    .stored
+                    .fetch_add(written.stored.len() as u64, Ordering::Relaxed);
+                metrics
+                    .dropped
+                    .fetch_add(written.dropped as u64, Ordering::Relaxed);
+                if !written.stored.is_empty()
+                    && let Some(actor) = directory.running(&part.key)
+                {
+                    let _ = actor.cast(UserMsg::Embedded(written.stored));
+                }
+                outcome.finished.push((part.key, written.left));
+            }
+            Err(Error::NotOwner(_)) => outcome.not_served.push(part.key),
+            Err(err) => {
+                metrics.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %err, "storing vectors failed; the entries wait");
+                outcome.finished.push((part.key, Some(part.since)));
+            }
+        }
+    }
+    outcome
+}
+
+/// Reads the users' entries in one read transaction, at most `round_texts` in all and
+/// `entries_per_user` each.
+async fn read(
+    directory: &Directory,
+    config: &PipelineConfig,
+    users: Vec<(UserKey, Timestamp, Option<u64>)>,
+) -> Result<Vec<Part>> {
+    let services = directory.services();
+    let ks = services.keyspace.clone();
+    let (total, each) = (config.round_texts.max(1), config.entries_per_user.max(1));
+    Ok(services
+        .store
+        .read(move |txn| {
+            let mut parts = Vec::with_capacity(users.len());
+            let mut left = total;
+            for (key, since, epoch) in &users {
+                let take = each.min(left);
+                let mut entries = if take == 0 {
+                    Vec::new()
+                } else {
+                    UserData::new(txn, &ks, &key.tenant, &key.user).pending_entries(take + 1)?
+                };
+                let more = take == 0 || entries.len() > take;
+                entries.truncate(take);
+                left -= entries.len();
+                parts.push(Part {
+                    key: key.clone(),
+                    since: *since,
+                    epoch: *epoch,
+                    entries,
+                    more,
+                });
+            }
+            Ok(parts)
+        })
+        .await?)
+}
+
+/// The vectors of each part's entries (`None` for a part whose tenant's call failed), one
+/// concurrent pool call per tenant.
+async fn embed(directory: &Directory, parts: &[Part]) -> Vec<Option<Vec<Vec<f32>>>> {
+    let mut by_tenant: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, part) in parts.iter().enumerate() {
+        if !part.entries.is_empty() {
+            by_tenant.entry(part.key.tenant.as_str()).or_default().push(i);
+        }
+    }
+    let mut results: Vec<Option<Vec<Vec<f32>>>> = parts
+        .iter()
+        .map(|p| p.entries.is_empty().then(Vec::new))
+        .collect();
+    let Some(embedder) = directory.services().embedder.clone() else {
+        return results;
+    };
+    let mut calls = JoinSet::new();
+    for (tenant, members) in by_tenant {
+        let texts: Vec<String> = members
+            .iter()
+            .flat_map(|&i| parts[i].entries.iter().map(|(_, e)| e.text.clone()))
+            .collect();
+        let sizes: Vec<(usize, usize)> = members
+            .iter()
+            .map(|&i| (i, parts[i].entries.len()))
+            .collect();
+        let (embedder, tenant) = (embedder.clone(), tenant.to_owned());
+        calls.spawn(async move { (sizes, embedder.background(&tenant, texts).await) });
+    }
+    while let Some(joined) = calls.join_next().await {
+        let Ok((sizes, vectors)) = joined else {
+            continue;
+        };
+        match vectors {
+            Ok(vectors) => {
+                let mut vectors = vectors.into_iter();
+                for (i, n) in sizes {
+                    results[i] = Some(vectors.by_ref().take(n).collect());
+                }
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "the pool refused a round's texts; they wait");
+            }
+        }
+    }
+    results
+}
+
+/// What storing a user's vectors did.
+struct Written {
+    stored: Vec<EmbeddedText>,
+    dropped: usize,
+    /// When the entries left were queued, if any are left.
+    left: Option<Timestamp>,
+}
+
+/// Stores a user's vectors in one transaction fenced by the user's shard.
+async fn store(directory: &Directory, part: &Part, vectors: Vec<Vec<f32>>) -> Result<Written> {
+    let services = directory.services();
+    let Some(embedder) = &services.embedder else {
+        return Err(Error::Internal("no embedding pool".into()));
+    };
+    let model = embedder.model_name().to_owned();
+    let (ks, key) = (services.keyspace.clone(), part.key.clone());
+    let shard = key.shard(services.settings.shards);
+    let lease = match (&services.ownership, part.epoch) {
+        (Some(ownership), Some(epoch)) => Some((Arc::clone(ownership), epoch)),
+        (Some(_) | None, Some(_) | None) => None,
+    };
+    let items: Vec<(String, String, Vec<f32>)> = part
+        .entries
+        .iter()
+        .zip(vectors)
+        .map(|((id, entry), vector)| (id.clone(), entry.text.clone(), vector))
+        .collect();
+    let fence = lease.clone();
+    let result = services
+        .store
+        .run(move |txn| {
+            if let Some((ownership, epoch)) = &fence {
+                engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
+            }
+            let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
+            let mut stored = Vec::new();
+            let mut dropped = 0;
+            for (memory_id, text, vector) in &items {
+                let embedding = Embedding {
+                    model: model.clone(),
+                    vector: vector.clone(),
+                };
+                match u.complete_pending(memory_id, text, &embedding)? {
+                    Completion::Stored => stored.push(EmbeddedText {
+                        memory_id: memory_id.clone(),
+                        text: text.clone(),
+                        vector: vector.clone(),
+                    }),
+                    Completion::Dropped => dropped += 1,
+                }
+            }
+            let left = u.settle_pending()?;
+            Ok(Written {
+                stored,
+                dropped,
+                left,
+            })
+        })
+        .await;
+    match result {
+        Ok(written) => Ok(written),
+        Err(engram_storage::Error::Fenced { .. }) => {
+            if let Some((ownership, epoch)) = lease {
+                ownership.fenced(shard, epoch);
+            }
+            Err(Error::NotOwner(format!("shard {shard} moved")))
+        }
+        Err(err) => Err(err.into()),
+    }
+}

@@ -519,3 +519,6 @@ async fn scan(services: &Services, room: usize) -> Result<Scan> {
         })
         .await?)
 }
+
+#[cfg(test)]
+mod tests;

@@ -29,7 +29,7 @@ pub(crate) struct RoundOutcome {
 }
 
 /// A user's part of the round.
-struct Part {
+pub(super) struct Part {
     key: UserKey,
     since: Timestamp,
     /// The lease it is written under (`None`: no leases).
@@ -124,7 +124,7 @@ pub(crate) async fn run(
 
 /// Reads the users' entries in one read transaction, at most `round_texts` in all and
 /// `entries_per_user` each.
-async fn read(
+pub(super) async fn read(
     directory: &Directory,
     config: &PipelineConfig,
     users: Vec<(UserKey, Timestamp, Option<u64>)>,
@@ -162,7 +162,7 @@ async fn read(
 
 /// The vectors of each part's entries (`None` for a part whose tenant's call failed), one
 /// concurrent pool call per tenant.
-async fn embed(directory: &Directory, parts: &[Part]) -> Vec<Option<Vec<Vec<f32>>>> {
+pub(super) async fn embed(directory: &Directory, parts: &[Part]) -> Vec<Option<Vec<Vec<f32>>>> {
     let mut by_tenant: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, part) in parts.iter().enumerate() {
         if !part.entries.is_empty() {
@@ -209,15 +209,15 @@ async fn embed(directory: &Directory, parts: &[Part]) -> Vec<Option<Vec<Vec<f32>
 }
 
 /// What storing a user's vectors did.
-struct Written {
-    stored: Vec<EmbeddedText>,
-    dropped: usize,
+pub(super) struct Written {
+    pub(super) stored: Vec<EmbeddedText>,
+    pub(super) dropped: usize,
     /// When the entries left were queued, if any are left.
-    left: Option<Timestamp>,
+    pub(super) left: Option<Timestamp>,
 }
 
 /// Stores a user's vectors in one transaction fenced by the user's shard.
-async fn store(directory: &Directory, part: &Part, vectors: Vec<Vec<f32>>) -> Result<Written> {
+pub(super) async fn store(directory: &Directory, part: &Part, vectors: Vec<Vec<f32>>) -> Result<Written> {
     let services = directory.services();
     let Some(embedder) = &services.embedder else {
         return Err(Error::Internal("no embedding pool".into()));

@@ -1,7 +1,8 @@
-//! Helpers of the cluster chaos tests (`tests/cluster.rs`): starting nodes of a local cluster,
-//! reading the cluster view, waiting until placement settles, a gateway that sends each
-//! request to any node and retries with the same request id, closed-loop writers that log
-//! every acknowledged write, and the invariants checked from the shared store afterwards.
+//! Helpers of the cluster chaos tests (`tests/cluster.rs`, `tests/pipeline.rs`): starting nodes
+//! of a local cluster, reading the cluster view, waiting until placement settles, a gateway
+//! that sends each request to any node and retries with the same request id, closed-loop
+//! writers that log every acknowledged write, and the invariants checked from the shared store
+//! afterwards (turns, epochs, and that every turn got its vector).
 //! Every wait is on a condition with a deadline.
 
 use std::collections::HashMap;
@@ -31,6 +32,89 @@ pub async fn start(sandbox: &Sandbox, id: &str) -> Node {
         .set("inference.enabled", false)
         .start()
         .await
+}
+
+/// Starts node `id` on the sandbox's shared SQLite file with the embedding pool and its
+/// pipeline, embedding `round_texts` texts a round, one round at a time (slower than the
+/// writes come, so that a burst leaves entries pending) and scanning for work every 500 ms.
+pub async fn start_embedding(sandbox: &Sandbox, id: &str, round_texts: usize) -> Node {
+    sandbox
+        .shared_node(id)
+        .set("inference.pipeline.round-texts", round_texts as i64)
+        .set("inference.pipeline.rounds-in-flight", 1)
+        .set("inference.pipeline.scan-interval", "500ms")
+        .start()
+        .await
+}
+
+/// Pending-inference entries in the shared store, of every user.
+pub async fn pending_entries(sandbox: &Sandbox) -> usize {
+    let store = shared_store(sandbox);
+    let ks = engram_storage::Keyspace::new("engram");
+    store
+        .read(move |txn| {
+            let mut n = 0;
+            for marked in engram_storage::data::pending::pending_users(txn, &ks, None, usize::MAX)? {
+                n += engram_storage::data::UserData::new(txn, &ks, &marked.tenant, &marked.user)
+                    .count_pending()?;
+            }
+            Ok(n)
+        })
+        .await
+        .unwrap()
+}
+
+/// Waits until no inference is pending in the shared store; returns how long it took.
+pub async fn drained(sandbox: &Sandbox, deadline: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let left = pending_entries(sandbox).await;
+        if left == 0 {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "{left} embeddings still pending after {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks in the shared store that each of `users` has one episodic memory per turn of
+/// session `s1`, each with its embedding.
+pub async fn every_turn_has_its_vector(sandbox: &Sandbox, users: &[String]) {
+    let store = shared_store(sandbox);
+    let ks = engram_storage::Keyspace::new("engram");
+    for user in users {
+        let (ks, who) = (ks.clone(), user.clone());
+        let (turns, records, vectors) = store
+            .read(move |txn| {
+                let mut u = engram_storage::data::UserData::new(txn, &ks, "default", &who);
+                Ok((
+                    u.turns_from("s1", 0)?.len(),
+                    u.records(engram_storage::model::MemoryKind::Episodic)?,
+                    u.embeddings()?,
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!(records.len(), turns, "{user}: one episodic memory per turn");
+        for record in &records {
+            assert!(
+                vectors.iter().any(|(id, _)| *id == record.memory_id),
+                "{user}: memory {} has no vector",
+                record.memory_id
+            );
+        }
+    }
+}
+
+fn shared_store(sandbox: &Sandbox) -> engram_storage::Store {
+    engram_storage::Store::sqlite(
+        &sandbox.shared_sqlite(),
+        engram_storage::sqlite::SqliteOptions::default(),
+    )
+    .unwrap()
 }
 
 /// A user of the default tenant, named `prefix-N`, whose shard `owners` gives `node`.
@@ -288,11 +372,7 @@ impl Load {
 /// under a lease, that a user's turns carry non-decreasing epochs, and that no (shard, epoch)
 /// was written by two nodes.
 pub async fn one_owner_per_epoch(sandbox: &Sandbox, users: &[String]) {
-    let store = engram_storage::Store::sqlite(
-        &sandbox.shared_sqlite(),
-        engram_storage::sqlite::SqliteOptions::default(),
-    )
-    .unwrap();
+    let store = shared_store(sandbox);
     let ks = engram_storage::Keyspace::new("engram");
     let mut writers: HashMap<(u32, u64), String> = HashMap::new();
     for user in users {

@@ -1,8 +1,9 @@
 //! The retrieval benchmark's logic (the program is `src/bin/retrieval.rs`). Each
 //! conversation is written into a fresh user through the user actors, the path the gateway's
-//! `POST /v1/users/{user}/turns` takes: validation, entity extraction, embedding by the pool
-//! before the transaction, one SQLite transaction (turn, episodic memory, embedding, request
-//! id), and the index updated after the commit. Each question is then asked through the
+//! `POST /v1/users/{user}/turns` takes: validation, entity extraction, one SQLite transaction
+//! (turn, episodic memory, pending embedding, request id), the index updated after the
+//! commit, and the embedding stored by the node's pipeline after it. Once the pipeline has
+//! drained ([`Bench::drained`]), each question is asked through the
 //! memory search behind the context's slots (`POST /v1/users/{user}/memories/search`) in each
 //! mode, and evidence recall@k is counted per category, with the search latency as a gateway
 //! sees it (dense and hybrid include embedding the question; BM25 embeds nothing).
@@ -20,6 +21,7 @@ use engram_actors::embed::Embedder;
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::SearchMode;
+use engram_actors::pipeline::{Pipeline, PipelineConfig};
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{SearchQuery, TurnRequest};
@@ -40,6 +42,7 @@ pub const MODES: [SearchMode; 3] = [SearchMode::Dense, SearchMode::Bm25, SearchM
 pub struct Bench {
     directory: Arc<Directory>,
     pool: EmbeddingPool,
+    pipeline: Pipeline,
     clock: Arc<ManualClock>,
     _dir: tempfile::TempDir,
 }
@@ -52,13 +55,14 @@ impl Bench {
         let model = pool.encoder.model;
         let pool = EmbeddingPool::start(pool).await?;
         let clock = ManualClock::new(Timestamp(1_780_000_000_000));
+        let pipeline = Pipeline::new(PipelineConfig::default());
         let services = Services {
             store,
             keyspace: Keyspace::new("bench"),
             clock: clock.clone() as SharedClock,
             extractor: Arc::new(EntityExtractor::default()),
             embedder: Some(Embedder::new(pool.clone(), model)),
-            pipeline: None,
+            pipeline: Some(pipeline.clone()),
             ownership: None,
             settings: Settings {
                 index,
@@ -66,9 +70,12 @@ impl Bench {
             },
             metrics: Arc::new(Metrics::default()),
         };
+        let directory = Directory::new(services);
+        let _ = pipeline.start(Arc::clone(&directory)).await?;
         Ok(Bench {
-            directory: Directory::new(services),
+            directory,
             pool,
+            pipeline,
             clock,
             _dir: dir,
         })
@@ -79,11 +86,32 @@ impl Bench {
         &self.pool
     }
 
-    /// Writes `conversation` as user `user` (one turn a passage, in order, in its session)
-    /// and searches all its questions in every mode.
-    pub async fn evaluate(&self, user: &str, conversation: &Conversation) -> Result<Report> {
+    /// Waits until the pipeline has embedded everything written (a condition, polled);
+    /// returns how long that took.
+    pub async fn drained(&self) -> Result<Duration> {
+        let started = Instant::now();
+        loop {
+            let pending = self
+                .pipeline
+                .pending(self.directory.services())
+                .await?
+                .entries;
+            let in_rounds = self
+                .pipeline
+                .metrics()
+                .users_in_rounds
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if pending == 0 && in_rounds == 0 {
+                return Ok(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Writes `conversation` as user `user` (one turn a passage, in order, in its session);
+    /// its embeddings follow through the pipeline.
+    pub async fn write(&self, user: &str, conversation: &Conversation) -> Result<Written> {
         let key = UserKey::new("bench", user);
-        let mut report = Report::default();
         let mut passage_of: HashMap<(String, u64), usize> = HashMap::new();
         for (i, passage) in conversation.passages.iter().enumerate() {
             let req = TurnRequest {
@@ -105,7 +133,25 @@ impl Bench {
             passage_of.insert((passage.session.clone(), seq), i);
             self.clock.advance(1_000);
         }
-        report.passages += conversation.passages.len();
+        Ok(Written {
+            key,
+            passage_of,
+            passages: conversation.passages.len(),
+        })
+    }
+
+    /// Searches all the questions of a written conversation in every mode.
+    pub async fn ask(&self, written: &Written, conversation: &Conversation) -> Result<Report> {
+        let Written {
+            key,
+            passage_of,
+            passages,
+        } = written;
+        let user = &key.user;
+        let mut report = Report {
+            passages: *passages,
+            ..Report::default()
+        };
         let k_max = KS[KS.len() - 1];
         for question in &conversation.questions {
             report.questions += 1;
@@ -119,7 +165,7 @@ impl Bench {
                 let started = Instant::now();
                 let result = self
                     .directory
-                    .ask_admin(&key, query.clone())
+                    .ask_admin(key, query.clone())
                     .await
                     .with_context(|| format!("searching for {user}"))?;
                 report
@@ -140,6 +186,15 @@ impl Bench {
         }
         Ok(report)
     }
+}
+
+/// A conversation written into its user, for [`Bench::ask`].
+#[derive(Debug)]
+pub struct Written {
+    key: UserKey,
+    /// The passage each (session, turn) holds.
+    passage_of: HashMap<(String, u64), usize>,
+    passages: usize,
 }
 
 /// Recall sums of one (mode, category).

@@ -7,6 +7,7 @@
 //! loadgen --url http://127.0.0.1:8080 --users 10000 --zipf 1.1 --read-ratio 0.2 --seconds 60
 //! loadgen --spawn --users 1 --records-per-user 1000 --read-ratio 1 --concurrency 1
 //! loadgen --spawn --inference false --set security.audit-reads=durable --read-ratio 0.9
+//! loadgen --spawn --read-ratio 0 --rate 30 --concurrency 8                      # pipeline lag
 //! ```
 //!
 //! Each of `--concurrency` workers sends one request at a time (a closed loop) until
@@ -15,7 +16,10 @@
 //! `--records-per-user N` every user first gets N active memory records (timed separately),
 //! for measuring context reads over many records. `--spawn` starts a node of the same build
 //! profile through the test harness on a temporary SQLite store (`--synchronous`, default
-//! `full`) and stops it afterwards. The load generator shares the machine with the node it
+//! `full`) and stops it afterwards. `--rate` paces the requests (an open-loop rate, as long as
+//! the node keeps up). With a pipeline, the run samples the oldest pending embedding's age
+//! every 250 ms, reports it, and waits for the pipeline to drain; context reads report how
+//! many were ranked with their query's vector and how many fell back. The load generator shares the machine with the node it
 //! measures: on a small machine its own CPU use is part of the figures.
 
 use std::sync::Arc;
@@ -84,6 +88,95 @@ struct Args {
     /// Seed of the workers' random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Requests per second in all, paced evenly over the workers (absent: as fast as the
+    /// node answers).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Give every context read a query never asked before (no query-cache hits).
+    #[arg(long)]
+    unique_queries: bool,
+}
+
+/// What context reads said of their query's embedding.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ranked {
+    /// Reads whose query was embedded and used.
+    embedded: u64,
+    /// Reads ranked without it, past the deadline.
+    deadline: u64,
+    /// Reads ranked without it for another reason (overloaded, unavailable).
+    other: u64,
+}
+
+impl Ranked {
+    fn merge(&mut self, other: Ranked) {
+        self.embedded += other.embedded;
+        self.deadline += other.deadline;
+        self.other += other.other;
+    }
+
+    fn note(&mut self, reply: &Value) {
+        match reply["fallback"].as_str() {
+            Some("deadline") => self.deadline += 1,
+            Some(_) => self.other += 1,
+            None if reply["query_embedded"] == true => self.embedded += 1,
+            None => {}
+        }
+    }
+}
+
+/// The pipeline as the spawned node reported it during the run.
+#[derive(Debug, Default)]
+struct Backlog {
+    samples: Vec<(f64, f64)>,
+}
+
+impl Backlog {
+    /// Samples (pending entries, oldest age in seconds) every 250 ms until `deadline`.
+    async fn watch(http: HttpClient, deadline: Instant) -> Backlog {
+        let mut backlog = Backlog::default();
+        while Instant::now() < deadline {
+            if let Some(p) = pipeline(&http).await {
+                backlog.samples.push(p);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        backlog
+    }
+
+    fn report(&self) -> String {
+        let mut ages: Vec<f64> = self.samples.iter().map(|s| s.1).collect();
+        ages.sort_by(f64::total_cmp);
+        let max_pending = self.samples.iter().map(|s| s.0).fold(0.0, f64::max);
+        let pick = |q: f64| {
+            ages.get(((ages.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        format!(
+            "pipeline during the run ({} samples): oldest pending entry p50 {:.2} s, max {:.2} s; \
+             pending entries max {max_pending:.0}",
+            ages.len(),
+            pick(0.5),
+            pick(1.0)
+        )
+    }
+}
+
+/// (pending entries, age of the oldest in seconds) of the node's pipeline, when it has one.
+async fn pipeline(http: &HttpClient) -> Option<(f64, f64)> {
+    let reply = http.get("/v1/cluster/pipeline").await.ok()?;
+    if reply.status != StatusCode::OK {
+        return None;
+    }
+    let v = reply.json();
+    if v["enabled"] != true {
+        return None;
+    }
+    Some((
+        v["pending_entries"].as_f64()?,
+        v["oldest_pending_age_ms"].as_f64()? / 1000.0,
+    ))
 }
 
 #[tokio::main]
@@ -164,41 +257,57 @@ async fn main() -> anyhow::Result<()> {
     let picker = Arc::new(UserPicker::new(args.users, &distribution));
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();
+    let watcher = tokio::spawn(Backlog::watch(http.clone(), deadline));
+    // Each worker's share of the rate: one request every `interval`.
+    let interval = args
+        .rate
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
     let mut workers = Vec::new();
     for w in 0..args.concurrency {
         let (http, picker) = (http.clone(), picker.clone());
-        let (read_ratio, seed) = (
+        let (read_ratio, seed, unique) = (
             args.read_ratio,
             args.seed.wrapping_mul(1_000_003).wrapping_add(w as u64),
+            args.unique_queries,
         );
         workers.push(tokio::spawn(async move {
             let mut rng = SmallRng::seed_from_u64(seed);
             let mut stats = Stats::default();
+            let mut ranked = Ranked::default();
             let mut n = 0u64;
+            let mut next = Instant::now();
             while Instant::now() < deadline {
+                if let Some(interval) = interval {
+                    tokio::time::sleep_until(next.into()).await;
+                    next += interval;
+                }
+                n += 1;
                 let user = user_id(picker.pick(&mut rng));
-                let (op, path, body) = if rand::Rng::random::<f64>(&mut rng) < read_ratio {
-                    (
-                        Op::Context,
-                        format!("/v1/users/{user}/context"),
-                        context_body(&mut rng),
-                    )
+                if rand::Rng::random::<f64>(&mut rng) < read_ratio {
+                    let mut body = context_body(&mut rng);
+                    if unique {
+                        body["query"] = format!("{} (question {w}-{n})", body["query"].as_str().unwrap_or_default()).into();
+                    }
+                    let path = format!("/v1/users/{user}/context");
+                    if let Some(reply) = timed(&http, &mut stats, Op::Context, &path, &body).await {
+                        ranked.note(&reply);
+                    }
                 } else {
-                    n += 1;
-                    (
-                        Op::Append,
-                        format!("/v1/users/{user}/turns"),
-                        append_body(&format!("lg-{run}-{w}-{n}"), &mut rng),
-                    )
-                };
-                timed(&http, &mut stats, op, &path, &body).await;
+                    let body = append_body(&format!("lg-{run}-{w}-{n}"), &mut rng);
+                    let path = format!("/v1/users/{user}/turns");
+                    timed(&http, &mut stats, Op::Append, &path, &body).await;
+                }
             }
-            stats
+            (stats, ranked)
         }));
     }
     let mut stats = Stats::default();
+    let mut ranked = Ranked::default();
     for worker in workers {
-        stats.merge(&worker.await?);
+        let (s, r) = worker.await?;
+        stats.merge(&s);
+        ranked.merge(r);
     }
     let elapsed = started.elapsed();
     println!(
@@ -206,6 +315,32 @@ async fn main() -> anyhow::Result<()> {
         elapsed.as_secs_f64(),
         stats.table(elapsed)
     );
+    let reads = ranked.embedded + ranked.deadline + ranked.other;
+    if reads > 0 {
+        let share = |n: u64| 100.0 * n as f64 / reads as f64;
+        println!(
+            "context reads with a query: {reads}; ranked with its vector {:.1}%, past the \
+             deadline {:.1}%, otherwise without it {:.1}%\n",
+            share(ranked.embedded),
+            share(ranked.deadline),
+            share(ranked.other)
+        );
+    }
+    let backlog = watcher.await?;
+    if !backlog.samples.is_empty() {
+        println!("{}\n", backlog.report());
+        let waited = Instant::now();
+        while let Some((pending, _)) = pipeline(&http).await {
+            if pending == 0.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!(
+            "pipeline drained {:.1} s after the run\n",
+            waited.elapsed().as_secs_f64()
+        );
+    }
     if let Some(node) = &mut node {
         let status = node.terminate().await;
         if !status.success() {
@@ -215,12 +350,25 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Sends one request and records its latency, or counts it as an error.
-async fn timed(http: &HttpClient, stats: &mut Stats, op: Op, path: &str, body: &Value) {
+/// Sends one request and records its latency, or counts it as an error; returns the body of
+/// a successful reply.
+async fn timed(
+    http: &HttpClient,
+    stats: &mut Stats,
+    op: Op,
+    path: &str,
+    body: &Value,
+) -> Option<Value> {
     let start = Instant::now();
     match http.post(path, body).await {
-        Ok(reply) if reply.status == StatusCode::OK => stats.record(op, start.elapsed()),
-        Ok(_) | Err(_) => stats.error(op),
+        Ok(reply) if reply.status == StatusCode::OK => {
+            stats.record(op, start.elapsed());
+            Some(reply.json())
+        }
+        Ok(_) | Err(_) => {
+            stats.error(op);
+            None
+        }
     }
 }
 
@@ -242,7 +390,7 @@ async fn seed(http: &HttpClient, args: &Args, run: u128) -> (Stats, Duration) {
                 // Users round-robin, so the workers spread over users' actors.
                 let (user, i) = (k % users, k / users);
                 let body = memory_body(&format!("seed-{run}-{user}-{i}"), i);
-                timed(
+                let _ = timed(
                     &http,
                     &mut stats,
                     Op::Seed,

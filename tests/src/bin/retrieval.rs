@@ -1,7 +1,8 @@
 //! `retrieval`: the retrieval benchmark. Loads LoCoMo and MemDaily files (shared/data), writes
 //! every conversation into a fresh user through the user actors (the gateway's write path:
-//! one turn a passage, embedded by the pool before its transaction, stored in a temporary
-//! SQLite file), asks every question through the memory search behind the context's slots,
+//! one turn a passage, stored in a temporary SQLite file, embedded by the pipeline after the
+//! commit), waits for the pipeline to drain (and prints how long that took), asks every
+//! question through the memory search behind the context's slots,
 //! and prints evidence recall@5/10/20 per category for dense-only, BM25-only and hybrid
 //! search, with the search latency (dense and hybrid include embedding the question).
 //!
@@ -193,7 +194,27 @@ async fn run(
         for (i, conversation) in set.conversations.iter().cloned().enumerate() {
             let bench = Arc::clone(&bench);
             let user = format!("{}-{n}-{i}", set.kind);
-            tasks.spawn(async move { bench.evaluate(&user, &conversation).await });
+            tasks.spawn(async move {
+                let written = bench.write(&user, &conversation).await?;
+                anyhow::Ok((written, conversation))
+            });
+        }
+        let mut written = Vec::new();
+        while let Some(done) = tasks.join_next().await {
+            written.push(done??);
+        }
+        let writes_took = started.elapsed();
+        let drain = bench.drained().await?;
+        println!(
+            "{}: written in {:.1} s; the pipeline drained {:.1} s after the last write\n",
+            set.kind,
+            writes_took.as_secs_f64(),
+            drain.as_secs_f64()
+        );
+        let mut tasks = tokio::task::JoinSet::new();
+        for (w, conversation) in written {
+            let bench = Arc::clone(&bench);
+            tasks.spawn(async move { bench.ask(&w, &conversation).await });
         }
         let mut report = Report::default();
         while let Some(done) = tasks.join_next().await {

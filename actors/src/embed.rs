@@ -98,7 +98,10 @@ impl std::fmt::Debug for Embedder {
 }
 
 fn cache_key(role: TextRole, text: &str) -> CacheKey {
-    (role == TextRole::Query, Sha256::digest(text.as_bytes()).into())
+    (
+        role == TextRole::Query,
+        Sha256::digest(text.as_bytes()).into(),
+    )
 }
 
 impl Embedder {

@@ -183,7 +183,7 @@ impl Pipeline {
 
     /// Starts the dispatcher for the users of `directory` (whose services hold this handle).
     /// Starting twice is an error.
-    pub async fn start(&self, directory: Arc<Directory>) -> Result<ractor::concurrency::JoinHandle<()>> {
+    pub async fn start(&self, directory: Arc<Directory>) -> Result<()> {
         if directory.services().embedder.is_none() {
             return Err(Error::Internal(
                 "the inference pipeline needs an embedding pool".into(),
@@ -193,7 +193,7 @@ impl Pipeline {
             shared: Arc::clone(&self.shared),
             directory,
         };
-        let (actor, handle) = Actor::spawn(None, Dispatcher, args)
+        let (actor, _handle) = Actor::spawn(None, Dispatcher, args)
             .await
             .map_err(|e| Error::Internal(format!("the inference dispatcher did not start: {e}")))?;
         self.shared
@@ -201,7 +201,7 @@ impl Pipeline {
             .set(actor)
             .map_err(|_| Error::Internal("the inference dispatcher was started twice".into()))?;
         self.wake();
-        Ok(handle)
+        Ok(())
     }
 
     /// Stops the dispatcher (rounds under way finish or are fenced; their entries stay in
@@ -356,7 +356,10 @@ impl DispatcherState {
 
     /// Starts rounds while there is room and work.
     fn pump(&mut self, myself: &ActorRef<PipelineMsg>) {
-        if self.backoff_until.is_some_and(|until| Instant::now() < until) {
+        if self
+            .backoff_until
+            .is_some_and(|until| Instant::now() < until)
+        {
             return;
         }
         self.backoff_until = None;
@@ -437,7 +440,9 @@ impl DispatcherState {
             }
         };
         let metrics = &self.shared.metrics;
-        metrics.pending_entries.store(scan.entries, Ordering::Relaxed);
+        metrics
+            .pending_entries
+            .store(scan.entries, Ordering::Relaxed);
         self.scan_oldest = scan.oldest;
         let mut work = self.shared.work.lock();
         for (key, since) in scan.users {
@@ -464,7 +469,9 @@ impl DispatcherState {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let oldest = if work.queued() + work.in_round() == 0 && metrics.pending_entries.load(Ordering::Relaxed) == 0 {
+        let oldest = if work.queued() + work.in_round() == 0
+            && metrics.pending_entries.load(Ordering::Relaxed) == 0
+        {
             None
         } else {
             oldest
@@ -498,8 +505,8 @@ async fn scan(services: &Services, room: usize) -> Result<Scan> {
                     if !owned.serves(&marked.tenant, &marked.user) {
                         continue;
                     }
-                    let n = UserData::new(txn, &ks, &marked.tenant, &marked.user)
-                        .count_pending()?;
+                    let n =
+                        UserData::new(txn, &ks, &marked.tenant, &marked.user).count_pending()?;
                     // A stale mark (no entries) is queued too: the user's round clears it.
                     if n > 0 {
                         scan.entries += n as u64;

@@ -31,8 +31,15 @@ fn not_started(config: PipelineConfig) -> Mode {
 async fn entries_left_by_a_node_that_never_embedded_them_are_resumed_by_the_next() {
     let dir = tempfile::tempdir().unwrap();
     let pool = pool().await;
-    let first = node_with(&dir, embedder(&pool), not_started(PipelineConfig::default())).await;
-    let users: Vec<UserKey> = (0..3).map(|i| UserKey::new("acme", format!("u{i}"))).collect();
+    let first = node_with(
+        &dir,
+        embedder(&pool),
+        not_started(PipelineConfig::default()),
+    )
+    .await;
+    let users: Vec<UserKey> = (0..3)
+        .map(|i| UserKey::new("acme", format!("u{i}")))
+        .collect();
     for (u, key) in users.iter().enumerate() {
         for i in 0..4 {
             let text = format!("user {u} turn {i}: the weekly revenue report");
@@ -93,7 +100,11 @@ async fn a_noisy_tenant_with_a_backlog_does_not_starve_another_tenant() {
     // Served in its turn (one user of each tenant per round): most of the noisy backlog
     // (120 texts, 4 a round) still waits.
     let pending = node.pending().await;
-    assert!(pending >= 80, "the quiet tenant waited for {} noisy texts", 120 - pending);
+    assert!(
+        pending >= 80,
+        "the quiet tenant waited for {} noisy texts",
+        120 - pending
+    );
     node.drained().await;
     node.shutdown().await;
     pool.shutdown().await;
@@ -109,7 +120,9 @@ async fn the_dispatcher_holds_at_most_its_bound_of_users_and_storage_holds_the_r
         ..PipelineConfig::default()
     };
     let node = node_with(&dir, embedder(&pool), not_started(config)).await;
-    let users: Vec<UserKey> = (0..10).map(|i| UserKey::new("acme", format!("u{i}"))).collect();
+    let users: Vec<UserKey> = (0..10)
+        .map(|i| UserKey::new("acme", format!("u{i}")))
+        .collect();
     for (u, key) in users.iter().enumerate() {
         turn_of(&node, key, &format!("r{u}"), "s", "the churn dashboard").await;
     }
@@ -137,7 +150,13 @@ async fn a_read_past_its_query_deadline_ranks_by_words_says_so_and_the_late_vect
     // A deadline no embedding can meet: the pool answers through two actors and a model.
     let deadline = embedder(&pool).with_query_deadline(Some(Duration::from_nanos(1)));
     let node = node_with(&dir, deadline, Mode::behind()).await;
-    turn(&node, "r0", "s1", "We adopted a golden retriever puppy named Oscar").await;
+    turn(
+        &node,
+        "r0",
+        "s1",
+        "We adopted a golden retriever puppy named Oscar",
+    )
+    .await;
     node.drained().await;
 
     let question = "golden retriever";
@@ -151,7 +170,11 @@ async fn a_read_past_its_query_deadline_ranks_by_words_says_so_and_the_late_vect
         route: Route::DeepAnalysisWorkflow,
         token_budget: 1200,
     };
-    let ctx: MemoryContext = node.directory.ask_admin(&alice(), query.clone()).await.unwrap();
+    let ctx: MemoryContext = node
+        .directory
+        .ask_admin(&alice(), query.clone())
+        .await
+        .unwrap();
     // The search's late embedding may already be cached for the context's same query.
     assert!(ctx.fallback.is_none() || ctx.fallback == Some(Fallback::Deadline));
     assert_eq!(ctx.query_embedded, ctx.fallback.is_none());

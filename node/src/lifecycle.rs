@@ -292,7 +292,7 @@ async fn memory(
     let directory = Directory::new(services);
     if let Some(pipeline) = &pipeline {
         // The dispatcher runs until the node stops (its rounds are fenced like every write).
-        let _ = pipeline
+        pipeline
             .start(Arc::clone(&directory))
             .await
             .map_err(|e| Error::Cluster(format!("starting the inference pipeline: {e}")))?;

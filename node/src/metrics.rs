@@ -295,7 +295,11 @@ impl NodeMetrics {
             render_queries(&mut text, embedder.metrics());
         }
         if let Some(pipeline) = &directory.services().pipeline {
-            render_pipeline(&mut text, pipeline.metrics(), directory.services().clock.now());
+            render_pipeline(
+                &mut text,
+                pipeline.metrics(),
+                directory.services().clock.now(),
+            );
         }
         if let Some(ownership) = &directory.services().ownership {
             render_leases(&mut text, ownership);

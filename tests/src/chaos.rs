@@ -54,7 +54,8 @@ pub async fn pending_entries(sandbox: &Sandbox) -> usize {
     store
         .read(move |txn| {
             let mut n = 0;
-            for marked in engram_storage::data::pending::pending_users(txn, &ks, None, usize::MAX)? {
+            for marked in engram_storage::data::pending::pending_users(txn, &ks, None, usize::MAX)?
+            {
                 n += engram_storage::data::UserData::new(txn, &ks, &marked.tenant, &marked.user)
                     .count_pending()?;
             }

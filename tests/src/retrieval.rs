@@ -71,7 +71,7 @@ impl Bench {
             metrics: Arc::new(Metrics::default()),
         };
         let directory = Directory::new(services);
-        let _ = pipeline.start(Arc::clone(&directory)).await?;
+        pipeline.start(Arc::clone(&directory)).await?;
         Ok(Bench {
             directory,
             pool,

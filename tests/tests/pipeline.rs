@@ -29,7 +29,10 @@ async fn a_node_sigkilled_mid_burst_embeds_every_acknowledged_turn_after_its_res
     load.wait_for(40, Duration::from_secs(60)).await;
     node.kill();
     let left = pending_entries(&sandbox).await;
-    assert!(left > 0, "the burst outpaced the embeddings: entries were pending");
+    assert!(
+        left > 0,
+        "the burst outpaced the embeddings: entries were pending"
+    );
     node.restart().await;
     load.wait_for(20, Duration::from_secs(60)).await;
     let users = load.users.clone();

@@ -166,7 +166,10 @@ pub(super) async fn embed(directory: &Directory, parts: &[Part]) -> Vec<Option<V
     let mut by_tenant: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, part) in parts.iter().enumerate() {
         if !part.entries.is_empty() {
-            by_tenant.entry(part.key.tenant.as_str()).or_default().push(i);
+            by_tenant
+                .entry(part.key.tenant.as_str())
+                .or_default()
+                .push(i);
         }
     }
     let mut results: Vec<Option<Vec<Vec<f32>>>> = parts
@@ -217,7 +220,11 @@ pub(super) struct Written {
 }
 
 /// Stores a user's vectors in one transaction fenced by the user's shard.
-pub(super) async fn store(directory: &Directory, part: &Part, vectors: Vec<Vec<f32>>) -> Result<Written> {
+pub(super) async fn store(
+    directory: &Directory,
+    part: &Part,
+    vectors: Vec<Vec<f32>>,
+) -> Result<Written> {
     let services = directory.services();
     let Some(embedder) = &services.embedder else {
         return Err(Error::Internal("no embedding pool".into()));

@@ -73,9 +73,13 @@ async fn a_result_for_a_record_rewritten_or_deleted_while_it_was_computed_is_dro
     .unwrap();
 
     let config = PipelineConfig::default();
-    let parts = read(&directory, &config, vec![(UserKey::new("acme", "alice"), Timestamp(1), None)])
-        .await
-        .unwrap();
+    let parts = read(
+        &directory,
+        &config,
+        vec![(UserKey::new("acme", "alice"), Timestamp(1), None)],
+    )
+    .await
+    .unwrap();
     let vectors = embed(&directory, &parts).await;
     // While the vectors were computed: m1 rewritten, m2 deleted; m3 unchanged.
     with_alice(|u| {
@@ -87,7 +91,11 @@ async fn a_result_for_a_record_rewritten_or_deleted_while_it_was_computed_is_dro
     let vectors = vectors.into_iter().next().flatten().expect("embedded");
     let written = store(&directory, &part, vectors).await.unwrap();
     assert_eq!(
-        written.stored.iter().map(|s| s.memory_id.as_str()).collect::<Vec<_>>(),
+        written
+            .stored
+            .iter()
+            .map(|s| s.memory_id.as_str())
+            .collect::<Vec<_>>(),
         ["m3"]
     );
     assert_eq!(written.dropped, 2);
@@ -95,17 +103,31 @@ async fn a_result_for_a_record_rewritten_or_deleted_while_it_was_computed_is_dro
     let (pending, e1, e2) = store_
         .read_blocking(|txn| {
             let mut u = UserData::new(txn, &ks, "acme", "alice");
-            Ok((u.pending_entries(10)?, u.embedding("m1")?, u.embedding("m2")?))
+            Ok((
+                u.pending_entries(10)?,
+                u.embedding("m1")?,
+                u.embedding("m2")?,
+            ))
         })
         .unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].1.text, "use net revenue after refunds");
-    assert_eq!((e1, e2), (None, None), "no vector of an old text, none for a deleted record");
+    assert_eq!(
+        (e1, e2),
+        (None, None),
+        "no vector of an old text, none for a deleted record"
+    );
 
     // The dispatcher embeds the new text and counts nothing more as dropped.
     let pipeline = directory.services().pipeline.clone().unwrap();
-    let _ = pipeline.start(Arc::clone(&directory)).await.unwrap();
-    while pipeline.pending(directory.services()).await.unwrap().entries > 0 {
+    pipeline.start(Arc::clone(&directory)).await.unwrap();
+    while pipeline
+        .pending(directory.services())
+        .await
+        .unwrap()
+        .entries
+        > 0
+    {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(pipeline.metrics().dropped.load(Ordering::Relaxed), 0);

@@ -205,7 +205,10 @@ mod tests {
         let mut work = Work::new(2);
         assert!(work.push(key("t", "a"), Timestamp(1)));
         assert!(work.push(key("t", "b"), Timestamp(2)));
-        assert!(work.push(key("t", "a"), Timestamp(0)), "a known user is no new entry");
+        assert!(
+            work.push(key("t", "a"), Timestamp(0)),
+            "a known user is no new entry"
+        );
         assert!(!work.push(key("t", "c"), Timestamp(3)));
         assert!(work.overflowed());
         assert_eq!(work.room(), 0);

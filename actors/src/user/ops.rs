@@ -253,6 +253,7 @@ pub fn write_memory(
     if let Some(id) = &req.memory_id
         && let Some(existing) = find_record(u, id)?
     {
+        let rewritten = existing.summary_text != req.text;
         let mut record = existing;
         record.summary_text = req.text.clone();
         record.payload = req.payload.to_string();
@@ -267,15 +268,16 @@ pub fn write_memory(
         record.expires_at = expires_at(record.kind, scope.now);
         classify(&mut record);
         u.put_record(&record)?;
-        scope
-            .prepared
-            .store(
+        // The same text keeps its vector (with the pipeline, it is not embedded again).
+        if rewritten || !scope.prepared.write_behind || u.embedding(&record.memory_id)?.is_none() {
+            scope.prepared.store(
                 u,
                 record.kind,
                 &record.memory_id,
                 &record.summary_text,
                 scope.now,
             )?;
+        }
         let ack = MemoryAck {
             memory: record.clone(),
             action: "updated".into(),

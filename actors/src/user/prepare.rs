@@ -229,7 +229,9 @@ impl UserState {
 }
 
 /// The vector of a query, if it was embedded, and why not otherwise.
-pub(super) fn split(vector: Option<QueryVector>) -> (Option<std::sync::Arc<[f32]>>, Option<Fallback>) {
+pub(super) fn split(
+    vector: Option<QueryVector>,
+) -> (Option<std::sync::Arc<[f32]>>, Option<Fallback>) {
     match vector {
         Some(QueryVector::Embedded(v)) => (Some(v), None),
         Some(QueryVector::Fallback(why)) => (None, Some(why)),

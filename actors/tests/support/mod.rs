@@ -55,8 +55,12 @@ pub struct Node {
 }
 
 pub async fn node(dir: &TempDir, pool: &EmbeddingPool) -> Node {
-    node_with(dir, Embedder::new(pool.clone(), ModelKind::MultilingualE5Small), Mode::Synchronous)
-        .await
+    node_with(
+        dir,
+        Embedder::new(pool.clone(), ModelKind::MultilingualE5Small),
+        Mode::Synchronous,
+    )
+    .await
 }
 
 pub async fn node_with(dir: &TempDir, embedder: Embedder, mode: Mode) -> Node {
@@ -78,7 +82,7 @@ pub async fn node_with(dir: &TempDir, embedder: Embedder, mode: Mode) -> Node {
     };
     let directory = Directory::new(services);
     if let (Some(pipeline), true) = (&pipeline, started) {
-        let _ = pipeline.start(Arc::clone(&directory)).await.unwrap();
+        pipeline.start(Arc::clone(&directory)).await.unwrap();
     }
     Node {
         directory,
@@ -91,7 +95,7 @@ impl Node {
     /// Starts the pipeline of a node made with `started: false`.
     pub async fn start_pipeline(&self) {
         let pipeline = self.pipeline.as_ref().expect("a write-behind node");
-        let _ = pipeline.start(Arc::clone(&self.directory)).await.unwrap();
+        pipeline.start(Arc::clone(&self.directory)).await.unwrap();
     }
 
     /// Pending entries in storage now.
@@ -121,7 +125,11 @@ impl Node {
     }
 
     /// A user's records of a kind and the embeddings stored for them.
-    pub async fn stored(&self, key: &UserKey, kind: MemoryKind) -> (Vec<MemoryRecord>, Vec<(String, Embedding)>) {
+    pub async fn stored(
+        &self,
+        key: &UserKey,
+        kind: MemoryKind,
+    ) -> (Vec<MemoryRecord>, Vec<(String, Embedding)>) {
         let ks = Keyspace::new("engram");
         let key = key.clone();
         self.store
@@ -174,7 +182,12 @@ pub async fn search(node: &Node, query: &str, mode: SearchMode) -> SearchResult 
     node.directory.ask_admin(&alice(), q.clone()).await.unwrap()
 }
 
-pub fn memory_write(id: &str, kind: MemoryKind, text: &str, payload: serde_json::Value) -> MemoryWrite {
+pub fn memory_write(
+    id: &str,
+    kind: MemoryKind,
+    text: &str,
+    payload: serde_json::Value,
+) -> MemoryWrite {
     MemoryWrite {
         request_id: id.into(),
         memory_id: None,
@@ -202,7 +215,10 @@ pub async fn profile(node: &Node, id: &str, topic: &str, value: &str, text: &str
         text,
         json!({ "topic": topic, "value": value }),
     );
-    node.directory.ask_admin(&alice(), req.clone()).await.unwrap()
+    node.directory
+        .ask_admin(&alice(), req.clone())
+        .await
+        .unwrap()
 }
 
 pub async fn pool() -> EmbeddingPool {

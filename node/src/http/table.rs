@@ -67,11 +67,7 @@ pub fn table() -> Vec<Route> {
             Operator,
             "cluster.status",
         ),
-        Route::new(
-            routes!(operations::pipeline),
-            Operator,
-            "cluster.pipeline",
-        ),
+        Route::new(routes!(operations::pipeline), Operator, "cluster.pipeline"),
         Route::new(routes!(operations::drain), Operator, "cluster.drain"),
         Route::public(routes!(operations::health)),
         Route::public(routes!(operations::ready)),

@@ -52,12 +52,7 @@ fn since_bytes(at: Timestamp) -> [u8; PENDING_SINCE_LEN] {
 }
 
 fn since_of(value: &[u8]) -> Timestamp {
-    Timestamp(
-        value
-            .try_into()
-            .map(i64::from_be_bytes)
-            .unwrap_or_default(),
-    )
+    Timestamp(value.try_into().map(i64::from_be_bytes).unwrap_or_default())
 }
 
 impl UserData<'_> {
@@ -85,9 +80,9 @@ impl UserData<'_> {
     /// At most `limit` pending entries of the user, by memory id.
     pub fn pending_entries(&mut self, limit: usize) -> Result<Vec<(String, PendingInference)>> {
         let range = self.keys.pendings();
-        let rows = self
-            .txn
-            .get_range(&range.begin, &range.end, RangeOptions::first(limit.max(1)))?;
+        let rows =
+            self.txn
+                .get_range(&range.begin, &range.end, RangeOptions::first(limit.max(1)))?;
         rows.iter()
             .map(|(k, v)| {
                 let id = self

@@ -5,9 +5,8 @@ use proptest::prelude::*;
 use super::archive::RetentionRule;
 use super::{UserData, expired};
 use crate::model::{
-    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus,
-    PendingInference, PiiLevel,
-    RedactionLevel, ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
+    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, PendingInference,
+    PiiLevel, RedactionLevel, ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
 };
 
 pub(crate) const RULE: SessionRule = SessionRule {
@@ -664,10 +663,7 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
     assert_eq!(left.0[0].1.text, "text m1 again");
     assert_eq!((left.1, left.2), (None, Some(vector.clone())));
     with_user(&store, &ks, "alice", |u| {
-        assert_eq!(
-            u.complete_pending("m1", "text m1 again", &vector)?,
-            Stored
-        );
+        assert_eq!(u.complete_pending("m1", "text m1 again", &vector)?, Stored);
         assert_eq!(u.settle_pending()?, None, "nothing is left");
         assert_eq!(u.count_pending()?, 0);
         Ok(())

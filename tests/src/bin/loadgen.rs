@@ -287,7 +287,11 @@ async fn main() -> anyhow::Result<()> {
                 if rand::Rng::random::<f64>(&mut rng) < read_ratio {
                     let mut body = context_body(&mut rng);
                     if unique {
-                        body["query"] = format!("{} (question {w}-{n})", body["query"].as_str().unwrap_or_default()).into();
+                        body["query"] = format!(
+                            "{} (question {w}-{n})",
+                            body["query"].as_str().unwrap_or_default()
+                        )
+                        .into();
                     }
                     let path = format!("/v1/users/{user}/context");
                     if let Some(reply) = timed(&http, &mut stats, Op::Context, &path, &body).await {

@@ -112,12 +112,20 @@ fn interactive_requests_are_batched_before_older_background_ones() {
     for _ in 0..4 {
         queue.push(request_at("pipeline", 8, t0, Priority::Background));
     }
-    queue.push(request_at("reader", 1, t0 + Duration::from_millis(5), Priority::Interactive));
+    queue.push(request_at(
+        "reader",
+        1,
+        t0 + Duration::from_millis(5),
+        Priority::Interactive,
+    ));
     assert_eq!(queue.texts(), 33);
     assert_eq!(queue.oldest(), Some(t0));
     let batch = queue.take_batch(16);
     assert_eq!(
-        batch.iter().map(|r| (&*r.key, r.priority)).collect::<Vec<_>>(),
+        batch
+            .iter()
+            .map(|r| (&*r.key, r.priority))
+            .collect::<Vec<_>>(),
         [
             ("reader", Priority::Interactive),
             ("pipeline", Priority::Background)
@@ -125,6 +133,10 @@ fn interactive_requests_are_batched_before_older_background_ones() {
         "the query first, then the background requests that fit beside it"
     );
     let batch = queue.take_batch(16);
-    assert_eq!(batch.len(), 2, "background requests fill whole batches when alone");
+    assert_eq!(
+        batch.len(),
+        2,
+        "background requests fill whole batches when alone"
+    );
     assert_eq!(queue.texts(), 8);
 }

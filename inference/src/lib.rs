@@ -33,4 +33,4 @@ mod tokenize;
 pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};
 pub use encoder::{Encoder, cuda_devices};
 pub use error::{Error, Result};
-pub use pool::{BATCH_BUCKETS, EmbeddingPool, PoolConfig, PoolStats, Priority};
+pub use pool::{BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority};

@@ -25,6 +25,7 @@
 //! This module does no I/O of its own, and it logs counts, never texts or vectors.
 
 mod fair;
+mod lanes;
 mod router;
 mod stats;
 mod worker;
@@ -38,6 +39,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use self::fair::Shares;
+pub use self::lanes::BackgroundPriority;
 use self::router::{Request, Router, RouterArgs, RouterMsg};
 use self::stats::Metrics;
 pub use self::stats::{BATCH_BUCKETS, PoolStats};
@@ -66,6 +68,9 @@ pub struct PoolConfig {
     /// may hold; more of its texts are shed with [`Error::Overloaded`] while other keys are
     /// still admitted.
     pub tenant_share_percent: u8,
+    /// The scheduling class of background-only batches (the pipeline's): `idle` takes only
+    /// CPU time that requests leave unused.
+    pub background_priority: BackgroundPriority,
 }
 
 impl Default for PoolConfig {
@@ -77,6 +82,7 @@ impl Default for PoolConfig {
             max_wait: Duration::from_millis(5),
             queue_capacity: 1024,
             tenant_share_percent: 50,
+            background_priority: BackgroundPriority::Idle,
         }
     }
 }
@@ -130,6 +136,7 @@ impl EmbeddingPool {
         let closed = Arc::new(AtomicBool::new(false));
         let args = RouterArgs {
             encoders,
+            background: config.background_priority,
             max_batch: config.max_batch,
             max_wait: config.max_wait,
             metrics: Arc::clone(&metrics),

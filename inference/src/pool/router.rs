@@ -76,6 +76,7 @@ pub(crate) struct Router;
 /// The router's start-up arguments.
 pub(crate) struct RouterArgs {
     pub(crate) encoders: Vec<Encoder>,
+    pub(crate) background: super::lanes::BackgroundPriority,
     pub(crate) max_batch: usize,
     pub(crate) max_wait: Duration,
     pub(crate) metrics: Arc<Metrics>,
@@ -113,6 +114,7 @@ impl Actor for Router {
             let worker_args = WorkerArgs {
                 index,
                 encoder,
+                background: args.background,
                 router: myself.clone(),
                 metrics: Arc::clone(&args.metrics),
             };

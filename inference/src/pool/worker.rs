@@ -1,9 +1,10 @@
 //! A pool worker: one actor owning one [`Encoder`], running one batch at a time.
 //!
 //! The encoder is `Send` but not `Sync`, so it lives in this actor's state and is moved onto
-//! a blocking thread (`spawn_blocking`) for each batch and back again: the forward pass never
-//! runs on an async thread, and the actor's mailbox waits meanwhile, so a worker never holds
-//! more than one batch. The worker tokenizes every request of the batch with its own role,
+//! one of the worker's two threads ([`super::lanes`]) for each batch and back again: a batch
+//! with an interactive request on the normal-priority one, a background-only batch on the
+//! idle-class one. The forward pass never runs on an async thread, and the actor's mailbox
+//! waits meanwhile, so a worker never holds more than one batch. The worker tokenizes every request of the batch with its own role,
 //! runs them together (the encoder sorts them by length and pads each forward pass to its
 //! longest text), answers each caller, and tells the router it is idle. It does not queue,
 //! batch or shed: that is the router's job.
@@ -13,6 +14,8 @@ use std::sync::atomic::Ordering;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use super::Priority;
+use super::lanes::{BackgroundPriority, Lane};
 use super::router::{Request, RouterMsg};
 use super::stats::Metrics;
 use crate::encoder::Encoder;
@@ -34,6 +37,7 @@ pub(crate) struct EncoderWorker;
 pub(crate) struct WorkerArgs {
     pub(crate) index: usize,
     pub(crate) encoder: Encoder,
+    pub(crate) background: BackgroundPriority,
     pub(crate) router: ActorRef<RouterMsg>,
     pub(crate) metrics: Arc<Metrics>,
 }
@@ -42,6 +46,8 @@ pub(crate) struct WorkerArgs {
 pub(crate) struct WorkerState {
     index: usize,
     encoder: Option<Encoder>,
+    /// Where batches run: `[interactive, background]`.
+    lanes: [Lane; 2],
     router: ActorRef<RouterMsg>,
     metrics: Arc<Metrics>,
 }
@@ -56,9 +62,17 @@ impl Actor for EncoderWorker {
         _myself: ActorRef<WorkerMsg>,
         args: WorkerArgs,
     ) -> std::result::Result<WorkerState, ActorProcessingErr> {
+        let lanes = [
+            Lane::start(format!("embed-{}", args.index), false)?,
+            Lane::start(
+                format!("embed-{}-bg", args.index),
+                args.background == BackgroundPriority::Idle,
+            )?,
+        ];
         Ok(WorkerState {
             index: args.index,
             encoder: Some(args.encoder),
+            lanes,
             router: args.router,
             metrics: args.metrics,
         })
@@ -96,23 +110,23 @@ impl WorkerState {
             .iter_mut()
             .map(|r| (std::mem::take(&mut r.texts), r.role))
             .collect();
-        let joined = tokio::task::spawn_blocking(move || -> Outcome {
-            let result = embed_all(&encoder, &inputs);
-            (encoder, result)
-        })
-        .await;
+        let waited_for = requests.iter().any(|r| r.priority == Priority::Interactive);
+        let lane = &self.lanes[usize::from(!waited_for)];
+        let joined = lane
+            .run(move || -> Outcome {
+                let result = embed_all(&encoder, &inputs);
+                (encoder, result)
+            })
+            .await;
         self.metrics
             .in_flight_texts
             .fetch_sub(texts as u64, Ordering::Relaxed);
-        let (encoder, result) = match joined {
-            Ok(outcome) => outcome,
-            Err(join) => {
-                tracing::error!(worker = self.index, texts, "forward pass panicked");
-                for request in requests {
-                    request.answer(&self.metrics, Err(Error::WorkerFailed));
-                }
-                return Err(format!("forward pass panicked: {join}").into());
+        let Some((encoder, result)) = joined else {
+            tracing::error!(worker = self.index, texts, "forward pass panicked");
+            for request in requests {
+                request.answer(&self.metrics, Err(Error::WorkerFailed));
             }
+            return Err("forward pass panicked".into());
         };
         self.encoder = Some(encoder);
         match result {

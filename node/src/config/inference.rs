@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use engram_actors::pipeline::PipelineConfig;
-use engram_inference::{DeviceChoice, EncoderConfig, ModelKind, PoolConfig};
+use engram_inference::{BackgroundPriority, DeviceChoice, EncoderConfig, ModelKind, PoolConfig};
 use engram_storage::vector::VectorConfig;
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +41,9 @@ pub struct InferenceConfig {
     /// A user with at least this many vectors is searched through an HNSW graph; fewer are
     /// searched exactly.
     pub exact_search_below: usize,
+    /// The scheduling class of the pipeline's batches: `"idle"` (Linux `SCHED_IDLE`: only CPU
+    /// time requests leave unused) or `"normal"`.
+    pub background_priority: BackgroundPriority,
     /// Whether a write leaves its passages to the pipeline (answers after its storage commit;
     /// the vectors follow) rather than waiting for them.
     pub write_behind: bool,
@@ -112,6 +115,7 @@ impl Default for InferenceConfig {
             tenant_share_percent: pool.tenant_share_percent,
             max_batch_tokens: pool.encoder.max_batch_tokens,
             exact_search_below: VectorConfig::default().exact_threshold,
+            background_priority: pool.background_priority,
             write_behind: true,
             query_deadline: Duration::from_millis(20),
             query_cache_entries: engram_actors::embed::DEFAULT_CACHE_ENTRIES,
@@ -136,6 +140,7 @@ impl InferenceConfig {
             max_wait: self.max_wait,
             queue_capacity: self.queue_capacity,
             tenant_share_percent: self.tenant_share_percent,
+            background_priority: self.background_priority,
         }
     }
 }

@@ -95,6 +95,9 @@ struct Args {
     /// Give every context read a query never asked before (no query-cache hits).
     #[arg(long)]
     unique_queries: bool,
+    /// How long to wait after the run for the node's pipeline to drain, in seconds.
+    #[arg(long, default_value_t = 60)]
+    drain_wait: u64,
 }
 
 /// What context reads said of their query's embedding.
@@ -334,16 +337,25 @@ async fn main() -> anyhow::Result<()> {
     if !backlog.samples.is_empty() {
         println!("{}\n", backlog.report());
         let waited = Instant::now();
+        let mut left = 0.0;
         while let Some((pending, _)) = pipeline(&http).await {
-            if pending == 0.0 {
+            left = pending;
+            if pending == 0.0 || waited.elapsed() >= Duration::from_secs(args.drain_wait) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        println!(
-            "pipeline drained {:.1} s after the run\n",
-            waited.elapsed().as_secs_f64()
-        );
+        if left == 0.0 {
+            println!(
+                "pipeline drained {:.1} s after the run\n",
+                waited.elapsed().as_secs_f64()
+            );
+        } else {
+            println!(
+                "pipeline: {left:.0} embeddings still pending {:.0} s after the run (storage holds them)\n",
+                waited.elapsed().as_secs_f64()
+            );
+        }
     }
     if let Some(node) = &mut node {
         let status = node.terminate().await;

@@ -1,0 +1,108 @@
+//! The threads a worker's forward passes run on: one for batches someone waits for, at the
+//! process's normal priority, and one for background-only batches, in Linux's `SCHED_IDLE`
+//! class when [`BackgroundPriority::Idle`] (the default), so that the pipeline's embeddings
+//! take only CPU time that requests leave unused and never slow the writes they follow.
+//!
+//! The encoder moves to the thread of each batch and back (one batch at a time, so it is never
+//! shared). libtorch's intra-op threads are created by the thread that first runs a parallel
+//! operator and inherit its scheduling class, so each lane has its own, of its own class.
+
+use std::sync::mpsc;
+
+use serde::{Deserialize, Serialize};
+
+/// The scheduling class of background-only batches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackgroundPriority {
+    /// `SCHED_IDLE` on Linux (run only when the CPU is otherwise idle); normal elsewhere.
+    #[default]
+    Idle,
+    /// The process's normal priority, like interactive batches.
+    Normal,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// One thread that runs jobs in order.
+pub(crate) struct Lane {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Lane {
+    /// Starts a thread named `name`, in the idle class when `idle` (it logs, and runs at normal
+    /// priority, where the class cannot be set).
+    pub(crate) fn start(name: String, idle: bool) -> std::io::Result<Lane> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        std::thread::Builder::new().name(name).spawn(move || {
+            if idle {
+                lower_priority();
+            }
+            for job in queue {
+                job();
+            }
+        })?;
+        Ok(Lane { jobs })
+    }
+
+    /// Runs `f` on the lane's thread; `None` when the thread is gone (a job panicked).
+    pub(crate) async fn run<T, F>(&self, f: F) -> Option<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.jobs
+            .send(Box::new(move || {
+                let _ = tx.send(f());
+            }))
+            .ok()?;
+        rx.await.ok()
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn lower_priority() {
+    use thread_priority::{
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+        set_thread_priority_and_policy, thread_native_id,
+    };
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    if let Err(err) = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle)
+    {
+        tracing::warn!(error = ?err, "background inference runs at normal priority: SCHED_IDLE refused");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_priority() {
+    tracing::info!("background inference runs at normal priority on this platform");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_lane_runs_jobs_in_order_on_its_thread_and_reports_a_dead_thread() {
+        let lane = Lane::start("lane-test".into(), true).unwrap();
+        let name = lane
+            .run(|| std::thread::current().name().map(str::to_owned))
+            .await;
+        assert_eq!(name, Some(Some("lane-test".to_owned())));
+        #[cfg(target_os = "linux")]
+        {
+            let policy = lane.run(thread_priority::thread_schedule_policy).await;
+            assert_eq!(
+                policy.map(|p| p.ok()),
+                Some(Some(thread_priority::ThreadSchedulePolicy::Normal(
+                    thread_priority::NormalThreadSchedulePolicy::Idle
+                ))),
+                "the background lane runs in the idle class"
+            );
+        }
+        let panicked = lane.run(|| -> u8 { panic!("a failed forward pass") }).await;
+        assert_eq!(panicked, None);
+        assert_eq!(lane.run(|| 1).await, None, "the lane is gone");
+    }
+}

@@ -23,7 +23,7 @@ mod round;
 mod work;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -97,8 +97,9 @@ pub struct PipelineMetrics {
     pub queued_users: AtomicU64,
     /// Users in rounds (a gauge).
     pub users_in_rounds: AtomicU64,
-    /// Pending entries of this node's users, as of the last scan (a gauge).
-    pub pending_entries: AtomicU64,
+    /// Users of this node's shards with pending entries, as of the last scan (a gauge; the
+    /// entries themselves are counted on demand, [`Pipeline::pending`]).
+    pub pending_users: AtomicU64,
     /// When the oldest pending entry this node knows of was queued, in ms since the epoch
     /// (0: none) (a gauge).
     pub oldest_queued_at: AtomicI64,
@@ -118,6 +119,8 @@ pub struct Pending {
 struct Shared {
     config: PipelineConfig,
     work: Mutex<Work>,
+    /// A wake-up is on its way to the dispatcher.
+    woken: AtomicBool,
     actor: OnceLock<ActorRef<PipelineMsg>>,
     metrics: PipelineMetrics,
 }
@@ -144,6 +147,7 @@ impl Pipeline {
         Pipeline {
             shared: Arc::new(Shared {
                 work: Mutex::new(Work::new(config.max_users_in_memory)),
+                woken: AtomicBool::new(false),
                 config,
                 actor: OnceLock::new(),
                 metrics: PipelineMetrics::default(),
@@ -175,8 +179,11 @@ impl Pipeline {
         self.shared.work.lock().remove(key);
     }
 
+    /// Wakes the dispatcher, once however many notifications come before it wakes.
     fn wake(&self) {
-        if let Some(actor) = self.shared.actor.get() {
+        if let Some(actor) = self.shared.actor.get()
+            && !self.shared.woken.swap(true, Ordering::AcqRel)
+        {
             let _ = actor.cast(PipelineMsg::Wake);
         }
     }
@@ -214,7 +221,7 @@ impl Pipeline {
 
     /// What is pending for the shards this node serves, counted in storage.
     pub async fn pending(&self, services: &Services) -> Result<Pending> {
-        let scan = scan(services, 0).await?;
+        let scan = scan(services, 0, true).await?;
         Ok(Pending {
             users: scan.pending_users,
             entries: scan.entries as usize,
@@ -269,7 +276,7 @@ pub(crate) struct Scan {
     users: Vec<(UserKey, Timestamp)>,
     /// Whether users were left out for want of room.
     more: bool,
-    /// Users with pending entries (stale marks left out).
+    /// Users with pending entries (stale marks left out when entries are counted).
     pending_users: usize,
     entries: u64,
     oldest: Option<Timestamp>,
@@ -339,7 +346,7 @@ impl Actor for Dispatcher {
         state: &mut DispatcherState,
     ) -> std::result::Result<(), ActorProcessingErr> {
         match msg {
-            PipelineMsg::Wake => {}
+            PipelineMsg::Wake => state.shared.woken.store(false, Ordering::Release),
             PipelineMsg::Tick => state.tick(&myself),
             PipelineMsg::RoundDone(outcome) => state.round_done(outcome),
             PipelineMsg::ScanDone(scan) => state.scan_done(scan),
@@ -378,7 +385,6 @@ impl DispatcherState {
                 let _ = me.cast(PipelineMsg::RoundDone(outcome));
             });
         }
-        self.gauges();
     }
 
     fn round_done(&mut self, outcome: RoundOutcome) {
@@ -414,6 +420,7 @@ impl DispatcherState {
         if !self.scanning && (gained || due || (overflowed && room > 0)) {
             self.scan(myself, room);
         }
+        self.gauges();
     }
 
     fn scan(&mut self, myself: &ActorRef<PipelineMsg>, room: usize) {
@@ -424,7 +431,7 @@ impl DispatcherState {
         let services = self.services().clone();
         let me = myself.clone();
         tokio::spawn(async move {
-            let scan = scan(&services, room).await;
+            let scan = scan(&services, room, false).await;
             let _ = me.cast(PipelineMsg::ScanDone(scan));
         });
     }
@@ -441,8 +448,8 @@ impl DispatcherState {
         };
         let metrics = &self.shared.metrics;
         metrics
-            .pending_entries
-            .store(scan.entries, Ordering::Relaxed);
+            .pending_users
+            .store(scan.pending_users as u64, Ordering::Relaxed);
         self.scan_oldest = scan.oldest;
         let mut work = self.shared.work.lock();
         for (key, since) in scan.users {
@@ -470,7 +477,7 @@ impl DispatcherState {
             (a, b) => a.or(b),
         };
         let oldest = if work.queued() + work.in_round() == 0
-            && metrics.pending_entries.load(Ordering::Relaxed) == 0
+            && metrics.pending_users.load(Ordering::Relaxed) == 0
         {
             None
         } else {
@@ -482,9 +489,10 @@ impl DispatcherState {
     }
 }
 
-/// Users of this node's shards in the work index, at most `room` of them (and the count of
-/// all their pending entries).
-async fn scan(services: &Services, room: usize) -> Result<Scan> {
+/// Users of this node's shards in the work index, at most `room` of them, with the count of
+/// all of them, and, when `count_entries` (a read of every pending entry: for operators, not
+/// for the dispatcher's periodic scans), of their pending entries.
+async fn scan(services: &Services, room: usize, count_entries: bool) -> Result<Scan> {
     let (store, ks) = (services.store.clone(), services.keyspace.clone());
     let owned = Owned::of(services);
     Ok(store
@@ -505,9 +513,13 @@ async fn scan(services: &Services, room: usize) -> Result<Scan> {
                     if !owned.serves(&marked.tenant, &marked.user) {
                         continue;
                     }
-                    let n =
-                        UserData::new(txn, &ks, &marked.tenant, &marked.user).count_pending()?;
-                    // A stale mark (no entries) is queued too: the user's round clears it.
+                    // A stale mark (no entries left) is queued too: the user's round clears
+                    // it; counted, it is left out.
+                    let n = if count_entries {
+                        UserData::new(txn, &ks, &marked.tenant, &marked.user).count_pending()?
+                    } else {
+                        1
+                    };
                     if n > 0 {
                         scan.entries += n as u64;
                         scan.pending_users += 1;

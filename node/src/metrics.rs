@@ -525,10 +525,10 @@ fn render_pipeline(
     );
     for (name, kind, help, value) in [
         (
-            "engram_pipeline_pending_entries",
+            "engram_pipeline_pending_users",
             "gauge",
-            "Pending embeddings of this node's users, as of the last scan",
-            &m.pending_entries,
+            "Users of this node's shards with pending embeddings, as of the last scan (GET /v1/cluster/pipeline counts the embeddings)",
+            &m.pending_users,
         ),
         (
             "engram_pipeline_queued_users",

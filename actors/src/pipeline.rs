@@ -450,7 +450,9 @@ impl DispatcherState {
         metrics
             .pending_users
             .store(scan.pending_users as u64, Ordering::Relaxed);
-        self.scan_oldest = scan.oldest;
+        // The queue knows every user's age when the scan found room for all of them; only
+        // users left in storage need the scan's view (which ages until the next scan).
+        self.scan_oldest = scan.oldest.filter(|_| scan.more);
         let mut work = self.shared.work.lock();
         for (key, since) in scan.users {
             if !work.knows(&key) && !work.push(key, since) {

@@ -171,6 +171,7 @@ async fn concurrent(
         max_wait: Duration::from_millis(5),
         queue_capacity: 4096,
         tenant_share_percent: 100,
+        ..PoolConfig::default()
     };
     println!(
         "\n## pool vs direct unbatched calls (one text per call)\n\npool: {} worker, max_batch \

@@ -69,6 +69,7 @@ async fn concurrent_callers_get_direct_vectors_and_are_batched() -> Result<()> {
         max_wait: Duration::from_millis(100),
         queue_capacity: 256,
         tenant_share_percent: 100,
+        ..PoolConfig::default()
     })
     .await?;
     let direct = Encoder::load(&encoder_config())?;
@@ -151,6 +152,7 @@ async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
         queue_capacity: 4,
         // One caller key: the queue-wide bound is what this test looks at.
         tenant_share_percent: 100,
+        ..PoolConfig::default()
     })
     .await?;
 
@@ -226,6 +228,7 @@ async fn a_tenant_flooding_the_pool_is_shed_at_its_share_and_another_tenant_is_s
         max_wait: Duration::from_secs(4),
         queue_capacity: 8,
         tenant_share_percent: 50,
+        ..PoolConfig::default()
     })
     .await?;
     // The noisy tenant sends six single texts at once: four fit its share, two are shed.

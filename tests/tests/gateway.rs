@@ -475,7 +475,13 @@ async fn metrics_count_requests_per_route_and_status_without_user_ids() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn search_finds_memories_by_meaning_before_and_after_a_sigkill() {
-    let mut node = Sandbox::new().node("search").start().await;
+    // About meaning, not latency: a query waits for its embedding however busy the machine is
+    // (the deadline's fallback is tested in actors/tests/pipeline.rs).
+    let mut node = Sandbox::new()
+        .node("search")
+        .set("inference.query-deadline", "60s")
+        .start()
+        .await;
     let http = node.client();
     let user = "dana";
     let turns = [
@@ -487,6 +493,8 @@ async fn search_finds_memories_by_meaning_before_and_after_a_sigkill() {
         http.must_append_turn(user, &turn(&format!("q-{i}"), "s1", text, "ok"))
             .await;
     }
+    // The vectors follow the writes: wait for them.
+    http.must_drain_pipeline().await;
     let search = |mode: &'static str| json!({ "query": "what is my dog called?", "k": 2, "mode": mode, "kinds": ["episodic"] });
     let path = format!("/v1/users/{user}/memories/search");
     let before = http.must_post(&path, &search("dense")).await;

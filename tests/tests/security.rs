@@ -188,6 +188,7 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
             Some(json!({"scope": "operator"})),
         ),
         (Method::GET, "/v1/cluster/status".into(), None),
+        (Method::GET, "/v1/cluster/pipeline".into(), None),
         (
             Method::POST,
             "/v1/cluster/drain".into(),

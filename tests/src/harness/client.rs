@@ -394,6 +394,18 @@ impl HttpClient {
         memory["turns"].as_array().cloned().unwrap_or_default()
     }
 
+    /// Waits until the node's pipeline has embedded everything pending for its shards (a
+    /// condition, polled: however long a busy machine takes). Needs an operator key.
+    pub async fn must_drain_pipeline(&self) {
+        loop {
+            let status = self.must_get("/v1/cluster/pipeline").await;
+            if status["pending_entries"] == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     /// The Prometheus text of `/metrics`.
     pub async fn must_metrics(&self) -> String {
         match self.get("/metrics").await {

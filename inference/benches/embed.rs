@@ -9,7 +9,6 @@
 //! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench embed`
 //! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5).
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,9 @@ use engram_inference::{
     DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, PoolConfig, PoolStats, TextRole,
 };
 use hdrhistogram::Histogram;
+
+mod common;
+use common::locomo_turns;
 
 /// Rounds per concurrency level, alternating pool and direct.
 const ROUNDS: u32 = 3;
@@ -81,31 +83,6 @@ fn main() -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(concurrent(encoder, config, texts, span))
-}
-
-/// Conversation turns of every LoCoMo sample, in file order.
-fn locomo_turns() -> Result<Vec<String>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/locomo-dev.json");
-    let raw = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let samples: serde_json::Value = serde_json::from_slice(&raw)?;
-    let mut turns = Vec::new();
-    for sample in samples.as_array().into_iter().flatten() {
-        let Some(conversation) = sample.get("conversation").and_then(|c| c.as_object()) else {
-            continue;
-        };
-        for session in 1.. {
-            let Some(session) = conversation.get(&format!("session_{session}")) else {
-                break;
-            };
-            for turn in session.as_array().into_iter().flatten() {
-                if let Some(text) = turn.get("text").and_then(|t| t.as_str()) {
-                    turns.push(text.to_owned());
-                }
-            }
-        }
-    }
-    anyhow::ensure!(!turns.is_empty(), "no turns in {}", path.display());
-    Ok(turns)
 }
 
 /// Runs batches of `batch` consecutive turns for about `span`; returns texts done and time.

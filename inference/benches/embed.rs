@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use engram_inference::{
     DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, PoolConfig, PoolStats, TextRole,
 };

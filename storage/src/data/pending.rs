@@ -182,3 +182,6 @@ pub fn pending_users(
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests;

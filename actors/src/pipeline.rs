@@ -379,9 +379,21 @@ impl DispatcherState {
             self.rounds += 1;
             let (directory, config, me) =
                 (Arc::clone(&self.directory), config.clone(), myself.clone());
-            let metrics = Arc::clone(&self.shared);
+            let shared = Arc::clone(&self.shared);
+            let taken = users.clone();
+            let round = tokio::spawn(async move {
+                round::run(&directory, &config, &shared.metrics, users).await
+            });
             tokio::spawn(async move {
-                let outcome = round::run(&directory, &config, &metrics.metrics, users).await;
+                // A round that panicked did nothing durable: its users wait again.
+                let outcome = round.await.unwrap_or_else(|_| {
+                    tracing::error!(users = taken.len(), "a pipeline round panicked");
+                    RoundOutcome {
+                        finished: taken.into_iter().map(|(k, at)| (k, Some(at))).collect(),
+                        not_served: Vec::new(),
+                        refused: true,
+                    }
+                });
                 let _ = me.cast(PipelineMsg::RoundDone(outcome));
             });
         }
@@ -430,8 +442,11 @@ impl DispatcherState {
         self.shared.metrics.scans.fetch_add(1, Ordering::Relaxed);
         let services = self.services().clone();
         let me = myself.clone();
+        let scanned = tokio::spawn(async move { scan(&services, room, false).await });
         tokio::spawn(async move {
-            let scan = scan(&services, room, false).await;
+            let scan = scanned
+                .await
+                .unwrap_or_else(|_| Err(Error::Internal("the scan panicked".into())));
             let _ = me.cast(PipelineMsg::ScanDone(scan));
         });
     }

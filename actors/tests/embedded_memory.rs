@@ -6,13 +6,11 @@
 
 mod support;
 
-use engram_actors::model::context::MemoryContext;
-use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
-use engram_actors::user::api::{ContextQuery, ListMemories};
+use engram_actors::user::api::ListMemories;
 use engram_inference::ModelKind;
 use engram_storage::model::{MemoryKind, MemoryStatus};
-use support::{Mode, alice, embedder, node, node_with, pool, profile, search, turn};
+use support::{Mode, alice, context, embedder, node, node_with, pool, profile, search, turn};
 
 const TURNS: [&str; 3] = [
     "We adopted a golden retriever puppy and named him Oscar",
@@ -79,17 +77,7 @@ async fn the_context_ranks_past_interactions_by_the_query_embedding() {
     for (i, text) in TURNS.iter().enumerate() {
         turn(&node, &format!("r{i}"), "yesterday", text).await;
     }
-    let query = ContextQuery {
-        session_id: Some("today".into()),
-        query: Some("any news about my pet?".into()),
-        route: Route::DeepAnalysisWorkflow,
-        token_budget: 1200,
-    };
-    let ctx: MemoryContext = node
-        .directory
-        .ask_admin(&alice(), query.clone())
-        .await
-        .unwrap();
+    let ctx = context(&node, "today", "any news about my pet?").await;
     assert_eq!(ctx.episodic.len(), 3, "all past turns fill the slot");
     assert!(
         ctx.episodic[0].text.contains("puppy"),

@@ -11,14 +11,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_actors::embed::Fallback;
-use engram_actors::model::context::MemoryContext;
-use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::pipeline::PipelineConfig;
 use engram_actors::placement::UserKey;
-use engram_actors::user::api::ContextQuery;
 use engram_storage::model::MemoryKind;
-use support::{Mode, alice, embedder, node_with, pool, search, turn, turn_of};
+use support::{Mode, context, embedder, node_with, pool, search, turn, turn_of};
 
 fn not_started(config: PipelineConfig) -> Mode {
     Mode::Behind {
@@ -164,17 +161,7 @@ async fn a_read_past_its_query_deadline_ranks_by_words_says_so_and_the_late_vect
     assert!(!first.embedded);
     assert_eq!(first.fallback, Some(Fallback::Deadline));
     assert_eq!(first.hits.len(), 1, "found by its words");
-    let query = ContextQuery {
-        session_id: Some("later".into()),
-        query: Some(question.into()),
-        route: Route::DeepAnalysisWorkflow,
-        token_budget: 1200,
-    };
-    let ctx: MemoryContext = node
-        .directory
-        .ask_admin(&alice(), query.clone())
-        .await
-        .unwrap();
+    let ctx = context(&node, "later", question).await;
     // The search's late embedding may already be cached for the context's same query.
     assert!(ctx.fallback.is_none() || ctx.fallback == Some(Fallback::Deadline));
     assert_eq!(ctx.query_embedded, ctx.fallback.is_none());

@@ -112,11 +112,8 @@ impl Drop for Reference {
 }
 
 fn main() -> Result<()> {
-    let secs: u64 = std::env::var("ENGRAM_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let span = Duration::from_secs(secs);
+    let span = common::measurement();
+    let secs = span.as_secs();
     let dir = default_model_dir().join("multilingual-e5-small");
     let source = dir.join("reference/e5.c");
     ensure!(

@@ -27,11 +27,8 @@ const ROUNDS: u32 = 3;
 const COMMAND: &str = "source ~/.cache/engram/env && cargo bench -p engram-inference --bench embed";
 
 fn main() -> Result<()> {
-    let secs: u64 = std::env::var("ENGRAM_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let span = Duration::from_secs(secs);
+    let span = common::measurement();
+    let secs = span.as_secs();
     let texts = Arc::new(locomo_turns()?);
     let config = EncoderConfig {
         device: DeviceChoice::Cpu,

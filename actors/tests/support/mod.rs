@@ -9,12 +9,16 @@ use std::time::Duration;
 use engram_actors::clock::{ManualClock, SharedClock};
 use engram_actors::directory::Directory;
 use engram_actors::embed::Embedder;
+use engram_actors::model::context::MemoryContext;
 use engram_actors::model::entities::EntityExtractor;
+use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::pipeline::{Pipeline, PipelineConfig};
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest};
+use engram_actors::user::api::{
+    ContextQuery, MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
+};
 use engram_inference::{EmbeddingPool, ModelKind, PoolConfig};
 use engram_storage::data::UserData;
 use engram_storage::model::{Embedding, MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
@@ -180,6 +184,20 @@ pub async fn search(node: &Node, query: &str, mode: SearchMode) -> SearchResult 
         mode,
     };
     node.directory.ask_admin(&alice(), q.clone()).await.unwrap()
+}
+
+/// alice's memory context for `query` in `session` on the deep-analysis route.
+pub async fn context(node: &Node, session: &str, query: &str) -> MemoryContext {
+    let query = ContextQuery {
+        session_id: Some(session.into()),
+        query: Some(query.into()),
+        route: Route::DeepAnalysisWorkflow,
+        token_budget: 1200,
+    };
+    node.directory
+        .ask_admin(&alice(), query.clone())
+        .await
+        .unwrap()
 }
 
 pub fn memory_write(

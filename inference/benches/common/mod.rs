@@ -1,6 +1,7 @@
-//! What the encoder benches share: their texts.
+//! What the encoder benches share: their texts and the length of a measurement.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
@@ -27,4 +28,13 @@ pub fn locomo_turns() -> Result<Vec<String>> {
     }
     anyhow::ensure!(!turns.is_empty(), "no turns in {}", path.display());
     Ok(turns)
+}
+
+/// The length of each measurement: `ENGRAM_BENCH_SECS` seconds (default 5).
+pub fn measurement() -> Duration {
+    let secs: u64 = std::env::var("ENGRAM_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    Duration::from_secs(secs)
 }

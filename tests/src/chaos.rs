@@ -47,6 +47,14 @@ pub async fn start_embedding(sandbox: &Sandbox, id: &str, round_texts: usize) ->
         .await
 }
 
+/// Each node's id with a client of it, in order.
+pub fn clients_of<'a>(ids: &[&'a str], nodes: &[Node]) -> Vec<(&'a str, HttpClient)> {
+    ids.iter()
+        .zip(nodes)
+        .map(|(id, n)| (*id, n.client()))
+        .collect()
+}
+
 /// Pending-inference entries in the shared store, of every user.
 pub async fn pending_entries(sandbox: &Sandbox) -> usize {
     let store = shared_store(sandbox);

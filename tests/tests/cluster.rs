@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_tests::chaos::{
-    Gateway, Load, SHARDS, epoch_of, metric, metric_above_zero, owned_by, pause_outside_writes,
-    settled, shard, start, status, texts, user_of,
+    Gateway, Load, SHARDS, clients_of, epoch_of, metric, metric_above_zero, owned_by,
+    pause_outside_writes, settled, shard, start, status, texts, user_of,
 };
 use engram_tests::harness::{HttpClient, Sandbox, turn};
 use hyper::{Method, StatusCode};
@@ -128,11 +128,7 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
     for id in ids {
         nodes.push(start(&sandbox, id).await);
     }
-    let clients: Vec<(&str, HttpClient)> = ids
-        .iter()
-        .zip(&nodes)
-        .map(|(id, n)| (*id, n.client()))
-        .collect();
+    let clients = clients_of(&ids, &nodes);
     let owners = settled(&clients, Duration::from_secs(30)).await;
     let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
     let load = Load::start(&gateway, 24, 4);
@@ -178,11 +174,7 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
     // The killed node restarts, rejoins and gets its shards back while the load goes on.
     nodes[2].restart().await;
     gateway.add(nodes[2].client());
-    let clients: Vec<(&str, HttpClient)> = ids
-        .iter()
-        .zip(&nodes)
-        .map(|(id, n)| (*id, n.client()))
-        .collect();
+    let clients = clients_of(&ids, &nodes);
     let back = settled(&clients, Duration::from_secs(30)).await;
     assert!(
         back.values().any(|o| o == victim),
@@ -476,11 +468,7 @@ async fn a_node_cut_from_its_peers_by_a_blackhole_loses_nothing_and_heals() {
             .wrapped(lab.exec(i));
         nodes.push(spec.start().await);
     }
-    let clients: Vec<(&str, HttpClient)> = ids
-        .iter()
-        .zip(&nodes)
-        .map(|(id, n)| (*id, n.client()))
-        .collect();
+    let clients = clients_of(&ids, &nodes);
     let owners = settled(&clients, Duration::from_secs(30)).await;
     let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
     let load = Load::start(&gateway, 24, 4);

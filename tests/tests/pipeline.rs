@@ -11,10 +11,10 @@
 use std::time::Duration;
 
 use engram_tests::chaos::{
-    Gateway, Load, drained, every_turn_has_its_vector, pending_entries, settled, shard,
+    Gateway, Load, clients_of, drained, every_turn_has_its_vector, pending_entries, settled, shard,
     start_embedding,
 };
-use engram_tests::harness::{HttpClient, Sandbox};
+use engram_tests::harness::Sandbox;
 
 /// How long the embeddings of a burst may take to drain on a busy 2-core machine.
 const DRAIN_BOUND: Duration = Duration::from_secs(240);
@@ -50,11 +50,7 @@ async fn a_survivor_embeds_what_a_sigkilled_node_left_pending_in_the_shards_it_t
     for id in ids {
         nodes.push(start_embedding(&sandbox, id, 1).await);
     }
-    let clients: Vec<(&str, HttpClient)> = ids
-        .iter()
-        .zip(&nodes)
-        .map(|(id, n)| (*id, n.client()))
-        .collect();
+    let clients = clients_of(&ids, &nodes);
     let owners = settled(&clients, Duration::from_secs(30)).await;
     let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
     let load = Load::start(&gateway, 12, 4);

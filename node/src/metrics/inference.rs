@@ -5,6 +5,15 @@ use std::sync::atomic::Ordering;
 
 use engram_inference::{BATCH_BUCKETS, PoolStats};
 
+/// Writes one unlabelled metric with its help and type lines.
+fn metric(text: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    use std::fmt::Write;
+    let _ = write!(
+        text,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+    );
+}
+
 /// The query cache and the read deadline's fallbacks.
 pub(super) fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedMetrics) {
     use std::fmt::Write;
@@ -20,11 +29,7 @@ pub(super) fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedM
             &m.cache_misses,
         ),
     ] {
-        let _ = write!(
-            text,
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-            value.load(Ordering::Relaxed)
-        );
+        metric(text, name, "counter", help, value.load(Ordering::Relaxed));
     }
     let name = "engram_read_fallbacks_total";
     let _ = write!(
@@ -50,16 +55,18 @@ pub(super) fn render_pipeline(
     m: &engram_actors::pipeline::PipelineMetrics,
     now: engram_storage::model::Timestamp,
 ) {
-    use std::fmt::Write;
     let oldest = m.oldest_queued_at.load(Ordering::Relaxed);
     let age = if oldest == 0 {
         0.0
     } else {
         (now.0 - oldest).max(0) as f64 / 1000.0
     };
-    let _ = write!(
+    metric(
         text,
-        "# HELP engram_pipeline_oldest_pending_seconds Age of the oldest pending embedding this node knows of\n# TYPE engram_pipeline_oldest_pending_seconds gauge\nengram_pipeline_oldest_pending_seconds {age}\n"
+        "engram_pipeline_oldest_pending_seconds",
+        "gauge",
+        "Age of the oldest pending embedding this node knows of",
+        age,
     );
     for (name, kind, help, value) in [
         (
@@ -123,29 +130,21 @@ pub(super) fn render_pipeline(
             &m.scans,
         ),
     ] {
-        let _ = write!(
-            text,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n",
-            value.load(Ordering::Relaxed)
-        );
+        metric(text, name, kind, help, value.load(Ordering::Relaxed));
     }
 }
 
 pub(super) fn render_pool(text: &mut String, stats: &PoolStats) {
     use std::fmt::Write;
-    let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
-        let _ = write!(
-            text,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
-        );
-    };
     metric(
+        text,
         "engram_embedding_queue_texts",
         "gauge",
         "Texts waiting for a batch",
         stats.queued_texts,
     );
     metric(
+        text,
         "engram_embedding_in_flight_texts",
         "gauge",
         "Texts in batches being embedded",
@@ -169,6 +168,7 @@ pub(super) fn render_pool(text: &mut String, stats: &PoolStats) {
         ("tokens", "Tokens read by the model", stats.tokens),
     ] {
         metric(
+            text,
             &format!("engram_embedding_{name}_total"),
             "counter",
             help,

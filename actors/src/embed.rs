@@ -10,13 +10,15 @@
 //! Queries and topic phrases go through a node-wide cache (bounded LRU keyed by the role and
 //! the SHA-256 of the text; the model is the embedder's own) and in the pool's interactive
 //! class. A query is given [`Embedder::query_deadline`]: past it the read goes on without the
-//! vector ([`QueryVector::Fallback`]), and the embedding, when it comes, still fills the cache
-//! for the next read of the same text.
+//! vector ([`QueryVector::Fallback`]). A query still queued in the pool at its deadline is
+//! skipped there (nobody waits for it, and under overload the queue would otherwise fill with
+//! such queries and refuse fresh ones); one already being embedded still fills the cache for
+//! the next read of the same text.
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use engram_inference::{EmbeddingPool, ModelKind, Priority, TextRole};
 use lru::LruCache;
@@ -161,14 +163,20 @@ impl Embedder {
     /// Embeddings of stored texts of a user of `tenant`, in order, in the interactive class
     /// (a write waits for them).
     pub async fn passages(&self, tenant: &str, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        self.embed(tenant, texts, TextRole::Passage, Priority::Interactive)
-            .await
+        self.embed(
+            tenant,
+            texts,
+            TextRole::Passage,
+            Priority::Interactive,
+            None,
+        )
+        .await
     }
 
     /// Embeddings of stored texts of `tenant`, in order, in the background class (the
     /// pipeline's: nobody waits).
     pub async fn background(&self, tenant: &str, texts: Vec<String>) -> Result<Vec<Vec<f32>>> {
-        self.embed(tenant, texts, TextRole::Passage, Priority::Background)
+        self.embed(tenant, texts, TextRole::Passage, Priority::Background, None)
             .await
     }
 
@@ -187,7 +195,13 @@ impl Embedder {
         if !missing.is_empty() {
             let batch = missing.iter().map(|&i| texts[i].clone()).collect();
             let vectors = self
-                .embed(tenant, batch, TextRole::Passage, Priority::Interactive)
+                .embed(
+                    tenant,
+                    batch,
+                    TextRole::Passage,
+                    Priority::Interactive,
+                    None,
+                )
                 .await?;
             let mut cache = self.cache.lock();
             for (i, vector) in missing.into_iter().zip(vectors) {
@@ -213,11 +227,21 @@ impl Embedder {
         self.count_lookups(0, 1);
         let this = self.clone();
         let (tenant, text) = (tenant.to_owned(), text.to_owned());
-        // A task of its own, so an embedding that comes after the deadline still fills the
-        // cache.
+        // Still queued at the deadline, the query is skipped: nobody waits for it any more.
+        let expires = self
+            .query_deadline
+            .map(|deadline| Instant::now() + deadline);
+        // A task of its own, so an embedding already running when the deadline passes still
+        // fills the cache.
         let task = tokio::spawn(async move {
             let mut vectors = this
-                .embed(&tenant, vec![text], TextRole::Query, Priority::Interactive)
+                .embed(
+                    &tenant,
+                    vec![text],
+                    TextRole::Query,
+                    Priority::Interactive,
+                    expires,
+                )
                 .await?;
             let vector: Arc<[f32]> = vectors.pop().unwrap_or_default().into();
             this.cache.lock().put(key, Arc::clone(&vector));
@@ -231,6 +255,9 @@ impl Embedder {
             Some(Ok(Ok(vector))) => return QueryVector::Embedded(vector),
             None => Fallback::Deadline,
             Some(Ok(Err(Error::Overloaded(_)))) => Fallback::Overloaded,
+            Some(Ok(Err(_))) if expires.is_some_and(|at| Instant::now() >= at) => {
+                Fallback::Deadline
+            }
             Some(Ok(Err(_)) | Err(_)) => Fallback::Unavailable,
         };
         let counter = match fallback {
@@ -262,26 +289,31 @@ impl Embedder {
         texts: Vec<String>,
         role: TextRole,
         priority: Priority,
+        expires: Option<Instant>,
     ) -> Result<Vec<Vec<f32>>> {
         let n = texts.len();
         use engram_inference::Error as E;
-        let vectors = self
-            .pool
-            .embed_with(tenant, texts, role, priority)
-            .await
-            .map_err(|err| match err {
-                E::Overloaded { .. } => Error::Overloaded(err.to_string()),
-                E::PoolClosed => Error::Unavailable(err.to_string()),
-                E::ModelMissing { .. }
-                | E::Io { .. }
-                | E::Format { .. }
-                | E::Tokenizer { .. }
-                | E::Torch(_)
-                | E::DeviceUnavailable { .. }
-                | E::WorkerFailed
-                | E::BatchFailed(_)
-                | E::PoolStart { .. } => Error::Internal(format!("embedding failed: {err}")),
-            })?;
+        let vectors = match expires {
+            Some(at) => {
+                self.pool
+                    .embed_before(tenant, texts, role, priority, at)
+                    .await
+            }
+            None => self.pool.embed_with(tenant, texts, role, priority).await,
+        }
+        .map_err(|err| match err {
+            E::Overloaded { .. } => Error::Overloaded(err.to_string()),
+            E::PoolClosed | E::Expired => Error::Unavailable(err.to_string()),
+            E::ModelMissing { .. }
+            | E::Io { .. }
+            | E::Format { .. }
+            | E::Tokenizer { .. }
+            | E::Torch(_)
+            | E::DeviceUnavailable { .. }
+            | E::WorkerFailed
+            | E::BatchFailed(_)
+            | E::PoolStart { .. } => Error::Internal(format!("embedding failed: {err}")),
+        })?;
         if vectors.len() == n {
             Ok(vectors)
         } else {

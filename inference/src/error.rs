@@ -84,6 +84,11 @@ pub enum Error {
     #[error("embedding pool is closed")]
     PoolClosed,
 
+    /// The request's expiry passed while it waited in the queue (its caller had stopped
+    /// waiting), so it was skipped rather than embedded: ours, 503.
+    #[error("embedding request expired in the queue")]
+    Expired,
+
     /// The worker running this request's batch died (a panic in the forward pass): ours, 500.
     #[error("embedding worker failed")]
     WorkerFailed,

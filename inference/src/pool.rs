@@ -204,6 +204,32 @@ impl EmbeddingPool {
         role: TextRole,
         priority: Priority,
     ) -> Result<Vec<Vec<f32>>> {
+        self.submit(key, texts, role, priority, None).await
+    }
+
+    /// [`EmbeddingPool::embed_with`] for a caller that stops waiting at `expires` (a read's
+    /// query deadline): a request still queued then is skipped, not embedded, and answered
+    /// [`Error::Expired`], so that the queue holds only texts someone still waits for. One
+    /// already in a batch when it expires is embedded and answered as usual.
+    pub async fn embed_before(
+        &self,
+        key: &str,
+        texts: Vec<String>,
+        role: TextRole,
+        priority: Priority,
+        expires: Instant,
+    ) -> Result<Vec<Vec<f32>>> {
+        self.submit(key, texts, role, priority, Some(expires)).await
+    }
+
+    async fn submit(
+        &self,
+        key: &str,
+        texts: Vec<String>,
+        role: TextRole,
+        priority: Priority,
+        expires: Option<Instant>,
+    ) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -252,6 +278,7 @@ impl EmbeddingPool {
             role,
             priority,
             admitted: Instant::now(),
+            expires,
             reply: tx.into(),
         };
         if inner.router.cast(RouterMsg::Embed(request)).is_err() {

@@ -1,7 +1,8 @@
 //! Embedding pool tests on the real multilingual-e5-small model and libtorch, on the CPU:
 //! callers get exactly what a direct encoder call gives, concurrent calls are batched, a full
-//! queue sheds with `Overloaded` while the pool keeps serving, shutdown drains, and one tenant
-//! flooding the pool is shed at its share of the queue while another is still admitted.
+//! queue sheds with `Overloaded` while the pool keeps serving, shutdown drains, one tenant
+//! flooding the pool is shed at its share of the queue while another is still admitted, and a
+//! request still queued at its expiry is skipped, not embedded.
 //!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
 //! Each test starts one pool (a model load takes a couple of seconds) and checks several
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use engram_inference::{
-    DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig, TextRole,
+    DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig, Priority, TextRole,
 };
 
 const TEXTS: [&str; 12] = [
@@ -214,6 +215,64 @@ async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
     }
     let stats = handle.stats();
     ensure!(stats.failed == 0 && stats.answered == 6, "{stats:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_still_queued_at_its_expiry_is_skipped_and_its_batch_serves_the_rest()
+-> Result<()> {
+    // A batch leaves only when 3 texts wait: what is queued stays queued until then.
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        workers: 1,
+        max_batch: 3,
+        max_wait: Duration::from_secs(3600),
+        ..PoolConfig::default()
+    })
+    .await?;
+    let far = Instant::now() + Duration::from_secs(3600);
+    let submit = |texts: &[&str], expires: Instant| {
+        let (pool, texts) = (pool.clone(), owned(texts));
+        tokio::spawn(async move {
+            pool.embed_before("t", texts, TextRole::Query, Priority::Interactive, expires)
+                .await
+        })
+    };
+    // Expired by the time a batch is formed: skipped, answered `Expired`, counted, and out
+    // of the queue; the live request in the same batch is embedded.
+    let gone = submit(&TEXTS[..2], Instant::now());
+    wait_for(
+        Duration::from_secs(10),
+        "the expired request queued",
+        || pool.stats().queued_texts == 2,
+    )
+    .await?;
+    let live = submit(&TEXTS[2..3], far);
+    match gone.await? {
+        Err(Error::Expired) => {}
+        other => bail!("expected expired, got {other:?}"),
+    }
+    let live = live.await??;
+    let direct = Encoder::load(&encoder_config())?.embed(&owned(&TEXTS[2..3]), TextRole::Query)?;
+    ensure!(
+        cosine(&live[0], &direct[0]) > 0.9999,
+        "the live request's vector"
+    );
+    let stats = pool.stats();
+    ensure!(
+        stats.expired == 1 && stats.failed == 0 && stats.queued_texts == 0,
+        "{stats:?}"
+    );
+    ensure!(stats.tokens > 0 && stats.batches == 1, "{stats:?}");
+    // A batch of expired requests only: nothing runs, and the pool serves on.
+    let before = pool.stats().forward_passes;
+    match submit(&TEXTS[3..6], Instant::now()).await? {
+        Err(Error::Expired) => {}
+        other => bail!("expected expired, got {other:?}"),
+    }
+    ensure!(pool.stats().forward_passes == before && pool.stats().expired == 2);
+    ensure!(submit(&TEXTS[6..9], far).await??.len() == 3);
+    pool.shutdown().await;
     Ok(())
 }
 

@@ -41,6 +41,9 @@ pub(crate) struct Request {
     /// Interactive requests are batched before background ones.
     pub(crate) priority: Priority,
     pub(crate) admitted: Instant,
+    /// Skipped, not embedded, when still queued after this instant (its caller stopped
+    /// waiting).
+    pub(crate) expires: Option<Instant>,
     pub(crate) reply: RpcReplyPort<Result<Vec<Vec<f32>>>>,
 }
 
@@ -202,6 +205,11 @@ impl RouterState {
                 continue;
             };
             let batch = self.take_batch();
+            if batch.is_empty() {
+                // Everything that was queued had expired.
+                self.idle.push(index);
+                break;
+            }
             // A failed send means the worker died meanwhile: its supervision event removes it.
             // (Other send errors carry no message back; their callers see `PoolClosed`.)
             if let Err(ractor::MessagingErr::SendErr(WorkerMsg::Run(batch))) =
@@ -239,10 +247,23 @@ impl RouterState {
                 .is_some_and(|oldest| oldest.elapsed() >= self.max_wait)
     }
 
-    /// Whole requests up to `max_batch` texts (at least one request), one key at a time in
-    /// turn.
+    /// Whole requests up to `max_batch` texts (at least one request unless every queued one
+    /// had expired), one key at a time in turn. Expired requests are answered
+    /// [`Error::Expired`] and counted instead of embedded.
     fn take_batch(&mut self) -> Vec<Request> {
-        let batch = self.queue.take_batch(self.max_batch);
+        let now = Instant::now();
+        let mut batch = Vec::new();
+        while batch.is_empty() && !self.queue.is_empty() {
+            for request in self.queue.take_batch(self.max_batch) {
+                if request.expires.is_some_and(|at| at <= now) {
+                    self.take_queued(&request);
+                    self.metrics.expired.fetch_add(1, Ordering::Relaxed);
+                    let _ = request.reply.send(Err(Error::Expired));
+                } else {
+                    batch.push(request);
+                }
+            }
+        }
         let texts = batch.iter().map(|r| r.texts.len()).sum::<usize>();
         for request in &batch {
             self.take_queued(request);

@@ -24,6 +24,7 @@ pub(crate) struct Metrics {
     pub(crate) rejected: AtomicU64,
     pub(crate) rejected_by_share: AtomicU64,
     pub(crate) failed: AtomicU64,
+    pub(crate) expired: AtomicU64,
     pub(crate) batches: AtomicU64,
     pub(crate) forward_passes: AtomicU64,
     pub(crate) tokens: AtomicU64,
@@ -79,6 +80,7 @@ impl Metrics {
             texts: load(&self.texts),
             rejected: load(&self.rejected),
             rejected_by_share: load(&self.rejected_by_share),
+            expired: load(&self.expired),
             failed: load(&self.failed),
             batches: load(&self.batches),
             forward_passes: load(&self.forward_passes),
@@ -113,6 +115,9 @@ pub struct PoolStats {
     pub rejected_by_share: u64,
     /// Requests answered with an error (a failed batch or worker).
     pub failed: u64,
+    /// Requests skipped because they were still queued past their expiry
+    /// ([`crate::Error::Expired`]; a read whose query deadline had passed).
+    pub expired: u64,
     /// Batches handed to workers.
     pub batches: u64,
     /// Forward passes run (a batch larger than the encoder's `max_batch_tokens` takes several).

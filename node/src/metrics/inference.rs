@@ -164,6 +164,11 @@ pub(super) fn render_pool(text: &mut String, stats: &PoolStats) {
             stats.rejected_by_share,
         ),
         ("failed", "Requests answered with an error", stats.failed),
+        (
+            "expired",
+            "Requests skipped because their caller's deadline passed while they were queued",
+            stats.expired,
+        ),
         ("forward_passes", "Forward passes run", stats.forward_passes),
         ("tokens", "Tokens read by the model", stats.tokens),
     ] {

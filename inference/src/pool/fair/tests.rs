@@ -18,6 +18,7 @@ fn request_at(key: &str, texts: usize, admitted: Instant, priority: Priority) ->
         role: TextRole::Passage,
         priority,
         admitted,
+        expires: None,
         reply: tx.into(),
     }
 }

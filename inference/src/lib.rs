@@ -27,7 +27,9 @@ mod bert;
 mod config;
 mod encoder;
 mod error;
+pub mod gguf;
 mod pool;
+mod reader;
 mod tokenize;
 
 pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};

@@ -21,7 +21,6 @@
 //! 250037 rows; and the reference engine also rounds activations to int8 blocks before each
 //! matmul, which this encoder does not.
 
-mod reader;
 #[cfg(test)]
 mod tests;
 
@@ -31,9 +30,9 @@ use std::path::{Path, PathBuf};
 use half::f16;
 use tch::{Device, Tensor};
 
-use self::reader::Reader;
 use super::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings};
 use crate::error::{Error, Result};
+use crate::reader::Reader;
 
 /// Weights per Q4_0 block.
 const BLOCK: usize = 32;

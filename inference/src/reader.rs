@@ -1,12 +1,13 @@
-//! A cursor over an E5S1 image: little-endian fields, each read checked against the end of
-//! the file, failing with the file's path and what was being read.
+//! A cursor over a model file's bytes (an E5S1 image, a GGUF header): little-endian fields,
+//! each read checked against the end of the bytes, failing with the file's path and what was
+//! being read.
 
 use std::path::Path;
 
 use crate::error::{Error, Result};
 
 /// Reads little-endian fields, failing with the file's path on truncation.
-pub(super) struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
     path: &'a Path,
@@ -14,7 +15,7 @@ pub(super) struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// A reader at the start of `bytes`, read from `path`.
-    pub(super) fn new(bytes: &'a [u8], path: &'a Path) -> Self {
+    pub(crate) fn new(bytes: &'a [u8], path: &'a Path) -> Self {
         Reader {
             bytes,
             pos: 0,
@@ -22,14 +23,14 @@ impl<'a> Reader<'a> {
         }
     }
 
-    pub(super) fn error(&self, reason: String) -> Error {
+    pub(crate) fn error(&self, reason: String) -> Error {
         Error::Format {
             path: self.path.to_path_buf(),
             reason,
         }
     }
 
-    pub(super) fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8]> {
+    pub(crate) fn take(&mut self, len: usize, what: &str) -> Result<&'a [u8]> {
         let slice = self
             .pos
             .checked_add(len)
@@ -46,28 +47,41 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    pub(super) fn u16(&mut self, what: &str) -> Result<u16> {
+    pub(crate) fn u16(&mut self, what: &str) -> Result<u16> {
         Ok(u16::from_le_bytes(self.array(what)?))
     }
 
-    pub(super) fn u32(&mut self, what: &str) -> Result<u32> {
+    pub(crate) fn u32(&mut self, what: &str) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array(what)?))
     }
 
-    pub(super) fn i32(&mut self, what: &str) -> Result<i32> {
+    pub(crate) fn i32(&mut self, what: &str) -> Result<i32> {
         Ok(i32::from_le_bytes(self.array(what)?))
     }
 
-    pub(super) fn u64(&mut self, what: &str) -> Result<u64> {
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64> {
         Ok(u64::from_le_bytes(self.array(what)?))
     }
 
-    pub(super) fn f32(&mut self, what: &str) -> Result<f32> {
+    pub(crate) fn u8(&mut self, what: &str) -> Result<u8> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    pub(crate) fn f64(&mut self, what: &str) -> Result<f64> {
+        Ok(f64::from_le_bytes(self.array(what)?))
+    }
+
+    /// Bytes read so far.
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub(crate) fn f32(&mut self, what: &str) -> Result<f32> {
         Ok(f32::from_le_bytes(self.array(what)?))
     }
 
     /// An i32 count, which must not be negative.
-    pub(super) fn count(&mut self, what: &str) -> Result<usize> {
+    pub(crate) fn count(&mut self, what: &str) -> Result<usize> {
         let value = self.i32(what)?;
         usize::try_from(value).map_err(|_| self.error(format!("negative {what} {value}")))
     }

@@ -20,6 +20,10 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::reader::Reader;
 
+mod dequant;
+
+pub use self::dequant::dequantize;
+
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
 /// How much of the file is read first to parse the header (doubled until the header fits).
@@ -71,32 +75,38 @@ impl Value {
             Value::I16(v) => u64::try_from(v).ok(),
             Value::I32(v) => u64::try_from(v).ok(),
             Value::I64(v) => u64::try_from(v).ok(),
-            _ => None,
+            Value::F32(_) | Value::F64(_) | Value::Bool(_) | Value::String(_) | Value::Array(_) => {
+                None
+            }
         }
     }
 
     /// The value as a float, when it is a float of either width.
     pub fn as_f64(&self) -> Option<f64> {
-        match *self {
-            Value::F32(v) => Some(v.into()),
-            Value::F64(v) => Some(v),
-            _ => None,
+        if let Value::F32(v) = *self {
+            Some(v.into())
+        } else if let Value::F64(v) = *self {
+            Some(v)
+        } else {
+            None
         }
     }
 
     /// The value as a string.
     pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Value::String(s) => Some(s),
-            _ => None,
+        if let Value::String(s) = self {
+            Some(s)
+        } else {
+            None
         }
     }
 
     /// The value as an array.
     pub fn as_array(&self) -> Option<&[Value]> {
-        match self {
-            Value::Array(items) => Some(items),
-            _ => None,
+        if let Value::Array(items) = self {
+            Some(items)
+        } else {
+            None
         }
     }
 }
@@ -295,6 +305,57 @@ impl Gguf {
         Ok(bytes)
     }
 
+    /// The values of rows `first..first + count` of `tensor` (a row is its innermost
+    /// dimension), dequantised to f32.
+    pub fn tensor_rows(&self, tensor: &TensorInfo, first: u64, count: u64) -> Result<Vec<f32>> {
+        let (per_block, block_bytes) = tensor.kind.block();
+        let row = tensor.dims[0];
+        let rows = tensor.elements() / row.max(1);
+        if !row.is_multiple_of(per_block) || first.checked_add(count).is_none_or(|end| end > rows) {
+            return Err(self.error(format!(
+                "rows {first}..{} of tensor {} ({rows} rows of {row})",
+                first.saturating_add(count),
+                tensor.name
+            )));
+        }
+        let row_bytes = row / per_block * block_bytes;
+        let io = |source| Error::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut file = File::open(&self.path).map_err(io)?;
+        file.seek(SeekFrom::Start(
+            self.data_offset + tensor.offset + first * row_bytes,
+        ))
+        .map_err(io)?;
+        let mut bytes = vec![0_u8; usize::try_from(count * row_bytes).unwrap_or(usize::MAX)];
+        file.read_exact(&mut bytes).map_err(io)?;
+        let mut values = Vec::new();
+        dequantize(tensor.kind, &bytes, &mut values)
+            .map_err(|reason| self.error(format!("tensor {}: {reason}", tensor.name)))?;
+        Ok(values)
+    }
+
+    /// All values of `tensor`, dequantised to f32, in ggml's order (innermost dimension
+    /// fastest: row-major for the reversed dimensions).
+    pub fn tensor_f32(&self, tensor: &TensorInfo) -> Result<Vec<f32>> {
+        self.tensor_rows(tensor, 0, tensor.elements() / tensor.dims[0].max(1))
+    }
+
+    /// `tensor` dequantised into a float32 tch tensor on the CPU, its dimensions in PyTorch's
+    /// order (outermost first: a `[out, in]` weight for a ggml `[in, out]` one).
+    pub fn tensor_tch(&self, tensor: &TensorInfo) -> Result<tch::Tensor> {
+        let values = self.tensor_f32(tensor)?;
+        let shape = tensor
+            .dims
+            .iter()
+            .rev()
+            .map(|&d| i64::try_from(d))
+            .collect::<std::result::Result<Vec<i64>, _>>()
+            .map_err(|_| self.error(format!("tensor {} is too large", tensor.name)))?;
+        Ok(tch::Tensor::from_slice(&values).reshape(shape))
+    }
+
     fn error(&self, reason: String) -> Error {
         Error::Format {
             path: self.path.clone(),
@@ -308,14 +369,14 @@ impl Gguf {
         let alignment = self.alignment()?;
         for t in &self.tensors {
             let (per_block, _) = t.kind.block();
-            if t.elements() % per_block != 0 {
+            if !t.elements().is_multiple_of(per_block) {
                 return Err(self.error(format!(
                     "tensor {} has {} elements, not whole blocks of {per_block}",
                     t.name,
                     t.elements()
                 )));
             }
-            if t.offset % alignment != 0 {
+            if !t.offset.is_multiple_of(alignment) {
                 return Err(self.error(format!("tensor {} is not aligned", t.name)));
             }
             let end = self

@@ -101,3 +101,47 @@ fn the_pinned_qwen_file_reads_as_a_qwen2_decoder_with_its_tokenizer_and_tensors(
     assert_eq!(values.len() as u64, width);
     assert!(values.iter().all(|v| v.is_finite()) && values.iter().any(|v| *v != 0.0));
 }
+
+#[test]
+fn every_block_type_of_the_pinned_file_dequantises_as_the_gguf_package_does() {
+    let path = default_model_dir().join("qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf");
+    let gguf = Gguf::open(&path).expect("installed by .ci/models");
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/gguf_dequant.json")).unwrap();
+    let rows = fixture["rows"].as_array().unwrap();
+    let mut kinds = std::collections::BTreeSet::new();
+    for row in rows {
+        let name = row["tensor"].as_str().unwrap();
+        let want: Vec<f32> = row["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        let tensor = gguf.tensor(name).unwrap();
+        kinds.insert(format!("{:?}", tensor.kind));
+        let got = gguf.tensor_rows(tensor, 0, 1).unwrap();
+        assert_eq!(got.len() as u64, tensor.dims[0]);
+        assert!(want.len() >= 256, "{name}: at least one super-block");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() <= 1e-6 * w.abs().max(1e-3),
+                "{name} value {i}: {g} against the gguf package's {w}"
+            );
+        }
+    }
+    // Into tch, outermost dimension first; the same numbers.
+    let k = gguf.tensor("blk.0.attn_k.weight").unwrap();
+    let weight = gguf.tensor_tch(k).unwrap();
+    assert_eq!(weight.size(), [128, 896]);
+    let first: Vec<f32> = Vec::try_from(weight.get(0)).unwrap();
+    assert_eq!(first, gguf.tensor_rows(k, 0, 1).unwrap());
+
+    // One tensor of every block type the file uses.
+    let used: std::collections::BTreeSet<String> = gguf
+        .tensors
+        .iter()
+        .map(|t| format!("{:?}", t.kind))
+        .collect();
+    assert_eq!(kinds, used);
+}

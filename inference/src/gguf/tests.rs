@@ -75,9 +75,10 @@ fn write(bytes: &[u8]) -> tempfile::NamedTempFile {
 }
 
 fn reason(err: Error) -> String {
-    match err {
-        Error::Format { reason, .. } => reason,
-        other => panic!("expected a format error, got {other:?}"),
+    if let Error::Format { reason, .. } = err {
+        reason
+    } else {
+        panic!("expected a format error, got {err:?}")
     }
 }
 
@@ -202,4 +203,24 @@ fn malformed_files_are_format_errors_that_say_what_is_wrong() {
         Gguf::open(missing).unwrap_err(),
         Error::ModelMissing { .. }
     ));
+}
+
+#[test]
+fn dequantising_checks_whole_blocks_and_names_an_unsupported_type() {
+    let mut out = Vec::new();
+    // One Q8_0 block: scale 0.5 (f16 0x3800), codes -1, 0, 1, 2, ...
+    let mut block = vec![0x00, 0x38];
+    block.extend((0..32).map(|i| (i as i8 - 1) as u8));
+    dequantize(TensorType::Q8_0, &block, &mut out).unwrap();
+    assert_eq!(&out[..4], &[-0.5, 0.0, 0.5, 1.0]);
+    assert!(
+        dequantize(TensorType::Q8_0, &block[..33], &mut out)
+            .unwrap_err()
+            .contains("whole blocks")
+    );
+    assert!(
+        dequantize(TensorType::Q2K, &[0; 84], &mut out)
+            .unwrap_err()
+            .contains("Q2K")
+    );
 }

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::reader::Reader;
 
 mod dequant;
+mod tokenizer;
 
 pub use self::dequant::dequantize;
 

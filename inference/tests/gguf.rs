@@ -145,3 +145,28 @@ fn every_block_type_of_the_pinned_file_dequantises_as_the_gguf_package_does() {
         .collect();
     assert_eq!(kinds, used);
 }
+
+#[test]
+fn the_tokenizer_rebuilt_from_the_metadata_gives_the_ids_of_hugging_faces() {
+    let path = default_model_dir().join("qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf");
+    let gguf = Gguf::open(&path).expect("installed by .ci/models");
+    let tokenizer = gguf.tokenizer().unwrap();
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/qwen_tokens.json")).unwrap();
+    for (i, case) in fixture["cases"].as_array().unwrap().iter().enumerate() {
+        let text = case["text"].as_str().unwrap();
+        let want: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let got = tokenizer.encode(text, false).unwrap().get_ids().to_vec();
+        // Case numbers only: the texts stay out of the test's output.
+        assert_eq!(got, want, "text {i}");
+        let back = tokenizer.decode(&got, false).unwrap();
+        assert_eq!(back, text, "text {i} decodes back");
+    }
+    let im_end = tokenizer.token_to_id("<|im_end|>").unwrap();
+    assert_eq!(im_end, gguf.eos_token().unwrap());
+}

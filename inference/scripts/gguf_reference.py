@@ -6,7 +6,7 @@ our dequantisers give the same numbers.
 
 The fixture is committed; this script only regenerates it. It needs the models installed
 (.ci/models) and, in the torch venv,
-`pip install gguf==0.19.0 numpy==2.4.6 transformers==5.24.0`:
+`pip install gguf==0.19.0 numpy==2.4.6 transformers==5.24.0 accelerate==1.15.0`:
 
     python inference/scripts/gguf_reference.py
 """
@@ -48,6 +48,43 @@ def tokens() -> None:
     print(f"wrote {out}: {len(cases)} texts")
 
 
+PROMPTS = [
+    "请按华东区汇总上个月的订单量",
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    "Which metric did we agree on for churn?<|im_end|>\n<|im_start|>assistant\n",
+    "用户说：我更喜欢折线图。Summarise the preference in JSON: {\"topic\": \"",
+]
+FIXED = [7, 220, 1000, 13, 9370, 30000, 60000, 90000, 104000, 120000, 140000, 151000, 151643,
+         151645, 25, 4913]
+
+
+def logits() -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(MODEL.parent), gguf_file=MODEL.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(MODEL.parent), gguf_file=MODEL.name, dtype=torch.float32
+    )
+    model.eval()
+    cases = []
+    for prompt in PROMPTS:
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        with torch.no_grad():
+            out = model(torch.tensor([ids])).logits[0]
+        positions = []
+        for row in out:
+            top = torch.topk(row, 16).indices.tolist()
+            picked = top + FIXED
+            positions.append(
+                {"top1": top[0], "ids": picked, "logits": [float(row[i]) for i in picked]}
+            )
+        cases.append({"ids": ids, "positions": positions})
+    out_path = FIXTURES / "qwen2_logits.json"
+    out_path.write_text(json.dumps({"cases": cases}) + "\n")
+    print(f"wrote {out_path}: {len(cases)} prompts")
+
+
 def dequantised() -> None:
     reader = gguf.GGUFReader(MODEL)
     picked = {}
@@ -73,3 +110,4 @@ def dequantised() -> None:
 if __name__ == "__main__":
     dequantised()
     tokens()
+    logits()

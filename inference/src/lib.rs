@@ -29,6 +29,7 @@ mod encoder;
 mod error;
 pub mod gguf;
 mod pool;
+pub mod qwen2;
 mod reader;
 mod tokenize;
 

@@ -54,6 +54,11 @@ PROMPTS = [
     "Which metric did we agree on for churn?<|im_end|>\n<|im_start|>assistant\n",
     "用户说：我更喜欢折线图。Summarise the preference in JSON: {\"topic\": \"",
 ]
+NEW_TOKENS = 24
+CHATS = [
+    ("You extract what the user prefers.", "我更喜欢看折线图，不要饼图。"),
+    ("You are a helpful assistant.", "Which is larger, 9.11 or 9.9? Answer in one sentence."),
+]
 FIXED = [7, 220, 1000, 13, 9370, 30000, 60000, 90000, 104000, 120000, 140000, 151000, 151643,
          151645, 25, 4913]
 
@@ -83,6 +88,22 @@ def logits() -> None:
     out_path = FIXTURES / "qwen2_logits.json"
     out_path.write_text(json.dumps({"cases": cases}) + "\n")
     print(f"wrote {out_path}: {len(cases)} prompts")
+
+    chats = []
+    for system, user in CHATS:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        with torch.no_grad():
+            answer = model.generate(
+                torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False
+            )[0][len(ids):]
+        chats.append(
+            {"system": system, "user": user, "text": text, "answer": answer.tolist()}
+        )
+    out_path = FIXTURES / "qwen2_chat.json"
+    out_path.write_text(json.dumps({"chats": chats}, ensure_ascii=False) + "\n")
+    print(f"wrote {out_path}: {len(chats)} chats")
 
 
 def dequantised() -> None:

@@ -238,6 +238,36 @@ impl Qwen2 {
     }
 }
 
+impl Qwen2 {
+    /// Greedy decoding: feeds `prompt`, then the most likely next token at each step, until
+    /// `stop` (included in the answer) or `max_new` tokens; returns the new tokens.
+    pub fn generate_greedy(&self, prompt: &[i64], max_new: usize, stop: i64) -> Vec<i64> {
+        let mut cache = KvCache::default();
+        let mut answer = Vec::new();
+        let mut feed = prompt.to_vec();
+        while answer.len() < max_new && !feed.is_empty() {
+            let logits = self.forward(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
+            let next = logits.get(0).get(-1).argmax(-1, false).int64_value(&[]);
+            answer.push(next);
+            if next == stop {
+                break;
+            }
+            feed = vec![next];
+        }
+        answer
+    }
+}
+
+/// The chat template of Qwen2.5's instruct models (ChatML) for one system and one user
+/// message, ending where the assistant's answer begins: what the file's template renders
+/// with `add_generation_prompt` (`inference/tests/qwen2.rs` checks it against
+/// `transformers`).
+pub fn chat_prompt(system: &str, user: &str) -> String {
+    format!(
+        "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    )
+}
+
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Tensor {
     let scale = (x.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float) + eps).rsqrt();
     x * scale * weight

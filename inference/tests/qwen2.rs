@@ -3,11 +3,13 @@
 //! token at every position of each prompt (Chinese and English, one in the chat template with
 //! its special tokens), and logits with cosine >= 0.999 on the reference's top 16 tokens and
 //! 16 fixed others; feeding a prompt token by token through the KV cache gives the logits of
-//! feeding it whole. The models must be installed; this test fails, never skips, without them.
+//! feeding it whole; the chat template renders as the file's own template does, and greedy
+//! decoding gives the reference's answers token for token. The models must be installed; this test fails, never skips, without them.
 //! One test: the model loads once (about 2 GB of float32 weights).
 
 use engram_inference::default_model_dir;
-use engram_inference::qwen2::{KvCache, Qwen2};
+use engram_inference::gguf::Gguf;
+use engram_inference::qwen2::{KvCache, Qwen2, chat_prompt};
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
@@ -26,7 +28,7 @@ fn cosine(a: &[f64], b: &[f64]) -> f64 {
 }
 
 #[test]
-fn the_decoder_gives_hugging_faces_top_token_and_logits_and_its_cache_changes_nothing() {
+fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_template() {
     let path = default_model_dir().join("qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf");
     let model = Qwen2::load(&path, Device::Cpu).unwrap();
     let fixture: Value = serde_json::from_str(include_str!("fixtures/qwen2_logits.json")).unwrap();
@@ -75,4 +77,31 @@ fn the_decoder_gives_hugging_faces_top_token_and_logits_and_its_cache_changes_no
         }
     }
     eprintln!("worst logits cosine against the reference: {worst:.6}");
+
+    // The chat template renders as the file's own does, and greedy decoding gives the
+    // reference's answer, token for token.
+    let tokenizer = Gguf::open(&path).unwrap().tokenizer().unwrap();
+    let eos = i64::from(tokenizer.token_to_id("<|im_end|>").unwrap());
+    let chats: Value = serde_json::from_str(include_str!("fixtures/qwen2_chat.json")).unwrap();
+    for (n, chat) in chats["chats"].as_array().unwrap().iter().enumerate() {
+        let text = chat_prompt(
+            chat["system"].as_str().unwrap(),
+            chat["user"].as_str().unwrap(),
+        );
+        assert_eq!(
+            text,
+            chat["text"].as_str().unwrap(),
+            "chat {n}: the template"
+        );
+        let prompt: Vec<i64> = tokenizer
+            .encode(text, false)
+            .unwrap()
+            .get_ids()
+            .iter()
+            .map(|&i| i64::from(i))
+            .collect();
+        let want: Vec<i64> = numbers(&chat["answer"]).iter().map(|&i| i as i64).collect();
+        let got = model.generate_greedy(&prompt, want.len(), eos);
+        assert_eq!(got, want, "chat {n}: the greedy answer");
+    }
 }

@@ -31,6 +31,7 @@ pub mod gguf;
 mod pool;
 pub mod qwen2;
 mod reader;
+pub mod schema;
 mod tokenize;
 
 pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};

@@ -11,8 +11,11 @@ use std::path::Path;
 
 use tch::{Device, Kind, Tensor};
 
+use tokenizers::Tokenizer;
+
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::schema::Schema;
 
 /// The hyper-parameters the decoder reads from `qwen2.*`.
 #[derive(Debug, Clone, PartialEq)]
@@ -256,6 +259,76 @@ impl Qwen2 {
         }
         answer
     }
+}
+
+impl Qwen2 {
+    /// Greedy decoding constrained by `schema`: at each step the most likely token that keeps
+    /// the output a valid prefix of what the schema allows (tokens are tried in order of their
+    /// logits on a copy of the matcher); stops when the object is whole. `vocab` is
+    /// [`token_bytes`] of the model's tokenizer. `None` when `max_new` tokens did not close
+    /// the object.
+    pub fn generate_json(
+        &self,
+        prompt: &[i64],
+        schema: &Schema,
+        vocab: &[Option<Vec<u8>>],
+        max_new: usize,
+    ) -> Option<String> {
+        let mut cache = KvCache::default();
+        let mut matcher = schema.matcher();
+        let mut out = Vec::new();
+        let mut feed = prompt.to_vec();
+        for _ in 0..max_new {
+            let logits = self.forward(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
+            let order = logits.get(0).get(-1).argsort(-1, true);
+            let order: Vec<i64> = Vec::try_from(order).ok()?;
+            let (next, tried, bytes) = order.into_iter().find_map(|id| {
+                let bytes = vocab.get(usize::try_from(id).ok()?)?.as_ref()?;
+                let mut tried = matcher.clone();
+                tried.feed(bytes).then_some((id, tried, bytes))
+            })?;
+            matcher = tried;
+            out.extend_from_slice(bytes);
+            if matcher.is_complete() {
+                return String::from_utf8(out).ok();
+            }
+            feed = vec![next];
+        }
+        None
+    }
+}
+
+/// The bytes each token id of `tokenizer` stands for (its byte-level BPE string mapped back
+/// through GPT-2's byte-to-character table); `None` for special tokens and unused ids.
+pub fn token_bytes(tokenizer: &Tokenizer) -> Vec<Option<Vec<u8>>> {
+    // GPT-2's table: printable bytes stand for themselves, the others for U+0100 onwards.
+    let mut chars = [0_u32; 256];
+    let mut next = 256;
+    for b in 0..=255_u8 {
+        let printable = matches!(b, b'!'..=b'~' | 0xa1..=0xac | 0xae..=0xff);
+        chars[usize::from(b)] = if printable {
+            u32::from(b)
+        } else {
+            next += 1;
+            next - 1
+        };
+    }
+    let byte_of: std::collections::HashMap<char, u8> = (0..=255_u8)
+        .filter_map(|b| Some((char::from_u32(chars[usize::from(b)])?, b)))
+        .collect();
+    let special: std::collections::HashSet<u32> =
+        tokenizer.get_added_tokens_decoder().into_keys().collect();
+    let vocab = tokenizer.get_vocab(true);
+    let size = vocab.values().max().map_or(0, |&m| m as usize + 1);
+    let mut table = vec![None; size];
+    for (token, id) in vocab {
+        if special.contains(&id) {
+            continue;
+        }
+        let bytes: Option<Vec<u8>> = token.chars().map(|c| byte_of.get(&c).copied()).collect();
+        table[id as usize] = bytes;
+    }
+    table
 }
 
 /// The chat template of Qwen2.5's instruct models (ChatML) for one system and one user

@@ -4,12 +4,14 @@
 //! its special tokens), and logits with cosine >= 0.999 on the reference's top 16 tokens and
 //! 16 fixed others; feeding a prompt token by token through the KV cache gives the logits of
 //! feeding it whole; the chat template renders as the file's own template does, and greedy
-//! decoding gives the reference's answers token for token. The models must be installed; this test fails, never skips, without them.
+//! decoding gives the reference's answers token for token; decoding constrained by a JSON
+//! schema gives JSON of that schema. The models must be installed; this test fails, never skips, without them.
 //! One test: the model loads once (about 2 GB of float32 weights).
 
 use engram_inference::default_model_dir;
 use engram_inference::gguf::Gguf;
-use engram_inference::qwen2::{KvCache, Qwen2, chat_prompt};
+use engram_inference::qwen2::{KvCache, Qwen2, chat_prompt, token_bytes};
+use engram_inference::schema::Schema;
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
 
@@ -82,6 +84,12 @@ fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_te
     // reference's answer, token for token.
     let tokenizer = Gguf::open(&path).unwrap().tokenizer().unwrap();
     let eos = i64::from(tokenizer.token_to_id("<|im_end|>").unwrap());
+    let vocab = token_bytes(&tokenizer);
+    assert_eq!(vocab.len(), 151_936);
+    assert!(
+        vocab[eos as usize].is_none(),
+        "special tokens have no bytes"
+    );
     let chats: Value = serde_json::from_str(include_str!("fixtures/qwen2_chat.json")).unwrap();
     for (n, chat) in chats["chats"].as_array().unwrap().iter().enumerate() {
         let text = chat_prompt(
@@ -103,5 +111,44 @@ fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_te
         let want: Vec<i64> = numbers(&chat["answer"]).iter().map(|&i| i as i64).collect();
         let got = model.generate_greedy(&prompt, want.len(), eos);
         assert_eq!(got, want, "chat {n}: the greedy answer");
+        // The byte table of constrained decoding spells the answer as the tokenizer does.
+        let ids: Vec<u32> = got[..got.len() - 1].iter().map(|&i| i as u32).collect();
+        let spelled: Vec<u8> = ids
+            .iter()
+            .flat_map(|&i| vocab[i as usize].clone().unwrap())
+            .collect();
+        assert_eq!(spelled, tokenizer.decode(&ids, false).unwrap().into_bytes());
     }
+
+    // Constrained by a schema, the answer is JSON of that schema.
+    let schema = Schema::from_json(&serde_json::json!({
+        "type": "object",
+        "properties": {
+            "topic": {"type": "string"},
+            "polarity": {"enum": ["like", "dislike"]},
+            "strength": {"type": "number"}
+        },
+        "required": ["topic", "polarity", "strength"]
+    }))
+    .unwrap();
+    let text = chat_prompt(
+        "Extract the user's preference as JSON with a topic, a polarity and a strength from 0 to 1.",
+        "我更喜欢看折线图，不要饼图。",
+    );
+    let prompt: Vec<i64> = tokenizer
+        .encode(text, false)
+        .unwrap()
+        .get_ids()
+        .iter()
+        .map(|&i| i64::from(i))
+        .collect();
+    let json = model
+        .generate_json(&prompt, &schema, &vocab, 64)
+        .expect("the object closes within 64 tokens");
+    let parsed: Value = serde_json::from_str(&json).unwrap();
+    let object = parsed.as_object().unwrap();
+    assert_eq!(object.len(), 3);
+    assert!(parsed["topic"].is_string());
+    assert!(["like", "dislike"].contains(&parsed["polarity"].as_str().unwrap()));
+    assert!(parsed["strength"].is_number());
 }

@@ -1,0 +1,331 @@
+//! Decoding constrained by a JSON schema: a byte-level matcher of the JSON texts a schema
+//! allows, so that a decoder picks at each step only a token that keeps its output a valid
+//! prefix (and, once the object is closed, only the end of sequence). An output that does
+//! not match the schema cannot be produced.
+//!
+//! The schemas are the distiller's: an object whose properties are all required, each a
+//! string, a string from an `enum`, a `number`, an `integer` or a `boolean`. The allowed
+//! texts are the compact layout `{"a": 1, "b": "x"}` (one space after each colon and comma),
+//! the properties in the order `required` lists them (every property must be listed there),
+//! or by name without it: every one is valid JSON and valid under the schema.
+
+use serde_json::Value;
+
+/// The type of one property.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    /// Any JSON string.
+    String,
+    /// One of these strings.
+    Enum(Vec<String>),
+    /// A JSON number with an optional fraction (`-?[0-9]+(\.[0-9]+)?`).
+    Number,
+    /// A JSON integer (`-?[0-9]+`).
+    Integer,
+    /// `true` or `false`.
+    Boolean,
+}
+
+/// An object schema: its properties, in order, all required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schema {
+    properties: Vec<(String, Field)>,
+}
+
+impl Schema {
+    /// Reads a JSON schema of the supported subset, or says what it does not support.
+    pub fn from_json(schema: &Value) -> Result<Schema, String> {
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err("the schema must be an object schema".into());
+        }
+        let properties = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .ok_or("the schema has no properties")?;
+        let mut fields = Vec::new();
+        for (name, property) in properties {
+            let field = if let Some(options) = property.get("enum") {
+                let options = options
+                    .as_array()
+                    .ok_or(format!("{name}: enum is not an array"))?
+                    .iter()
+                    .map(|o| o.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or(format!("{name}: only string enums are supported"))?;
+                if options.is_empty() {
+                    return Err(format!("{name}: an empty enum"));
+                }
+                Field::Enum(options)
+            } else {
+                match property.get("type").and_then(Value::as_str) {
+                    Some("string") => Field::String,
+                    Some("number") => Field::Number,
+                    Some("integer") => Field::Integer,
+                    Some("boolean") => Field::Boolean,
+                    other => return Err(format!("{name}: type {other:?} is not supported")),
+                }
+            };
+            fields.push((name.clone(), field));
+        }
+        if fields.is_empty() {
+            return Err("the schema has no properties".into());
+        }
+        if let Some(required) = schema.get("required").and_then(Value::as_array) {
+            let order: Vec<&str> = required.iter().filter_map(Value::as_str).collect();
+            if order.len() != fields.len()
+                || fields.iter().any(|(n, _)| !order.contains(&n.as_str()))
+            {
+                return Err("every property must be required, each once".into());
+            }
+            fields.sort_by_key(|(n, _)| order.iter().position(|o| o == n));
+        }
+        Ok(Schema { properties: fields })
+    }
+
+    /// A matcher at the start of the output.
+    pub fn matcher(&self) -> Matcher {
+        let mut segments = Vec::new();
+        for (i, (name, field)) in self.properties.iter().enumerate() {
+            let open = if i == 0 { "{" } else { ", " };
+            let key = serde_json::to_string(name).unwrap_or_default();
+            segments.push(Segment::Literal(format!("{open}{key}: ").into_bytes()));
+            segments.push(Segment::Value(field.clone()));
+        }
+        segments.push(Segment::Literal(b"}".to_vec()));
+        Matcher {
+            segments: segments.into(),
+            at: 0,
+            state: State::Start,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Segment {
+    Literal(Vec<u8>),
+    Value(Field),
+}
+
+/// Where the matcher is inside the current segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// At the segment's first byte.
+    Start,
+    /// `n` bytes into a literal.
+    Literal(usize),
+    /// Inside a string (`escape`: after a backslash; `hex`: hex digits of `\u` still due).
+    Str { escape: bool, hex: u8 },
+    /// `n` bytes into the quoted options that still match.
+    Options { n: usize, live: Vec<usize> },
+    /// In a number: digits seen before and after the point, whether a point was seen, and
+    /// whether the integer part is a leading zero (JSON allows no digit after it).
+    Num {
+        int: usize,
+        point: bool,
+        frac: usize,
+        zero: bool,
+    },
+}
+
+/// The state of an output being matched against a schema. Cheap to clone: a decoder tries a
+/// token on a clone.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    segments: std::sync::Arc<[Segment]>,
+    at: usize,
+    state: State,
+}
+
+impl Matcher {
+    /// Whether the output is a whole object (only the end of sequence may follow).
+    pub fn is_complete(&self) -> bool {
+        self.at == self.segments.len()
+    }
+
+    /// Feeds `bytes`; false (the matcher then is unusable) when they make the output leave
+    /// what the schema allows.
+    pub fn feed(&mut self, bytes: &[u8]) -> bool {
+        bytes.iter().all(|&b| self.byte(b))
+    }
+
+    fn next_segment(&mut self) {
+        self.at += 1;
+        self.state = State::Start;
+    }
+
+    fn byte(&mut self, b: u8) -> bool {
+        let Some(segment) = self.segments.get(self.at).cloned() else {
+            return false;
+        };
+        match segment {
+            Segment::Literal(text) => {
+                let n = if let State::Literal(n) = self.state {
+                    n
+                } else {
+                    0
+                };
+                if text.get(n) != Some(&b) {
+                    return false;
+                }
+                if n + 1 == text.len() {
+                    self.next_segment();
+                } else {
+                    self.state = State::Literal(n + 1);
+                }
+                true
+            }
+            Segment::Value(field) => self.value_byte(&field, b),
+        }
+    }
+
+    fn value_byte(&mut self, field: &Field, b: u8) -> bool {
+        match (field, self.state.clone()) {
+            (Field::String, State::Start) => {
+                self.state = State::Str {
+                    escape: false,
+                    hex: 0,
+                };
+                b == b'"'
+            }
+            (Field::String, State::Str { escape, hex }) => {
+                if hex > 0 {
+                    self.state = State::Str {
+                        escape: false,
+                        hex: hex - 1,
+                    };
+                    b.is_ascii_hexdigit()
+                } else if escape {
+                    let hex = if b == b'u' { 4 } else { 0 };
+                    self.state = State::Str { escape: false, hex };
+                    matches!(
+                        b,
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u'
+                    )
+                } else if b == b'"' {
+                    self.next_segment();
+                    true
+                } else if b == b'\\' {
+                    self.state = State::Str {
+                        escape: true,
+                        hex: 0,
+                    };
+                    true
+                } else {
+                    b >= 0x20
+                }
+            }
+            (Field::Enum(options), State::Start) => self.options(
+                &options.iter().map(|o| quoted(o)).collect::<Vec<_>>(),
+                0,
+                None,
+                b,
+            ),
+            (Field::Boolean, State::Start) => {
+                self.options(&[b"true".to_vec(), b"false".to_vec()], 0, None, b)
+            }
+            (Field::Enum(options), State::Options { n, live }) => self.options(
+                &options.iter().map(|o| quoted(o)).collect::<Vec<_>>(),
+                n,
+                Some(live),
+                b,
+            ),
+            (Field::Boolean, State::Options { n, live }) => {
+                self.options(&[b"true".to_vec(), b"false".to_vec()], n, Some(live), b)
+            }
+            (Field::Number | Field::Integer, State::Start) => {
+                if b == b'-' {
+                    self.state = State::Num {
+                        int: 0,
+                        point: false,
+                        frac: 0,
+                        zero: false,
+                    };
+                    true
+                } else if b.is_ascii_digit() {
+                    self.state = State::Num {
+                        int: 1,
+                        point: false,
+                        frac: 0,
+                        zero: b == b'0',
+                    };
+                    true
+                } else {
+                    false
+                }
+            }
+            (
+                Field::Number | Field::Integer,
+                State::Num {
+                    int,
+                    point,
+                    frac,
+                    zero,
+                },
+            ) => {
+                if b.is_ascii_digit() && point {
+                    self.state = State::Num {
+                        int,
+                        point,
+                        frac: frac + 1,
+                        zero,
+                    };
+                    true
+                } else if b.is_ascii_digit() && !zero {
+                    self.state = State::Num {
+                        int: int + 1,
+                        point,
+                        frac,
+                        zero: int == 0 && b == b'0',
+                    };
+                    true
+                } else if b.is_ascii_digit() {
+                    false
+                } else if b == b'.' && *field == Field::Number && !point && int > 0 {
+                    self.state = State::Num {
+                        int,
+                        point: true,
+                        frac: 0,
+                        zero,
+                    };
+                    true
+                } else if int > 0 && (!point || frac > 0) {
+                    // The number ended: the byte belongs to what follows.
+                    self.next_segment();
+                    self.byte(b)
+                } else {
+                    false
+                }
+            }
+            _ignored => false,
+        }
+    }
+
+    /// Matches byte `n` of the options still `live` (all at first).
+    fn options(&mut self, options: &[Vec<u8>], n: usize, live: Option<Vec<usize>>, b: u8) -> bool {
+        let live: Vec<usize> = live
+            .unwrap_or_else(|| (0..options.len()).collect())
+            .into_iter()
+            .filter(|&i| options[i].get(n) == Some(&b))
+            .collect();
+        if live.is_empty() {
+            return false;
+        }
+        if live.iter().any(|&i| options[i].len() == n + 1) {
+            // Quoted options end at their closing quote, and true/false differ at once:
+            // a whole option is never the prefix of another.
+            self.next_segment();
+        } else {
+            self.state = State::Options { n: n + 1, live };
+        }
+        true
+    }
+}
+
+fn quoted(option: &str) -> Vec<u8> {
+    serde_json::to_string(option)
+        .unwrap_or_default()
+        .into_bytes()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,100 @@
+//! The matcher accepts exactly the prefixes of the texts a schema allows.
+
+use serde_json::json;
+
+use super::*;
+
+fn schema() -> Schema {
+    Schema::from_json(&json!({
+        "type": "object",
+        "properties": {
+            "topic": {"type": "string"},
+            "polarity": {"enum": ["like", "dislike"]},
+            "strength": {"type": "number"},
+            "count": {"type": "integer"},
+            "explicit": {"type": "boolean"}
+        }
+    }))
+    .unwrap()
+}
+
+fn accepts(text: &str) -> Option<bool> {
+    let mut m = schema().matcher();
+    m.feed(text.as_bytes()).then(|| m.is_complete())
+}
+
+#[test]
+fn whole_outputs_are_complete_and_valid_json_under_the_schema() {
+    // Without `required`, the properties come by name.
+    let text = r#"{"count": 3, "explicit": true, "polarity": "dislike", "strength": -0.25, "topic": "饼图 \"pie\" \u00e9"}"#;
+    assert_eq!(accepts(text), Some(true));
+    let parsed: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(parsed["polarity"], "dislike");
+}
+
+#[test]
+fn every_prefix_of_an_allowed_output_is_accepted_and_leaving_the_schema_is_not() {
+    let text = r#"{"count": 10, "explicit": false, "polarity": "like", "strength": 0.5, "topic": "line charts"}"#;
+    for end in 0..text.len() {
+        assert_eq!(accepts(&text[..end]), Some(false), "prefix {end}");
+    }
+    for wrong in [
+        r#"{"topic""#,                      // the schema's order: count comes first
+        r#"{"count": 1.5"#,                 // an integer has no fraction
+        r#"{"count": 01"#,                  // no leading zero
+        r#"{"count": -"#,                   // fine so far ...
+        r#"{"count": 1, "explicit": tru "#, // not a boolean
+        r#"{"count": 1, "explicit": true, "polarity": "lo"#,
+        r#"{"count": 1, "explicit": true, "polarity": "like", "strength": 1."#,
+    ] {
+        let verdict = accepts(wrong);
+        if wrong.ends_with('-') || wrong.ends_with("1.") {
+            assert_eq!(verdict, Some(false), "{wrong} is a prefix");
+        } else {
+            assert_eq!(verdict, None, "{wrong} leaves the schema");
+        }
+    }
+    // A number must have its fraction before what follows.
+    assert_eq!(
+        accepts(r#"{"count": 1, "explicit": true, "polarity": "like", "strength": 1.,"#),
+        None
+    );
+    // Control characters are not allowed raw in a string; nothing follows the object.
+    let done = r#"{"count": 1, "explicit": true, "polarity": "like", "strength": 1, "topic": "x"}"#;
+    assert_eq!(accepts(done), Some(true));
+    assert_eq!(accepts(&format!("{done} ")), None);
+    let raw = "{\"count\": 1, \"explicit\": true, \"polarity\": \"like\", \"strength\": 1, \"topic\": \"a\nb";
+    assert_eq!(accepts(raw), None);
+}
+
+#[test]
+fn unsupported_schemas_are_refused_with_a_reason() {
+    assert!(Schema::from_json(&json!({"type": "array"})).is_err());
+    let nested = json!({"type": "object", "properties": {"a": {"type": "object"}}});
+    assert!(Schema::from_json(&nested).unwrap_err().contains("a: type"));
+    let numbers = json!({"type": "object", "properties": {"a": {"enum": [1, 2]}}});
+    assert!(
+        Schema::from_json(&numbers)
+            .unwrap_err()
+            .contains("string enums")
+    );
+}
+
+#[test]
+fn required_sets_the_order_of_the_properties() {
+    let schema = Schema::from_json(&json!({
+        "type": "object",
+        "properties": {"topic": {"type": "string"}, "polarity": {"enum": ["like", "dislike"]}},
+        "required": ["topic", "polarity"]
+    }))
+    .unwrap();
+    let mut m = schema.matcher();
+    assert!(m.feed(br#"{"topic": "charts", "polarity": "like"}"#) && m.is_complete());
+    let partial = json!({"type": "object", "properties": {"a": {"type": "string"},
+        "b": {"type": "string"}}, "required": ["a"]});
+    assert!(
+        Schema::from_json(&partial)
+            .unwrap_err()
+            .contains("required")
+    );
+}

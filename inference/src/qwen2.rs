@@ -15,7 +15,7 @@ use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::schema::Schema;
+use crate::schema::{self, Schema};
 
 /// The hyper-parameters the decoder reads from `qwen2.*`.
 #[derive(Debug, Clone, PartialEq)]
@@ -282,17 +282,14 @@ impl Qwen2 {
             let logits = self.forward(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
             let order = logits.get(0).get(-1).argsort(-1, true);
             let order: Vec<i64> = Vec::try_from(order).ok()?;
-            let (next, tried, bytes) = order.into_iter().find_map(|id| {
-                let bytes = vocab.get(usize::try_from(id).ok()?)?.as_ref()?;
-                let mut tried = matcher.clone();
-                tried.feed(bytes).then_some((id, tried, bytes))
-            })?;
+            let order = order.into_iter().filter_map(|id| usize::try_from(id).ok());
+            let (next, tried, bytes) = schema::pick(&matcher, order, vocab)?;
             matcher = tried;
             out.extend_from_slice(bytes);
             if matcher.is_complete() {
                 return String::from_utf8(out).ok();
             }
-            feed = vec![next];
+            feed = vec![next as i64];
         }
         None
     }

@@ -113,8 +113,8 @@ enum State {
     Start,
     /// `n` bytes into a literal.
     Literal(usize),
-    /// Inside a string (`escape`: after a backslash; `hex`: hex digits of `\u` still due).
-    Str { escape: bool, hex: u8 },
+    /// Inside a string.
+    Str(Text),
     /// `n` bytes into the quoted options that still match.
     Options { n: usize, live: Vec<usize> },
     /// In a number: digits seen before and after the point, whether a point was seen, and
@@ -125,6 +125,74 @@ enum State {
         frac: usize,
         zero: bool,
     },
+}
+
+/// Where the matcher is inside a JSON string: escapes, and UTF-8 sequences, which must be
+/// well formed (the output is parsed as UTF-8 JSON).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Text {
+    /// After a backslash.
+    escape: bool,
+    /// Hex digits of a `\u` escape still due, and the code point so far.
+    hex: u8,
+    code: u32,
+    /// Continuation bytes of a UTF-8 sequence still due, and the range of the next one.
+    cont: u8,
+    lo: u8,
+    hi: u8,
+}
+
+impl Text {
+    /// Takes byte `b` of the string: `Some(true)` when it closes the string, `Some(false)`
+    /// when the string goes on, `None` when it cannot be part of a valid string.
+    fn byte(&mut self, b: u8) -> Option<bool> {
+        if self.cont > 0 {
+            if !(self.lo..=self.hi).contains(&b) {
+                return None;
+            }
+            self.cont -= 1;
+            (self.lo, self.hi) = (0x80, 0xbf);
+            return Some(false);
+        }
+        if self.hex > 0 {
+            let digit = char::from(b).to_digit(16)?;
+            self.code = self.code * 16 + digit;
+            self.hex -= 1;
+            // Surrogates (`\ud800` to `\udfff`) need a pair; the model writes the character
+            // itself instead. Refused at their second digit, so no escape can dead-end.
+            return (self.hex != 2 || !(0xd8..=0xdf).contains(&self.code)).then_some(false);
+        }
+        if self.escape {
+            self.escape = false;
+            if b == b'u' {
+                (self.hex, self.code) = (4, 0);
+            }
+            return matches!(
+                b,
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u'
+            )
+            .then_some(false);
+        }
+        let (cont, lo, hi) = match b {
+            b'"' => return Some(true),
+            b'\\' => {
+                self.escape = true;
+                return Some(false);
+            }
+            0x00..=0x1f => return None,
+            0x20..=0x7f => return Some(false),
+            0xc2..=0xdf => (1, 0x80, 0xbf),
+            0xe0 => (2, 0xa0, 0xbf),
+            0xe1..=0xec | 0xee..=0xef => (2, 0x80, 0xbf),
+            0xed => (2, 0x80, 0x9f),
+            0xf0 => (3, 0x90, 0xbf),
+            0xf1..=0xf3 => (3, 0x80, 0xbf),
+            0xf4 => (3, 0x80, 0x8f),
+            0x80..=0xc1 | 0xf5..=0xff => return None,
+        };
+        (self.cont, self.lo, self.hi) = (cont, lo, hi);
+        Some(false)
+    }
 }
 
 /// The state of an output being matched against a schema. Cheap to clone: a decoder tries a
@@ -181,39 +249,20 @@ impl Matcher {
     fn value_byte(&mut self, field: &Field, b: u8) -> bool {
         match (field, self.state.clone()) {
             (Field::String, State::Start) => {
-                self.state = State::Str {
-                    escape: false,
-                    hex: 0,
-                };
+                self.state = State::Str(Text::default());
                 b == b'"'
             }
-            (Field::String, State::Str { escape, hex }) => {
-                if hex > 0 {
-                    self.state = State::Str {
-                        escape: false,
-                        hex: hex - 1,
-                    };
-                    b.is_ascii_hexdigit()
-                } else if escape {
-                    let hex = if b == b'u' { 4 } else { 0 };
-                    self.state = State::Str { escape: false, hex };
-                    matches!(
-                        b,
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' | b'u'
-                    )
-                } else if b == b'"' {
+            (Field::String, State::Str(mut text)) => match text.byte(b) {
+                None => false,
+                Some(true) => {
                     self.next_segment();
                     true
-                } else if b == b'\\' {
-                    self.state = State::Str {
-                        escape: true,
-                        hex: 0,
-                    };
-                    true
-                } else {
-                    b >= 0x20
                 }
-            }
+                Some(false) => {
+                    self.state = State::Str(text);
+                    true
+                }
+            },
             (Field::Enum(options), State::Start) => self.options(
                 &options.iter().map(|o| quoted(o)).collect::<Vec<_>>(),
                 0,
@@ -319,6 +368,22 @@ impl Matcher {
         }
         true
     }
+}
+
+/// The first token of `order` (token ids, most likely first) whose bytes in `vocab` keep
+/// `matcher`'s output a valid prefix, with the matcher after it. Ids without bytes (special
+/// tokens) are never picked. `None` when no token fits (cannot happen with a byte-level
+/// vocabulary, which spells every byte).
+pub fn pick<'v>(
+    matcher: &Matcher,
+    order: impl IntoIterator<Item = usize>,
+    vocab: &'v [Option<Vec<u8>>],
+) -> Option<(usize, Matcher, &'v [u8])> {
+    order.into_iter().find_map(|id| {
+        let bytes = vocab.get(id)?.as_deref()?;
+        let mut tried = matcher.clone();
+        tried.feed(bytes).then_some((id, tried, bytes))
+    })
 }
 
 fn quoted(option: &str) -> Vec<u8> {

@@ -65,6 +65,22 @@ fn every_prefix_of_an_allowed_output_is_accepted_and_leaving_the_schema_is_not()
     assert_eq!(accepts(&format!("{done} ")), None);
     let raw = "{\"count\": 1, \"explicit\": true, \"polarity\": \"like\", \"strength\": 1, \"topic\": \"a\nb";
     assert_eq!(accepts(raw), None);
+    // The output is parsed as UTF-8: no lone surrogate escape, no malformed sequence.
+    let head = r#"{"count": 1, "explicit": true, "polarity": "like", "strength": 1, "topic": ""#;
+    assert_eq!(accepts(&format!(r"{head}\ud800")), None);
+    assert_eq!(accepts(&format!(r"{head}\u00e9")), Some(false));
+    for bad in [
+        &[0xff][..],
+        &[0xc0, 0x80],
+        &[0xed, 0xa0, 0x80],
+        &[0xe4, 0x41],
+    ] {
+        let mut m = schema().matcher();
+        assert!(m.feed(head.as_bytes()));
+        assert!(!m.feed(bad), "{bad:x?}");
+    }
+    let mut m = schema().matcher();
+    assert!(m.feed(head.as_bytes()) && m.feed("折".as_bytes()) && m.feed(&[0xe7, 0xba]));
 }
 
 #[test]
@@ -97,4 +113,48 @@ fn required_sets_the_order_of_the_properties() {
             .unwrap_err()
             .contains("required")
     );
+}
+
+proptest::proptest! {
+    /// Whatever the logits, decoding through the matcher yields only prefixes of allowed
+    /// texts, and a closed object is valid JSON of the schema.
+    #[test]
+    fn decoding_under_any_logits_never_yields_invalid_json(
+        seeds in proptest::collection::vec(proptest::num::u64::ANY, 1..120),
+    ) {
+        // A byte-level vocabulary: every byte alone, some multi-byte tokens, one special.
+        let mut vocab: Vec<Option<Vec<u8>>> = (0..=255_u8).map(|b| Some(vec![b])).collect();
+        for token in ["{\"", "\": ", ", \"", "like", "dislike", "\"}", "12", ".5", "true",
+            "topic", "polarity", "strength", "count", "explicit", "折线图", "\\u00e9", "\\"] {
+            vocab.push(Some(token.as_bytes().to_vec()));
+        }
+        vocab.push(None);
+        let schema = schema();
+        let mut matcher = schema.matcher();
+        let mut out = Vec::new();
+        for seed in seeds {
+            // A pseudo-random order of the whole vocabulary from the seed: the "logits".
+            let mut order: Vec<usize> = (0..vocab.len()).collect();
+            order.sort_by_key(|&i| (i as u64 ^ seed).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let (_, next, bytes) = pick(&matcher, order, &vocab).expect("a byte always fits");
+            matcher = next;
+            out.extend_from_slice(bytes);
+            if matcher.is_complete() {
+                break;
+            }
+        }
+        if matcher.is_complete() {
+            let parsed: Value = serde_json::from_slice(&out).expect("valid JSON");
+            proptest::prop_assert!(parsed["topic"].is_string());
+            proptest::prop_assert!(["like", "dislike"].contains(&parsed["polarity"].as_str().unwrap()));
+            proptest::prop_assert!(parsed["strength"].is_number());
+            // An integer in JSON's syntax (past i64, serde_json reads it as a float).
+            proptest::prop_assert!(parsed["count"].as_f64().is_some_and(|v| v.fract() == 0.0));
+            proptest::prop_assert!(parsed["explicit"].is_boolean());
+        } else {
+            // Still a prefix: some continuation closes it (here: a fresh matcher agrees).
+            let mut again = schema.matcher();
+            proptest::prop_assert!(again.feed(&out));
+        }
+    }
 }

@@ -167,6 +167,21 @@ impl Qwen2 {
     /// and values to it, and returns the logits of every new position (`[batch, new, vocab]`).
     pub fn forward(&self, tokens: &Tensor, cache: &mut KvCache) -> Tensor {
         let _guard = tch::no_grad_guard();
+        self.hidden(tokens, cache)
+            .linear::<Tensor>(&self.output, None)
+    }
+
+    /// [`Qwen2::forward`], but only the logits of the last new position (`[batch, vocab]`):
+    /// what generation needs, without projecting every prompt position onto the vocabulary.
+    pub fn next_logits(&self, tokens: &Tensor, cache: &mut KvCache) -> Tensor {
+        let _guard = tch::no_grad_guard();
+        let hidden = self.hidden(tokens, cache);
+        let last = hidden.size()[1] - 1;
+        hidden.select(1, last).linear::<Tensor>(&self.output, None)
+    }
+
+    /// The final hidden states (after the last norm) of the new positions.
+    fn hidden(&self, tokens: &Tensor, cache: &mut KvCache) -> Tensor {
         let (batch, new) = (tokens.size()[0], tokens.size()[1]);
         let past = cache.len();
         let c = &self.config;
@@ -237,7 +252,7 @@ impl Qwen2 {
             .linear::<Tensor>(&layer.down, None);
             x += ffn;
         }
-        rms_norm(&x, &self.norm, c.eps).linear::<Tensor>(&self.output, None)
+        rms_norm(&x, &self.norm, c.eps)
     }
 }
 
@@ -249,8 +264,8 @@ impl Qwen2 {
         let mut answer = Vec::new();
         let mut feed = prompt.to_vec();
         while answer.len() < max_new && !feed.is_empty() {
-            let logits = self.forward(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
-            let next = logits.get(0).get(-1).argmax(-1, false).int64_value(&[]);
+            let logits = self.next_logits(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
+            let next = logits.get(0).argmax(-1, false).int64_value(&[]);
             answer.push(next);
             if next == stop {
                 break;
@@ -279,8 +294,8 @@ impl Qwen2 {
         let mut out = Vec::new();
         let mut feed = prompt.to_vec();
         for _ in 0..max_new {
-            let logits = self.forward(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
-            let order = logits.get(0).get(-1).argsort(-1, true);
+            let logits = self.next_logits(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
+            let order = logits.get(0).argsort(-1, true);
             let order: Vec<i64> = Vec::try_from(order).ok()?;
             let order = order.into_iter().filter_map(|id| usize::try_from(id).ok());
             let (next, tried, bytes) = schema::pick(&matcher, order, vocab)?;

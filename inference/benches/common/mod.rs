@@ -1,4 +1,6 @@
-//! What the encoder benches share: their texts and the length of a measurement.
+//! What the benches share: the encoder benches' texts and the length of a measurement.
+// Each bench compiles its own copy and uses only some of it.
+#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::time::Duration;

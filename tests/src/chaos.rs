@@ -37,9 +37,12 @@ pub async fn start(sandbox: &Sandbox, id: &str) -> Node {
 /// Starts node `id` on the sandbox's shared SQLite file with the embedding pool and its
 /// pipeline, embedding `round_texts` texts a round, one round at a time (slower than the
 /// writes come, so that a burst leaves entries pending) and scanning for work every 500 ms.
+/// Its background batches run at normal priority: the tests wait for them, and in the idle
+/// class they would get no CPU on a machine that other work keeps busy.
 pub async fn start_embedding(sandbox: &Sandbox, id: &str, round_texts: usize) -> Node {
     sandbox
         .shared_node(id)
+        .set("inference.background-priority", "normal")
         .set("inference.pipeline.round-texts", round_texts as i64)
         .set("inference.pipeline.rounds-in-flight", 1)
         .set("inference.pipeline.scan-interval", "500ms")

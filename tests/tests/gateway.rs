@@ -480,6 +480,8 @@ async fn search_finds_memories_by_meaning_before_and_after_a_sigkill() {
     let mut node = Sandbox::new()
         .node("search")
         .set("inference.query-deadline", "60s")
+        // It waits for the pipeline, which the idle class would starve on a loaded machine.
+        .set("inference.background-priority", "normal")
         .start()
         .await;
     let http = node.client();

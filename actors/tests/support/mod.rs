@@ -19,7 +19,7 @@ use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{
     ContextQuery, MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
 };
-use engram_inference::{EmbeddingPool, ModelKind, PoolConfig};
+use engram_inference::{BackgroundPriority, EmbeddingPool, ModelKind, PoolConfig};
 use engram_storage::data::UserData;
 use engram_storage::model::{Embedding, MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
@@ -239,8 +239,15 @@ pub async fn profile(node: &Node, id: &str, topic: &str, value: &str, text: &str
         .unwrap()
 }
 
+/// The pool of the embedding suites: its background batches at normal priority. These
+/// suites wait for the pipeline's vectors; in the idle class those come only from CPU time
+/// nothing else wants, which a machine loaded by other work does not leave.
 pub async fn pool() -> EmbeddingPool {
-    pool_with(PoolConfig::default()).await
+    pool_with(PoolConfig {
+        background_priority: BackgroundPriority::Normal,
+        ..PoolConfig::default()
+    })
+    .await
 }
 
 pub async fn pool_with(config: PoolConfig) -> EmbeddingPool {

@@ -301,7 +301,8 @@ impl EmbeddingPool {
     }
 
     /// Stops admitting requests (new calls get [`Error::PoolClosed`]), answers every request
-    /// already admitted, then stops the actors and waits for them. Every clone of the handle
+    /// already admitted (queued background requests with [`Error::PoolClosed`], without
+    /// running them), then stops the actors and waits for them. Every clone of the handle
     /// sees the pool closed; calling it again is harmless.
     pub async fn shutdown(self) {
         let inner = &self.inner;

@@ -34,7 +34,7 @@ use engram_inference::EmbeddingPool;
 use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::cluster::Transport;
 use crate::config::Config;
@@ -120,7 +120,15 @@ pub async fn run(config: Config) -> Result<()> {
         pipeline.stop();
     }
     if let Some(embedder) = embedder {
-        embedder.pool().clone().shutdown().await;
+        // A background batch already running may be starved by a busy machine (it runs in
+        // the idle class); its texts stay pending in storage, so the node need not wait.
+        let grace = config.http.shutdown_grace;
+        if tokio::time::timeout(grace, embedder.pool().clone().shutdown())
+            .await
+            .is_err()
+        {
+            warn!(node = %node, ?grace, "embedding pool still running a batch at shutdown; its texts stay pending");
+        }
     }
     crate::store::close(store, config.storage.backend);
     info!(node = %node, "node stopped");

@@ -225,6 +225,11 @@ impl Queue {
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = Request> + '_ {
         self.interactive.drain().chain(self.background.drain())
     }
+
+    /// Every waiting background request (a closing pool answers them without running them).
+    pub(crate) fn drain_background(&mut self) -> impl Iterator<Item = Request> + '_ {
+        self.background.drain()
+    }
 }
 
 #[cfg(test)]

@@ -149,7 +149,17 @@ impl Actor for Router {
             RouterMsg::Embed(request) => state.queue.push(request),
             RouterMsg::Idle(index) => state.idle.push(index),
             RouterMsg::Flush => state.timer_armed = false,
-            RouterMsg::Drain(reply) => state.drain.push(reply),
+            RouterMsg::Drain(reply) => {
+                // Nobody waits for background work, and its callers keep it durably (the
+                // pipeline's pending entries): a closing pool answers it without running it,
+                // since in the idle class it might not get the CPU to finish for a long time.
+                let background: Vec<Request> = state.queue.drain_background().collect();
+                for request in background {
+                    state.take_queued(&request);
+                    request.answer(&state.metrics, Err(Error::PoolClosed));
+                }
+                state.drain.push(reply);
+            }
         }
         state.pump(&myself);
         Ok(())

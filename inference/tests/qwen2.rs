@@ -23,6 +23,12 @@ fn numbers(v: &Value) -> Vec<f64> {
         .collect()
 }
 
+/// The token ids of `text`, as the decoder takes them.
+fn ids(tokenizer: &tokenizers::Tokenizer, text: String) -> Vec<i64> {
+    let encoding = tokenizer.encode(text, false).unwrap();
+    encoding.get_ids().iter().map(|&i| i64::from(i)).collect()
+}
+
 fn cosine(a: &[f64], b: &[f64]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
     let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
@@ -101,13 +107,7 @@ fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_te
             chat["text"].as_str().unwrap(),
             "chat {n}: the template"
         );
-        let prompt: Vec<i64> = tokenizer
-            .encode(text, false)
-            .unwrap()
-            .get_ids()
-            .iter()
-            .map(|&i| i64::from(i))
-            .collect();
+        let prompt = ids(&tokenizer, text);
         let want: Vec<i64> = numbers(&chat["answer"]).iter().map(|&i| i as i64).collect();
         let got = model.generate_greedy(&prompt, want.len(), eos);
         assert_eq!(got, want, "chat {n}: the greedy answer");
@@ -135,13 +135,7 @@ fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_te
         "Extract the user's preference as JSON with a topic, a polarity and a strength from 0 to 1.",
         "我更喜欢看折线图，不要饼图。",
     );
-    let prompt: Vec<i64> = tokenizer
-        .encode(text, false)
-        .unwrap()
-        .get_ids()
-        .iter()
-        .map(|&i| i64::from(i))
-        .collect();
+    let prompt = ids(&tokenizer, text);
     let json = model
         .generate_json(&prompt, &schema, &vocab, 64)
         .expect("the object closes within 64 tokens");

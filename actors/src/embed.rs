@@ -312,6 +312,7 @@ impl Embedder {
             | E::DeviceUnavailable { .. }
             | E::WorkerFailed
             | E::BatchFailed(_)
+            | E::Unfinished { .. }
             | E::PoolStart { .. } => Error::Internal(format!("embedding failed: {err}")),
         })?;
         if vectors.len() == n {

@@ -69,9 +69,9 @@ pub enum Error {
         available: usize,
     },
 
-    /// The embedding pool's queue is full and the request was shed instead of queued: ours,
+    /// A pool's queue is full and the request was shed instead of queued: ours,
     /// 503 (the caller may retry after a pause, ideally with backoff).
-    #[error("embedding pool overloaded: {queued} texts queued, capacity {capacity}")]
+    #[error("inference pool overloaded: {queued} queued, capacity {capacity}")]
     Overloaded {
         /// Texts waiting when the request arrived.
         queued: usize,
@@ -79,14 +79,21 @@ pub enum Error {
         capacity: usize,
     },
 
-    /// The embedding pool is shutting down or has stopped, or a message to one of its actors
-    /// could not be delivered: ours, 503 (another node, or this one after a restart, serves).
-    #[error("embedding pool is closed")]
+    /// A generation stopped at its token bound before its answer was whole: ours, 500.
+    #[error("generation stopped after {tokens} tokens without a whole answer")]
+    Unfinished {
+        /// Tokens generated.
+        tokens: usize,
+    },
+
+    /// A pool is shutting down or has stopped, or a message to one of its actors could not
+    /// be delivered: ours, 503 (another node, or this one after a restart, serves).
+    #[error("inference pool is closed")]
     PoolClosed,
 
     /// The request's expiry passed while it waited in the queue (its caller had stopped
     /// waiting), so it was skipped rather than embedded: ours, 503.
-    #[error("embedding request expired in the queue")]
+    #[error("inference request expired before its answer")]
     Expired,
 
     /// The worker running this request's batch died (a panic in the forward pass): ours, 500.

@@ -1,6 +1,7 @@
-//! Engram's inference: tokenizers and text encoders on libtorch, and the embedding actor pool
-//! that batches callers' texts onto them (next: the rule-based distillation that runs before
-//! any model).
+//! Engram's inference: tokenizers and text encoders on libtorch, the embedding actor pool
+//! that batches callers' texts onto them, the Qwen2 decoder and its generation pool
+//! (continuous batching, schema-constrained answers), and intent distillation's rules,
+//! prompt and schema ([`distil`]).
 //!
 //! Architecture invariants:
 //! - This crate depends on no other workspace crate and does no storage or network I/O: it
@@ -25,8 +26,10 @@
 
 mod bert;
 mod config;
+pub mod distil;
 mod encoder;
 mod error;
+pub mod generate;
 pub mod gguf;
 mod pool;
 pub mod qwen2;
@@ -37,4 +40,5 @@ mod tokenize;
 pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};
 pub use encoder::{Encoder, cuda_devices};
 pub use error::{Error, Result};
+pub use generate::{Generation, GenerationConfig, GenerationPool, GenerationStats};
 pub use pool::{BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority};

@@ -24,8 +24,8 @@
 //!
 //! This module does no I/O of its own, and it logs counts, never texts or vectors.
 
-mod fair;
-mod lanes;
+pub(crate) mod fair;
+pub(crate) mod lanes;
 mod router;
 mod stats;
 mod worker;

@@ -15,7 +15,7 @@ use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::schema::{self, Schema};
+use crate::schema::Schema;
 
 /// The hyper-parameters the decoder reads from `qwen2.*`.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,6 +64,19 @@ impl KvCache {
     /// Whether nothing was fed yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A cache that starts where this one is, sharing its tensors (feeding either never
+    /// changes the other: new positions make new tensors): a prompt prefix computed once
+    /// serves every request that starts with it.
+    pub fn fork(&self) -> KvCache {
+        KvCache {
+            layers: self
+                .layers
+                .iter()
+                .map(|(k, v)| (k.shallow_clone(), v.shallow_clone()))
+                .collect(),
+        }
     }
 }
 
@@ -185,21 +198,12 @@ impl Qwen2 {
         let (batch, new) = (tokens.size()[0], tokens.size()[1]);
         let past = cache.len();
         let c = &self.config;
-        let head_dim = c.width / c.heads;
-        let group = c.heads / c.kv_heads;
-
-        let positions =
-            Tensor::arange_start(past, past + new, (Kind::Float, self.device)).unsqueeze(1);
-        let freqs = positions * self.inv_freq.unsqueeze(0);
-        let emb = Tensor::cat(&[&freqs, &freqs], -1);
-        let (cos, sin) = (emb.cos(), emb.sin());
-        let rope = |x: &Tensor| -> Tensor {
-            let half = head_dim / 2;
-            let x1 = x.narrow(-1, 0, half);
-            let x2 = x.narrow(-1, half, half);
-            let rotated = Tensor::cat(&[&x2.neg(), &x1], -1);
-            x * &cos + rotated * &sin
-        };
+        let (cos, sin) = self.rotary(&Tensor::arange_start(
+            past,
+            past + new,
+            (Kind::Float, self.device),
+        ));
+        let rope = |x: &Tensor| rotate(x, &cos, &sin);
         // Causal within the new positions; every cached position is visible.
         let mask = Tensor::ones([new, past + new], (Kind::Bool, self.device))
             .tril(past)
@@ -211,19 +215,7 @@ impl Qwen2 {
             .view([batch, new, c.width]);
         let fresh = cache.layers.is_empty();
         for (i, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.attn_norm, c.eps);
-            let q = h
-                .linear(&layer.q.0, Some(&layer.q.1))
-                .view([batch, new, c.heads, head_dim])
-                .transpose(1, 2);
-            let k = h
-                .linear(&layer.k.0, Some(&layer.k.1))
-                .view([batch, new, c.kv_heads, head_dim])
-                .transpose(1, 2);
-            let v = h
-                .linear(&layer.v.0, Some(&layer.v.1))
-                .view([batch, new, c.kv_heads, head_dim])
-                .transpose(1, 2);
+            let (q, k, v) = self.qkv(layer, &x);
             let (q, k) = (rope(&q), rope(&k));
             let (k, v) = if fresh {
                 cache.layers.push((k.shallow_clone(), v.shallow_clone()));
@@ -235,24 +227,117 @@ impl Qwen2 {
                 cache.layers[i] = (k.shallow_clone(), v.shallow_clone());
                 (k, v)
             };
-            let k = k.repeat_interleave_self_int(group, 1, None);
-            let v = v.repeat_interleave_self_int(group, 1, None);
-            let scores = q.matmul(&k.transpose(-2, -1)) / (head_dim as f64).sqrt();
-            let scores = scores.masked_fill(&mask, f64::NEG_INFINITY);
-            let attn = scores
-                .softmax(-1, Kind::Float)
-                .matmul(&v)
-                .transpose(1, 2)
-                .contiguous()
-                .view([batch, new, c.width]);
-            x += attn.linear::<Tensor>(&layer.o, None);
-            let h = rms_norm(&x, &layer.ffn_norm, c.eps);
-            let ffn = (h.linear::<Tensor>(&layer.gate, None).silu()
-                * h.linear::<Tensor>(&layer.up, None))
-            .linear::<Tensor>(&layer.down, None);
-            x += ffn;
+            let attn = self.attend(&q, &k, &v, Some(&mask));
+            x = self.finish_layer(layer, x, &attn);
         }
         rms_norm(&x, &self.norm, c.eps)
+    }
+
+    /// The cosines and sines of the rotary embedding at `positions` (`[n]`, float):
+    /// `[n, head_dim]` each.
+    fn rotary(&self, positions: &Tensor) -> (Tensor, Tensor) {
+        let freqs = positions.unsqueeze(1) * self.inv_freq.unsqueeze(0);
+        let emb = Tensor::cat(&[&freqs, &freqs], -1);
+        (emb.cos(), emb.sin())
+    }
+
+    /// The queries, keys and values of `x` (`[batch, new, width]`), by head
+    /// (`[batch, heads, new, head_dim]`), before the rotary embedding.
+    fn qkv(&self, layer: &Layer, x: &Tensor) -> (Tensor, Tensor, Tensor) {
+        let c = &self.config;
+        let (batch, new) = (x.size()[0], x.size()[1]);
+        let head_dim = c.width / c.heads;
+        let h = rms_norm(x, &layer.attn_norm, c.eps);
+        let heads = |w: &(Tensor, Tensor), n: i64| {
+            h.linear(&w.0, Some(&w.1))
+                .view([batch, new, n, head_dim])
+                .transpose(1, 2)
+        };
+        (
+            heads(&layer.q, c.heads),
+            heads(&layer.k, c.kv_heads),
+            heads(&layer.v, c.kv_heads),
+        )
+    }
+
+    /// Attention of `q` over all of `k` and `v` (grouped: each key head serves `heads /
+    /// kv_heads` query heads), masked where `mask` is true; `[batch, new, width]`.
+    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
+        let c = &self.config;
+        let (batch, new) = (q.size()[0], q.size()[2]);
+        let head_dim = c.width / c.heads;
+        let group = c.heads / c.kv_heads;
+        let k = k.repeat_interleave_self_int(group, 1, None);
+        let v = v.repeat_interleave_self_int(group, 1, None);
+        let mut scores = q.matmul(&k.transpose(-2, -1)) / (head_dim as f64).sqrt();
+        if let Some(mask) = mask {
+            scores = scores.masked_fill(mask, f64::NEG_INFINITY);
+        }
+        scores
+            .softmax(-1, Kind::Float)
+            .matmul(&v)
+            .transpose(1, 2)
+            .contiguous()
+            .view([batch, new, c.width])
+    }
+
+    /// The rest of a layer after attention: the output projection and the feed-forward,
+    /// each added to the residual stream `x`.
+    fn finish_layer(&self, layer: &Layer, mut x: Tensor, attn: &Tensor) -> Tensor {
+        x += attn.linear::<Tensor>(&layer.o, None);
+        let h = rms_norm(&x, &layer.ffn_norm, self.config.eps);
+        let ffn = (h.linear::<Tensor>(&layer.gate, None).silu()
+            * h.linear::<Tensor>(&layer.up, None))
+        .linear::<Tensor>(&layer.down, None);
+        x + ffn
+    }
+
+    /// One decoding step of several sequences at once (continuous batching): feeds
+    /// `tokens[i]` after what `caches[i]` holds, appends its keys and values there, and
+    /// returns the next-token logits of every sequence (`[sequences, vocab]`). The caches may
+    /// hold different lengths: the projections and the feed-forward run once for the whole
+    /// batch (where a step's cost is: every weight is read once however many sequences share
+    /// it), the attention per sequence over its own cache.
+    pub fn step(&self, tokens: &[i64], caches: &mut [KvCache]) -> Tensor {
+        let _guard = tch::no_grad_guard();
+        assert_eq!(tokens.len(), caches.len(), "one token per sequence");
+        let c = &self.config;
+        let batch = tokens.len() as i64;
+        let head_dim = c.width / c.heads;
+        let positions: Vec<f32> = caches.iter().map(|cache| cache.len() as f32).collect();
+        let (cos, sin) = self.rotary(&Tensor::from_slice(&positions).to_device(self.device));
+        // `[batch, 1, 1, head_dim]`: broadcast over heads and the one new position.
+        let (cos, sin) = (
+            cos.view([batch, 1, 1, head_dim]),
+            sin.view([batch, 1, 1, head_dim]),
+        );
+        let rope = |x: &Tensor| rotate(x, &cos, &sin);
+        let ids = Tensor::from_slice(tokens).to_device(self.device);
+        let mut x = self.embed.index_select(0, &ids).view([batch, 1, c.width]);
+        for (i, layer) in self.layers.iter().enumerate() {
+            let (q, k, v) = self.qkv(layer, &x);
+            let (q, k) = (rope(&q), rope(&k));
+            let mut outs = Vec::with_capacity(caches.len());
+            for (b, cache) in caches.iter_mut().enumerate() {
+                let b = b as i64;
+                let (qb, kb, vb) = (q.narrow(0, b, 1), k.narrow(0, b, 1), v.narrow(0, b, 1));
+                let (kb, vb) = match cache.layers.get(i) {
+                    Some((pk, pv)) => (Tensor::cat(&[pk, &kb], 2), Tensor::cat(&[pv, &vb], 2)),
+                    None => (kb, vb),
+                };
+                if cache.layers.len() > i {
+                    cache.layers[i] = (kb.shallow_clone(), vb.shallow_clone());
+                } else {
+                    cache.layers.push((kb.shallow_clone(), vb.shallow_clone()));
+                }
+                // One new position sees every earlier one: no mask.
+                outs.push(self.attend(&qb, &kb, &vb, None));
+            }
+            x = self.finish_layer(layer, x, &Tensor::cat(&outs, 0));
+        }
+        rms_norm(&x, &self.norm, c.eps)
+            .select(1, 0)
+            .linear::<Tensor>(&self.output, None)
     }
 }
 
@@ -278,8 +363,7 @@ impl Qwen2 {
 
 impl Qwen2 {
     /// Greedy decoding constrained by `schema`: at each step the most likely token that keeps
-    /// the output a valid prefix of what the schema allows (tokens are tried in order of their
-    /// logits on a copy of the matcher); stops when the object is whole. `vocab` is
+    /// the output a valid prefix of what the schema allows ([`crate::generate::pick`]); stops when the object is whole. `vocab` is
     /// [`token_bytes`] of the model's tokenizer. `None` when `max_new` tokens did not close
     /// the object.
     pub fn generate_json(
@@ -295,10 +379,7 @@ impl Qwen2 {
         let mut feed = prompt.to_vec();
         for _ in 0..max_new {
             let logits = self.next_logits(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
-            let order = logits.get(0).argsort(-1, true);
-            let order: Vec<i64> = Vec::try_from(order).ok()?;
-            let order = order.into_iter().filter_map(|id| usize::try_from(id).ok());
-            let (next, tried, bytes) = schema::pick(&matcher, order, vocab)?;
+            let (next, tried, bytes) = crate::generate::pick(&matcher, &logits.get(0), vocab)?;
             matcher = tried;
             out.extend_from_slice(bytes);
             if matcher.is_complete() {
@@ -351,6 +432,15 @@ pub fn chat_prompt(system: &str, user: &str) -> String {
     format!(
         "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
     )
+}
+
+/// The rotary embedding in the NeoX layout (the two halves of each head rotated together).
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
+    let half = x.size()[x.dim() - 1] / 2;
+    let x1 = x.narrow(-1, 0, half);
+    let x2 = x.narrow(-1, half, half);
+    let rotated = Tensor::cat(&[&x2.neg(), &x1], -1);
+    x * cos + rotated * sin
 }
 
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Tensor {

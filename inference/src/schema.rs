@@ -4,7 +4,8 @@
 //! not match the schema cannot be produced.
 //!
 //! The schemas are the distiller's: an object whose properties are all required, each a
-//! string, a string from an `enum`, a `number`, an `integer` or a `boolean`. The allowed
+//! string (with an optional `minLength` and `maxLength` in characters; a maximum bounds how
+//! long a decoder can run), a string from an `enum`, a `number`, an `integer` or a `boolean`. The allowed
 //! texts are the compact layout `{"a": 1, "b": "x"}` (one space after each colon and comma),
 //! the properties in the order `required` lists them (every property must be listed there),
 //! or by name without it: every one is valid JSON and valid under the schema.
@@ -14,8 +15,13 @@ use serde_json::Value;
 /// The type of one property.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Field {
-    /// Any JSON string.
-    String,
+    /// Any JSON string, of at least `min` characters and at most `max` when bounded.
+    String {
+        /// Fewest characters.
+        min: usize,
+        /// Most characters, when bounded.
+        max: Option<usize>,
+    },
     /// One of these strings.
     Enum(Vec<String>),
     /// A JSON number with an optional fraction (`-?[0-9]+(\.[0-9]+)?`).
@@ -58,7 +64,23 @@ impl Schema {
                 Field::Enum(options)
             } else {
                 match property.get("type").and_then(Value::as_str) {
-                    Some("string") => Field::String,
+                    Some("string") => {
+                        let count = |key: &str| {
+                            property
+                                .get(key)
+                                .map(|m| {
+                                    m.as_u64()
+                                        .and_then(|m| usize::try_from(m).ok())
+                                        .ok_or(format!("{name}: {key} is not a count"))
+                                })
+                                .transpose()
+                        };
+                        let (min, max) = (count("minLength")?.unwrap_or(0), count("maxLength")?);
+                        if max.is_some_and(|max| max < min) {
+                            return Err(format!("{name}: maxLength is below minLength"));
+                        }
+                        Field::String { min, max }
+                    }
                     Some("number") => Field::Number,
                     Some("integer") => Field::Integer,
                     Some("boolean") => Field::Boolean,
@@ -140,6 +162,8 @@ struct Text {
     cont: u8,
     lo: u8,
     hi: u8,
+    /// Characters so far (an escape or a multi-byte character counts once).
+    chars: usize,
 }
 
 impl Text {
@@ -173,8 +197,11 @@ impl Text {
             )
             .then_some(false);
         }
+        if b == b'"' {
+            return Some(true);
+        }
+        self.chars += 1;
         let (cont, lo, hi) = match b {
-            b'"' => return Some(true),
             b'\\' => {
                 self.escape = true;
                 return Some(false);
@@ -248,12 +275,16 @@ impl Matcher {
 
     fn value_byte(&mut self, field: &Field, b: u8) -> bool {
         match (field, self.state.clone()) {
-            (Field::String, State::Start) => {
+            (Field::String { .. }, State::Start) => {
                 self.state = State::Str(Text::default());
                 b == b'"'
             }
-            (Field::String, State::Str(mut text)) => match text.byte(b) {
+            (Field::String { min, max }, State::Str(mut text)) => match text.byte(b) {
                 None => false,
+                // A character past the bound: only the closing quote may follow it.
+                Some(false) if max.is_some_and(|max| text.chars > max) => false,
+                // Closed too short.
+                Some(true) if text.chars < *min => false,
                 Some(true) => {
                     self.next_segment();
                     true

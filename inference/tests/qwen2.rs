@@ -5,7 +5,8 @@
 //! 16 fixed others; feeding a prompt token by token through the KV cache gives the logits of
 //! feeding it whole; the chat template renders as the file's own template does, and greedy
 //! decoding gives the reference's answers token for token; decoding constrained by a JSON
-//! schema gives JSON of that schema. The models must be installed; this test fails, never skips, without them.
+//! schema gives JSON of that schema; one batched decoding step of sequences of different
+//! lengths (continuous batching) gives each the logits it gets alone. The models must be installed; this test fails, never skips, without them.
 //! One test: the model loads once (about 2 GB of float32 weights).
 
 use engram_inference::default_model_dir;
@@ -85,6 +86,42 @@ fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_te
         }
     }
     eprintln!("worst logits cosine against the reference: {worst:.6}");
+
+    // Continuous batching: one step of several sequences of different lengths gives each
+    // the logits it gets alone.
+    let cases = fixture["cases"].as_array().unwrap();
+    let prompts: Vec<Vec<i64>> = cases
+        .iter()
+        .map(|c| numbers(&c["ids"]).iter().map(|&i| i as i64).collect())
+        .collect();
+    let (mut alone, mut caches) = (Vec::new(), Vec::new());
+    for prompt in &prompts {
+        let (head, last) = prompt.split_at(prompt.len() - 1);
+        let mut cache = KvCache::default();
+        let _ = model.forward(&Tensor::from_slice(head).unsqueeze(0), &mut cache);
+        let mut own = cache.fork();
+        alone.push(model.next_logits(&Tensor::from_slice(last).unsqueeze(0), &mut own));
+        caches.push(cache);
+    }
+    assert!(
+        caches.windows(2).any(|w| w[0].len() != w[1].len()),
+        "the prompts differ in length"
+    );
+    let lasts: Vec<i64> = prompts.iter().map(|p| *p.last().unwrap()).collect();
+    let batched = model.step(&lasts, &mut caches);
+    for (i, (one, prompt)) in alone.iter().zip(&prompts).enumerate() {
+        let row = batched.get(i as i64);
+        let diff = (&row - one.get(0)).abs().max().double_value(&[]);
+        assert!(
+            diff < 1e-3,
+            "sequence {i}: the batched step differs by {diff}"
+        );
+        assert_eq!(
+            caches[i].len(),
+            prompt.len() as i64,
+            "sequence {i}: its cache grew by one"
+        );
+    }
 
     // The chat template renders as the file's own does, and greedy decoding gives the
     // reference's answer, token for token.

@@ -82,24 +82,59 @@ impl Shares {
     }
 }
 
-/// The router's queue: one FIFO of requests per key, and the rotation in which keys are
-/// served.
-#[derive(Default)]
-pub(crate) struct Lanes {
-    lanes: HashMap<Arc<str>, VecDeque<Request>>,
+/// What [`Lanes`] queues: a request of a caller key, of some size (texts, sequences),
+/// admitted at some time.
+pub(crate) trait Queued {
+    /// The caller key (a tenant).
+    fn key(&self) -> &Arc<str>;
+    /// Its size, in what a batch is counted in.
+    fn size(&self) -> usize;
+    /// When it was admitted.
+    fn admitted(&self) -> Instant;
+}
+
+impl Queued for Request {
+    fn key(&self) -> &Arc<str> {
+        &self.key
+    }
+
+    fn size(&self) -> usize {
+        self.texts.len()
+    }
+
+    fn admitted(&self) -> Instant {
+        self.admitted
+    }
+}
+
+/// A pool's queue: one FIFO of requests per key, and the rotation in which keys are served
+/// (the embedding router's, and the generation pool's).
+pub(crate) struct Lanes<R = Request> {
+    lanes: HashMap<Arc<str>, VecDeque<R>>,
     /// Keys with requests waiting, the next to serve first; each appears once.
     turn: VecDeque<Arc<str>>,
     /// Texts waiting in all lanes.
     texts: usize,
 }
 
-impl Lanes {
+impl<R> Default for Lanes<R> {
+    fn default() -> Self {
+        Lanes {
+            lanes: HashMap::new(),
+            turn: VecDeque::new(),
+            texts: 0,
+        }
+    }
+}
+
+impl<R: Queued> Lanes<R> {
     /// Queues `request` at the back of its key's lane.
-    pub(crate) fn push(&mut self, request: Request) {
-        self.texts += request.texts.len();
-        let lane = self.lanes.entry(Arc::clone(&request.key)).or_default();
+    pub(crate) fn push(&mut self, request: R) {
+        self.texts += request.size();
+        let key = Arc::clone(request.key());
+        let lane = self.lanes.entry(Arc::clone(&key)).or_default();
         if lane.is_empty() {
-            self.turn.push_back(Arc::clone(&request.key));
+            self.turn.push_back(key);
         }
         lane.push_back(request);
     }
@@ -119,20 +154,20 @@ impl Lanes {
         self.turn
             .iter()
             .filter_map(|key| self.lanes.get(key)?.front())
-            .map(|r| r.admitted)
+            .map(Queued::admitted)
             .min()
     }
 
     /// Texts of the request served next.
     fn front_texts(&self) -> Option<usize> {
         let key = self.turn.front()?;
-        self.lanes.get(key)?.front().map(|r| r.texts.len())
+        self.lanes.get(key)?.front().map(Queued::size)
     }
 
     /// Whole requests up to `max_batch` texts (at least one request), one from each key in
     /// turn; a key that got a request goes to the back of the rotation. Stops at the first
     /// request that would overflow the batch, so a large request is not passed over forever.
-    pub(crate) fn take_batch(&mut self, max_batch: usize) -> Vec<Request> {
+    pub(crate) fn take_batch(&mut self, max_batch: usize) -> Vec<R> {
         let mut batch = Vec::new();
         let mut texts = 0;
         while let Some(key) = self.turn.front().cloned() {
@@ -140,7 +175,7 @@ impl Lanes {
                 self.turn.pop_front();
                 continue;
             };
-            let Some(n) = lane.front().map(|r| r.texts.len()) else {
+            let Some(n) = lane.front().map(Queued::size) else {
                 self.turn.pop_front();
                 self.lanes.remove(&key);
                 continue;
@@ -162,7 +197,7 @@ impl Lanes {
     }
 
     /// Every waiting request, lane by lane (for a closing pool to answer).
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = Request> + '_ {
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = R> + '_ {
         self.turn.clear();
         self.texts = 0;
         self.lanes.drain().flat_map(|(_, lane)| lane)

@@ -62,7 +62,7 @@ impl Lane {
 }
 
 #[cfg(target_os = "linux")]
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     use thread_priority::{
         NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
         set_thread_priority_and_policy, thread_native_id,
@@ -75,7 +75,7 @@ fn lower_priority() {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn lower_priority() {
+pub(crate) fn lower_priority() {
     tracing::info!("background inference runs at normal priority on this platform");
 }
 

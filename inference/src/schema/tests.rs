@@ -158,3 +158,38 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_bounded_string_takes_at_most_its_max_length_in_characters_then_only_its_closing_quote() {
+    let schema = Schema::from_json(&json!({
+        "type": "object",
+        "properties": {"t": {"type": "string", "maxLength": 3}}
+    }))
+    .unwrap();
+    let feeds = |text: &str| schema.matcher().feed(text.as_bytes());
+    assert!(feeds(r#"{"t": "abc"}"#));
+    assert!(
+        feeds(r#"{"t": "你好吗"}"#),
+        "characters, not bytes, are counted"
+    );
+    assert!(feeds(r#"{"t": "a\"c"}"#), "an escape is one character");
+    assert!(!feeds(r#"{"t": "abcd"#));
+    assert!(!feeds(r#"{"t": "你好吗呀"#));
+    let bad = json!({"type": "object", "properties": {"t": {"type": "string", "maxLength": -1}}});
+    assert!(Schema::from_json(&bad).unwrap_err().contains("maxLength"));
+}
+
+#[test]
+fn a_string_with_a_min_length_cannot_close_before_it() {
+    let schema = Schema::from_json(&json!({
+        "type": "object",
+        "properties": {"t": {"type": "string", "minLength": 2, "maxLength": 4}}
+    }))
+    .unwrap();
+    let feeds = |text: &str| schema.matcher().feed(text.as_bytes());
+    assert!(!feeds(r#"{"t": "a""#), "closed at one character");
+    assert!(feeds(r#"{"t": "ab"}"#));
+    assert!(feeds(r#"{"t": "摘要"}"#));
+    let inverted = json!({"type": "object", "properties": {"t": {"type": "string", "minLength": 3, "maxLength": 2}}});
+    assert!(Schema::from_json(&inverted).unwrap_err().contains("below"));
+}

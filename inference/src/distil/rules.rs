@@ -1,0 +1,186 @@
+//! The distiller's first stage: rules that find an intent in microseconds, before any model
+//! (seed design 004). They favour precision: a message the rules leave alone goes to the
+//! model, while a rule hit is written at once, so a rule must not fire on a question about
+//! an intent ("预约需要带什么？", "did my renewal go through?") or on a negated one ("不是要投诉").
+//!
+//! Order matters where phrases overlap: a cancellation (取消自动续费) before a renewal (续费),
+//! a complaint (预约了却没人来，我要投诉) before an appointment.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::{Distilled, Priority};
+
+fn re(pattern: &str) -> Regex {
+    // The patterns are constants of this file: a typo fails every test at once.
+    Regex::new(pattern).unwrap_or_else(|err| panic!("rule pattern {pattern:?}: {err}"))
+}
+
+/// Days and times that make an appointment phrase concrete.
+const WHEN_ZH: &str = "(今天|明天|后天|大后天|今晚|明早|明晚|今早|下午|上午|周[一二三四五六日天]|星期[一二三四五六日天天]|礼拜[一二三四五六日天]|下周|这周|本周|[0-9一二三四五六七八九十]+[号日点])";
+const WHEN_EN: &str = r"(today|tomorrow|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|next week|this week|\d{1,2}(:\d\d)?\s?(am|pm)|at \d{1,2}\b)";
+
+/// Intents negated right where they are named ("不是要投诉", "I'm not cancelling"): the rules
+/// leave them to the model.
+static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(不是要|不是想|并不是|没打算|不打算|先不|不想|不用|不需要|暂时不)(取消|退订|续|投诉|预约|约)|\b(i'?m|i am) not (cancel|renew|book|complain)|\bnot (going|trying|planning) to (cancel|renew|book|complain|file)|\bdon'?t (want|need) to (cancel|renew|book|complain)|\bno need to (cancel|renew|book)",
+    )
+});
+
+/// Questions (about how things work, or about an earlier request) that carry no new intent.
+static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|几点|哪些|哪里|进度|处理得|有没有|是否|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
+    )
+});
+
+/// A request marker: with it, a question form is still a request ("can you book me ...?").
+static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|\bcan (you|i)\b|\bcould (you|i)\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
+    )
+});
+
+static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\bturn off auto-?renew(al)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
+    )
+});
+
+static RENEW: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b)",
+    )
+});
+
+/// Complaints named as such, or what customers complain of (something not arrived, broken,
+/// refused, too slow, rude).
+static COMPLAINT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(投诉|差评|还没(到|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b)",
+    )
+});
+
+/// What makes a complaint urgent: something not done, late or slow (投诉 + 未/没/迟/慢).
+static URGENT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(未|没|迟|慢|还不|一直|至今|仍然|\bnot\b|\bnever\b|\blate\b|\bslow\b|\bstill\b|\bhaven'?t\b|\bhasn'?t\b|\bdidn'?t\b|\bwasn'?t\b|\bmissing\b|\bagain\b|\bwhere is\b)",
+    )
+});
+
+static APPOINTMENT_ZH: LazyLock<Regex> = LazyLock::new(|| {
+    re(&format!(
+        "((预约|预订|挂号|约).{{0,12}}{WHEN_ZH}|{WHEN_ZH}.{{0,12}}(预约|挂号|的号))"
+    ))
+});
+
+static APPOINTMENT_EN: LazyLock<Regex> = LazyLock::new(|| {
+    re(&format!(
+        r"(?i)(\b(book|schedule|make|set up|reserve|arrange)\b.{{0,40}}\b(appointment|reservation|visit|consultation|slot|session|check-?up)\b|\bappointment\b.{{0,40}}\b{WHEN_EN})"
+    ))
+});
+
+/// Characters a clause ends at (the target is the clause of the matched phrase).
+const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!', '?', ';', '\n'];
+
+/// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
+static STATUS: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(处理得?怎么样|处理了吗|进度|结果出来|有回复|受理了|通过了吗|办好了吗|生效|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\bbeen processed\b|\btake effect\b|\bdid (my|the|you)\b)",
+    )
+});
+
+/// Whether `message` carries no new intent whatever a model reads into it: it negates one,
+/// asks after an earlier request, or is a question that asks no one to do anything (and is
+/// no grievance: "你们怎么回事" complains).
+pub fn no_new_intent(message: &str) -> bool {
+    NEGATED.is_match(message)
+        || STATUS.is_match(message)
+        || (QUESTION.is_match(message)
+            && !REQUEST.is_match(message)
+            && !COMPLAINT.is_match(message)
+            && !ASKS_FOR_A_SLOT.is_match(message))
+}
+
+/// A question for a time or a place in a schedule ("周六晚上还能订位子吗", "is there any slot
+/// this week?"): a booking request in question form.
+static ASKS_FOR_A_SLOT: LazyLock<Regex> = LazyLock::new(|| {
+    re(&format!(
+        r"(?i)({WHEN_ZH}|{WHEN_EN}|哪天|什么时候有空|还能(订|约|预约|加)|有没有(位|号|空)|\b(any|a|an) (slot|opening|appointment)\b|\bearliest\b|\bsoonest\b|\bfit (us|me) in\b|\bis .{{0,20}} possible\b)"
+    ))
+});
+
+/// The intent the rules find in `message`, if any.
+pub fn apply(message: &str) -> Option<Distilled> {
+    if no_new_intent(message) {
+        return None;
+    }
+    let hit = |intent_type: &str, re: &Regex, priority: Priority, reason: &str| {
+        let m = re.find(message)?;
+        Some(Distilled {
+            intent_type: intent_type.to_owned(),
+            target: clause_around(message, m.start(), m.end()),
+            priority,
+            key_reason: reason.to_owned(),
+        })
+    };
+    let complaint_priority = if URGENT.is_match(message) {
+        Priority::High
+    } else {
+        Priority::Medium
+    };
+    hit(
+        "subscription_cancel",
+        &CANCEL,
+        Priority::Medium,
+        "rule: cancellation",
+    )
+    .or_else(|| {
+        hit(
+            "complaint",
+            &COMPLAINT,
+            complaint_priority,
+            "rule: complaint",
+        )
+    })
+    .or_else(|| {
+        hit(
+            "subscription_renewal",
+            &RENEW,
+            Priority::Medium,
+            "rule: renewal",
+        )
+    })
+    .or_else(|| {
+        hit(
+            "appointment",
+            &APPOINTMENT_ZH,
+            Priority::Medium,
+            "rule: appointment",
+        )
+    })
+    .or_else(|| {
+        hit(
+            "appointment",
+            &APPOINTMENT_EN,
+            Priority::Medium,
+            "rule: appointment",
+        )
+    })
+}
+
+/// The clause of `text` holding bytes `start..end`, trimmed, at most 40 characters.
+fn clause_around(text: &str, start: usize, end: usize) -> String {
+    let from = text[..start].rfind(CLAUSE_ENDS).map_or(0, |i| {
+        i + text[i..].chars().next().map_or(1, char::len_utf8)
+    });
+    let to = text[end..]
+        .find(CLAUSE_ENDS)
+        .map_or(text.len(), |i| end + i);
+    text[from..to].trim().chars().take(40).collect()
+}
+
+#[cfg(test)]
+mod tests;

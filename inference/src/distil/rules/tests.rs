@@ -1,0 +1,139 @@
+//! What each rule finds, and what it must leave to the model.
+
+use super::*;
+
+fn found(message: &str) -> Option<(String, Priority)> {
+    apply(message).map(|d| (d.intent_type, d.priority))
+}
+
+#[test]
+fn the_seed_rules_find_appointments_complaints_renewals_and_cancellations() {
+    let hit = |m: &str, t: &str| assert_eq!(found(m).map(|f| f.0).as_deref(), Some(t), "{m}");
+    hit("帮我预约明天下午的体检", "appointment");
+    hit("我想约后天上午看牙", "appointment");
+    hit(
+        "Please book an appointment with Dr. Lee for tomorrow",
+        "appointment",
+    );
+    hit("我要投诉，快递五天了还没到", "complaint");
+    hit(
+        "I want to file a complaint about the rude driver",
+        "complaint",
+    );
+    hit("帮我把健身卡续一年", "subscription_renewal");
+    hit("Please renew my annual plan", "subscription_renewal");
+    hit("帮我取消视频会员的自动续费", "subscription_cancel");
+    hit("Cancel my gym membership please", "subscription_cancel");
+}
+
+#[test]
+fn a_complaint_about_something_not_done_late_or_slow_is_high_priority() {
+    assert_eq!(
+        found("我要投诉，维修师傅迟到了两个小时").unwrap().1,
+        Priority::High
+    );
+    assert_eq!(found("投诉：退款至今未到账").unwrap().1, Priority::High);
+    assert_eq!(
+        found("I want to complain: my refund still hasn't arrived")
+            .unwrap()
+            .1,
+        Priority::High
+    );
+    assert_eq!(found("我要投诉你们的客服态度").unwrap().1, Priority::Medium);
+}
+
+#[test]
+fn questions_about_intents_and_negated_intents_are_left_to_the_model() {
+    for message in [
+        "预约需要带什么材料？",
+        "我上次的投诉处理得怎么样了",
+        "不是要投诉，就是问问进度",
+        "When does my renewal take effect?",
+        "I'm not cancelling, just asking how it works",
+        "how do I cancel my subscription?",
+    ] {
+        assert_eq!(found(message), None, "{message}");
+    }
+    // A request marker makes a question form a request.
+    assert_eq!(
+        found("Can you book me a dentist appointment tomorrow at 3pm?").map(|f| f.0),
+        Some("appointment".into())
+    );
+}
+
+#[test]
+fn a_cancellation_wins_over_the_renewal_words_inside_it_and_the_target_is_its_clause() {
+    let d = apply("你好，帮我取消自动续费，谢谢").unwrap();
+    assert_eq!(d.intent_type, "subscription_cancel");
+    assert_eq!(d.target, "帮我取消自动续费");
+}
+
+#[test]
+fn grievances_without_the_word_complaint_are_complaints_even_as_questions() {
+    for message in [
+        "快递三天了还没到，你们怎么回事",
+        "退款申请提交两周了还没到账",
+        "My parcel never arrived, where is it??",
+        "The blender arrived broken",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("complaint"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        found("快递三天了还没到，你们怎么回事").unwrap().1,
+        Priority::High
+    );
+}
+
+#[test]
+fn cancellations_are_found_by_what_is_stopped_not_only_by_the_word_cancel() {
+    for message in [
+        "把音乐会员的自动续费关掉",
+        "这个会员我不想用了，别再扣费了",
+        "年卡我要退掉",
+        "Please turn off auto-renewal for my storage plan",
+        "don't renew my newspaper subscription",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_cancel"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn status_questions_negations_and_plain_questions_carry_no_new_intent() {
+    for message in [
+        "我报修的单子处理得怎么样了",
+        "did my refund go through?",
+        "我不想取消，只是问问",
+        "你们几点关门？",
+        "How much is the yearly plan?",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+        assert_eq!(found(message), None, "{message}");
+    }
+    for message in [
+        "帮我预约明天上午的体检",
+        "Can I book a table for tomorrow at 7pm?",
+        "快递还没到，怎么回事？",
+    ] {
+        assert!(!no_new_intent(message), "{message}");
+    }
+}
+
+#[test]
+fn a_question_for_a_slot_is_a_booking_request_not_a_plain_question() {
+    for message in [
+        "周六晚上七点还能订三个人的位子吗",
+        "Is there any slot for a check-up next week?",
+        "what's the earliest you can fit me in for a haircut?",
+    ] {
+        assert!(!no_new_intent(message), "{message}");
+    }
+    assert!(no_new_intent("预约需要带什么材料？"), "asks what to bring");
+}

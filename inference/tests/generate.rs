@@ -1,0 +1,119 @@
+//! The generation pool on the pinned Qwen2 GGUF: concurrent requests share decoding steps
+//! (continuous batching) and each gets the answer it gets alone; every answer is valid under
+//! the intent schema; one tenant past its share of the queue is refused while another is
+//! still admitted; a request past its deadline is answered `Expired`. The model must be
+//! installed; this test fails, never skips, without it. One test: the model loads once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use engram_inference::distil::{
+    DEFAULT_INTENT_TYPES, MAX_ANSWER_TOKENS, intent_prompt, intent_schema, parse_answer,
+};
+use engram_inference::{
+    BackgroundPriority, DeviceChoice, Error, Generation, GenerationConfig, GenerationPool,
+};
+
+fn generation(message: &str) -> Generation {
+    let types: Vec<String> = DEFAULT_INTENT_TYPES
+        .iter()
+        .map(|t| (*t).to_owned())
+        .collect();
+    Generation {
+        system: intent_prompt(&types),
+        user: message.to_owned(),
+        schema: Arc::new(intent_schema(&types)),
+        max_tokens: MAX_ANSWER_TOKENS,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
+    let pool = GenerationPool::start(GenerationConfig {
+        device: DeviceChoice::Cpu,
+        max_batch: 4,
+        queue_capacity: 4,
+        tenant_share_percent: 50,
+        priority: BackgroundPriority::Normal,
+        ..GenerationConfig::default()
+    })
+    .await
+    .expect("the generative model is installed (.ci/models)");
+
+    // Alone first: the reference answer of one message.
+    let alone = pool
+        .generate("a", generation("帮我预约明天上午十点的牙科检查"), None)
+        .await
+        .unwrap();
+    let alone = parse_answer(&alone).expect("valid under the schema");
+
+    // Ten requests of tenant a at once, then one of tenant b: at most `max_batch` run and
+    // a's share (2) waits, so a is refused past that; b, with nothing waiting, is admitted.
+    let messages = [
+        "帮我预约明天上午十点的牙科检查",
+        "I want to cancel my gym membership",
+        "快递五天了还没到，我要投诉",
+        "Please renew my streaming plan for another year",
+        "你们几点关门？",
+        "帮我把宽带续费一年",
+        "Book me a haircut on Friday at 3pm",
+        "谢谢，再见",
+        "My order arrived broken again",
+        "取消视频会员",
+    ];
+    let mut calls = Vec::new();
+    for m in messages {
+        let pool = pool.clone();
+        calls.push(tokio::spawn(async move {
+            (m, pool.generate("a", generation(m), None).await)
+        }));
+    }
+    let b = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.generate("b", generation("我要投诉客服态度差"), None)
+                .await
+        })
+    };
+    let mut refused = 0;
+    for call in calls {
+        let (message, answer) = call.await.unwrap();
+        match answer {
+            Ok(answer) => {
+                let d = parse_answer(&answer).expect("every answer is valid under the schema");
+                if message == "帮我预约明天上午十点的牙科检查" {
+                    assert_eq!(d.intent_type, alone.intent_type, "batched as alone");
+                    assert_eq!(d.target, alone.target, "batched as alone");
+                }
+            }
+            Err(Error::Overloaded { .. }) => refused += 1,
+            Err(other) => panic!("{message}: {other}"),
+        }
+    }
+    assert!(
+        refused >= 4,
+        "only {refused} of tenant a's ten were refused"
+    );
+    let b = b
+        .await
+        .unwrap()
+        .expect("tenant b is admitted beside a's backlog");
+    assert!(parse_answer(&b).is_some());
+
+    let stats = pool.stats();
+    assert!(
+        stats.step_sequences > stats.steps,
+        "steps carried several sequences: {stats:?}"
+    );
+    assert_eq!(stats.refused, refused as u64);
+    assert!(stats.tokens > 0 && stats.first_tokens > 0);
+
+    // Past its deadline: not run.
+    let expired = pool
+        .generate("a", generation("hello"), Some(Instant::now()))
+        .await;
+    assert!(matches!(expired, Err(Error::Expired)), "{expired:?}");
+    pool.close();
+    let closed = pool.generate("a", generation("hello"), None).await;
+    assert!(matches!(closed, Err(Error::PoolClosed)), "{closed:?}");
+}

@@ -35,9 +35,10 @@ use crate::model::context::MemoryContext;
 use crate::placement::UserKey;
 use crate::user::api::{
     AnchorMatch, AnchorQuery, ApprovalAck, ApproveReads, ArchivePage, ArchiveQuery, ClearAck,
-    ClearSession, ContextQuery, FeedbackAck, FeedbackRequest, Forget, ForgetAck, IntentAck,
-    IntentQuery, IntentWrite, ListFlags, ListMemories, ListSessions, MemoryAck, MemoryWrite,
-    SearchQuery, SearchResult, SessionMemory, SessionQuery, StatusChange, TurnAck, TurnRequest,
+    ClearSession, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, Forget, ForgetAck,
+    IntentAck, IntentQuery, IntentWrite, KeyIntents, ListFlags, ListMemories, ListSessions,
+    MemoryAck, MemoryWrite, MessageWrite, SearchQuery, SearchResult, SessionMemory, SessionQuery,
+    StatusChange, TurnAck, TurnRequest,
 };
 
 #[cfg(test)]
@@ -148,6 +149,10 @@ front_door! {
     WriteIntent(IntentWrite) -> IntentAck;
     /// The versions of an intent type, newest first.
     Intents(IntentQuery) -> Vec<Intent>;
+    /// Distil a message: rules at once, the model in the background.
+    Distil(MessageWrite) -> DistilAck;
+    /// The current versions of the key intent types (pre-warm at login).
+    KeyIntents(KeyIntents) -> Vec<Intent>;
     /// Contradictions flagged for review.
     Flags(ListFlags) -> Vec<ReviewFlag>;
     /// Whether the user gave an identifier (counted by the sensitive-read breaker).
@@ -169,13 +174,15 @@ impl UserRequest {
             | UserRequest::SetStatus(_)
             | UserRequest::ClearSession(_)
             | UserRequest::Forget(_)
-            | UserRequest::WriteIntent(_) => true,
+            | UserRequest::WriteIntent(_)
+            | UserRequest::Distil(_) => true,
             UserRequest::Context(_)
             | UserRequest::Search(_)
             | UserRequest::ListMemories(_)
             | UserRequest::ListSessions(_)
             | UserRequest::SessionMemory(_)
             | UserRequest::Intents(_)
+            | UserRequest::KeyIntents(_)
             | UserRequest::Flags(_)
             | UserRequest::MatchAnchor(_)
             | UserRequest::ReadArchive(_)

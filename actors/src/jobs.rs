@@ -66,7 +66,7 @@ impl Job {
 
     fn wants(self, target: &ExpiryTarget) -> bool {
         match target {
-            ExpiryTarget::Record { .. } => self == Job::ExpirySweep,
+            ExpiryTarget::Record { .. } | ExpiryTarget::Intent { .. } => self == Job::ExpirySweep,
             ExpiryTarget::Session { .. } | ExpiryTarget::Archive { .. } => self == Job::Retention,
             ExpiryTarget::SessionIdle { .. } => self == Job::SessionCleanup,
         }
@@ -88,6 +88,8 @@ pub struct JobReport {
     pub archive_purged: usize,
     /// Idle session windows closed.
     pub sessions_closed: usize,
+    /// Distilled intent versions removed past their TTL.
+    pub intents_expired: usize,
     /// Users whose sweep failed (retried at the next run).
     pub failed: usize,
     /// Users due whose shard another node holds: left to that node's run.
@@ -133,6 +135,7 @@ pub async fn run(directory: &Directory, job: Job) -> crate::Result<JobReport> {
                     report.turns_removed += swept.turns_removed;
                     report.archive_purged += swept.archive_purged;
                     report.sessions_closed += swept.sessions_closed;
+                    report.intents_expired += swept.intents_expired;
                 }
                 Err(err) => {
                     report.failed += 1;

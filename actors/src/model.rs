@@ -9,6 +9,7 @@ pub mod context;
 pub mod entities;
 pub mod formation;
 pub mod index;
+pub mod intent;
 pub mod pii;
 pub mod policy;
 pub mod retrieve;

@@ -17,8 +17,14 @@
 //! so entries of a node that died, or notifications lost with a stopped actor, are resumed by
 //! whoever serves the shard next.
 //!
+//! The same dispatcher serves the distillation queue ([`WorkQueue::Distillation`]): one
+//! instance per queue, each with its own work index, queue, rounds and metrics; a
+//! distillation round ([`distil`]) runs the generative model on queued messages and writes
+//! its results through the intent gate.
+//!
 //! It logs counts, never texts or vectors.
 
+mod distil;
 mod round;
 mod work;
 
@@ -27,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use engram_storage::WorkQueue;
 use engram_storage::data::UserData;
 use engram_storage::data::pending::pending_users;
 use engram_storage::model::Timestamp;
@@ -117,6 +124,7 @@ pub struct Pending {
 }
 
 struct Shared {
+    queue: WorkQueue,
     config: PipelineConfig,
     work: Mutex<Work>,
     /// A wake-up is on its way to the dispatcher.
@@ -135,17 +143,24 @@ pub struct Pipeline {
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pipeline")
+            .field("queue", &self.shared.queue)
             .field("config", &self.shared.config)
             .finish_non_exhaustive()
     }
 }
 
 impl Pipeline {
-    /// A dispatcher that is not started yet (notifications are held, and scanned for anyway
-    /// when it starts).
+    /// An embedding dispatcher that is not started yet (notifications are held, and scanned
+    /// for anyway when it starts).
     pub fn new(config: PipelineConfig) -> Pipeline {
+        Pipeline::for_queue(WorkQueue::Embedding, config)
+    }
+
+    /// A dispatcher of `queue` that is not started yet.
+    pub fn for_queue(queue: WorkQueue, config: PipelineConfig) -> Pipeline {
         Pipeline {
             shared: Arc::new(Shared {
+                queue,
                 work: Mutex::new(Work::new(config.max_users_in_memory)),
                 woken: AtomicBool::new(false),
                 config,
@@ -191,10 +206,19 @@ impl Pipeline {
     /// Starts the dispatcher for the users of `directory` (whose services hold this handle).
     /// Starting twice is an error.
     pub async fn start(&self, directory: Arc<Directory>) -> Result<()> {
-        if directory.services().embedder.is_none() {
-            return Err(Error::Internal(
-                "the inference pipeline needs an embedding pool".into(),
-            ));
+        let services = directory.services();
+        let ready = match self.shared.queue {
+            WorkQueue::Embedding => services.embedder.is_some(),
+            WorkQueue::Distillation => services
+                .distillation
+                .as_ref()
+                .is_some_and(|d| d.generator.is_some()),
+        };
+        if !ready {
+            return Err(Error::Internal(format!(
+                "the {:?} pipeline has no pool to run",
+                self.shared.queue
+            )));
         }
         let args = DispatcherArgs {
             shared: Arc::clone(&self.shared),
@@ -221,7 +245,7 @@ impl Pipeline {
 
     /// What is pending for the shards this node serves, counted in storage.
     pub async fn pending(&self, services: &Services) -> Result<Pending> {
-        let scan = scan(services, 0, true).await?;
+        let scan = scan(services, self.shared.queue, 0, true).await?;
         Ok(Pending {
             users: scan.pending_users,
             entries: scan.entries as usize,
@@ -382,7 +406,14 @@ impl DispatcherState {
             let shared = Arc::clone(&self.shared);
             let taken = users.clone();
             let round = tokio::spawn(async move {
-                round::run(&directory, &config, &shared.metrics, users).await
+                match shared.queue {
+                    WorkQueue::Embedding => {
+                        round::run(&directory, &config, &shared.metrics, users).await
+                    }
+                    WorkQueue::Distillation => {
+                        distil::run(&directory, &config, &shared.metrics, users).await
+                    }
+                }
             });
             tokio::spawn(async move {
                 // A round that panicked did nothing durable: its users wait again.
@@ -442,7 +473,8 @@ impl DispatcherState {
         self.shared.metrics.scans.fetch_add(1, Ordering::Relaxed);
         let services = self.services().clone();
         let me = myself.clone();
-        let scanned = tokio::spawn(async move { scan(&services, room, false).await });
+        let queue = self.shared.queue;
+        let scanned = tokio::spawn(async move { scan(&services, queue, room, false).await });
         tokio::spawn(async move {
             let scan = scanned
                 .await
@@ -506,10 +538,15 @@ impl DispatcherState {
     }
 }
 
-/// Users of this node's shards in the work index, at most `room` of them, with the count of
+/// Users of this node's shards in the work index of `queue`, at most `room` of them, with the count of
 /// all of them, and, when `count_entries` (a read of every pending entry: for operators, not
 /// for the dispatcher's periodic scans), of their pending entries.
-async fn scan(services: &Services, room: usize, count_entries: bool) -> Result<Scan> {
+async fn scan(
+    services: &Services,
+    queue: WorkQueue,
+    room: usize,
+    count_entries: bool,
+) -> Result<Scan> {
     let (store, ks) = (services.store.clone(), services.keyspace.clone());
     let owned = Owned::of(services);
     Ok(store
@@ -523,7 +560,7 @@ async fn scan(services: &Services, room: usize, count_entries: bool) -> Result<S
             };
             let mut after: Option<Vec<u8>> = None;
             loop {
-                let page = pending_users(txn, &ks, after.as_deref(), SCAN_PAGE)?;
+                let page = pending_users(txn, &ks, queue, after.as_deref(), SCAN_PAGE)?;
                 let Some(last) = page.last() else { break };
                 after = Some(last.key.clone());
                 for marked in page {
@@ -533,7 +570,7 @@ async fn scan(services: &Services, room: usize, count_entries: bool) -> Result<S
                     // A stale mark (no entries left) is queued too: the user's round clears
                     // it; counted, it is left out.
                     let n = if count_entries {
-                        UserData::new(txn, &ks, &marked.tenant, &marked.user).count_pending()?
+                        UserData::new(txn, &ks, &marked.tenant, &marked.user).count_queued(queue)?
                     } else {
                         1
                     };

@@ -9,6 +9,7 @@ use std::time::Duration;
 use engram_storage::{Keyspace, Store};
 
 use crate::clock::SharedClock;
+use crate::distil::Distillation;
 use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;
@@ -127,6 +128,8 @@ pub struct Services {
     /// The inference pipeline, when embeddings follow the writes (`None` with an embedder:
     /// a write waits for its embeddings and stores them in its own transaction).
     pub pipeline: Option<Pipeline>,
+    /// Intent distillation (`None`: intents only as the gateway writes them).
+    pub distillation: Option<Distillation>,
     /// The shards this node serves under leases; every write is fenced by its shard's
     /// epoch. `None` only for a process that is the sole user of its store (in-process tests
     /// and embedded use): it serves every shard and writes unfenced. A node always has one.

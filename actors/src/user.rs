@@ -10,12 +10,14 @@
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
 pub mod api;
+pub mod intents;
 mod load;
 pub mod ops;
 pub mod prepare;
 mod protected;
 mod redact;
 mod serve;
+pub mod summaries;
 pub mod sweep;
 mod txn;
 mod validate;
@@ -32,9 +34,9 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use self::api::{
-    ClearAck, ContextQuery, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
-    MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory, StatusChange,
-    SweepReport, SweepScope, TurnAck, TurnRequest,
+    ClearAck, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck,
+    IntentWrite, MemoryAck, MemoryWrite, MessageWrite, SearchHit, SearchQuery, SearchResult,
+    SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
 use self::ops::{DEFAULT_SESSION, Prepared, turn_text};
@@ -156,7 +158,8 @@ replayable!(
     FeedbackAck => "feedback",
     MemoryAck => "memory",
     ClearAck => "clear-session",
-    IntentAck => "intent"
+    IntentAck => "intent",
+    DistilAck => "distil"
 );
 
 impl Actor for UserActor {
@@ -329,17 +332,98 @@ impl UserState {
             &req.user_text,
             &truncate_chars(&req.assistant_text, ASSISTANT_TEXT_CAP),
         );
-        let prepared = if req.success && self.args.services.embedder.is_some() {
+        let mut prepared = if req.success && self.args.services.embedder.is_some() {
             let (texts, topics) = self.turn_plan(&req, &stored_text).await?;
             self.prepare(texts, topics).await?
         } else {
             Prepared::default()
         };
+        let plan = self.message_plan(&req.user_text);
+        prepared.distil_queued = req.success && plan.as_ref().is_some_and(|p| p.queue);
         let request_id = req.request_id.clone();
-        self.write(&request_id, prepared, Some(stored_text), move |u, scope| {
-            ops::append_turn(u, scope, &req, &entities, &anchors)
+        let ack = self
+            .write(&request_id, prepared, Some(stored_text), move |u, scope| {
+                let written = ops::append_turn(u, scope, &req, &entities, &anchors)?;
+                let Ok((mut ack, changed)) = written else {
+                    return Ok(written);
+                };
+                if let (Some(plan), Some(seq)) = (&plan, ack.seq) {
+                    let entry = intents::turn_entry_id(seq);
+                    let gated = intents::on_message(
+                        u,
+                        scope.now,
+                        plan,
+                        &req.user_text,
+                        &entry,
+                        &ack.session_id,
+                        seq,
+                    )?;
+                    ack.intents = gated;
+                    ack.distilling = plan.queue;
+                    if plan.queue {
+                        summaries::queue_if_due(u, scope.now, &ack.session_id)?;
+                    }
+                }
+                Ok(Ok((ack, changed)))
+            })
+            .await?;
+        self.count_rule_intents(&ack.intents, ack.replayed);
+        Ok(ack)
+    }
+
+    /// What a write of `message` distils at once (`None`: the node does not distil).
+    fn message_plan(&self, message: &str) -> Option<intents::MessagePlan> {
+        let distillation = self.args.services.distillation.as_ref()?;
+        Some(intents::MessagePlan {
+            rule: engram_inference::distil::rules::apply(message),
+            queue: distillation.model_on(),
+            types: distillation.types(&self.args.key.tenant).to_vec(),
+            rules: distillation.gate_rules(self.args.services.settings.intent_versions),
         })
-        .await
+    }
+
+    fn count_rule_intents(&self, written: &[IntentAck], replayed: bool) {
+        if let Some(distillation) = &self.args.services.distillation
+            && !replayed
+            && !written.is_empty()
+        {
+            let m = &distillation.metrics;
+            m.rule_hits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for ack in written {
+                m.count_written(ack);
+            }
+        }
+    }
+
+    /// Distils a message without a turn (the seed's `/write`): the rules at once, the model
+    /// in the background.
+    async fn distil_message(&mut self, req: MessageWrite) -> Result<DistilAck> {
+        validate::message(&req)?;
+        let Some(plan) = self.message_plan(&req.message) else {
+            return Err(Error::Unavailable(
+                "this node does not distil messages ([distillation] enabled = false)".into(),
+            ));
+        };
+        let prepared = Prepared {
+            distil_queued: plan.queue,
+            ..Prepared::default()
+        };
+        let request_id = req.request_id.clone();
+        let ack = self
+            .write(&request_id, prepared, None, move |u, scope| {
+                let entry = intents::message_entry_id(&req.request_id);
+                let gated = intents::on_message(u, scope.now, &plan, &req.message, &entry, "", 0)?;
+                let ack = DistilAck {
+                    intents: gated,
+                    distilling: plan.queue,
+                    replayed: false,
+                };
+                Ok(Ok((ack, Vec::new())))
+            })
+            .await?;
+        self.count_rule_intents(&ack.intents, ack.replayed);
+        Ok(ack)
     }
 
     async fn feedback(&mut self, req: FeedbackRequest) -> Result<FeedbackAck> {
@@ -416,14 +500,28 @@ impl UserState {
             .clone()
             .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
         let now = self.args.services.clock.now();
-        let turns = self
-            .read(move |u| match u.session(&session)? {
-                Some(row) if now.0 - row.last_turn_at.0 <= SESSION_IDLE_MS => {
-                    u.turns_from(&session, row.window_start_seq)
-                }
-                Some(_) | None => Ok(Vec::new()),
+        let (turns, summaries, key_intents) = self
+            .read(move |u| {
+                let (turns, summaries) = match u.session(&session)? {
+                    Some(row) if now.0 - row.last_turn_at.0 <= SESSION_IDLE_MS => {
+                        let turns = u.turns_from(&session, row.window_start_seq)?;
+                        // Stored summaries exist only for windows longer than the raw part.
+                        let summaries = if turns.len() > crate::model::policy::RAW_TURNS {
+                            u.summaries(&session)?
+                        } else {
+                            Vec::new()
+                        };
+                        (turns, summaries)
+                    }
+                    Some(_) | None => (Vec::new(), Vec::new()),
+                };
+                Ok((turns, summaries, intents::key_intents(u, now)?))
             })
             .await?;
+        let summaries: Vec<(u64, String)> = summaries
+            .into_iter()
+            .map(|(seq, s)| (seq, s.text))
+            .collect();
         let (vector, fallback) = prepare::split(match &query.query {
             Some(q) => self.query_vector(q).await,
             None => None,
@@ -435,6 +533,8 @@ impl UserState {
             token_budget: query.token_budget,
             now,
             withhold_sensitive: false,
+            intents: &key_intents,
+            summaries: &summaries,
         };
         let extractor = &self.args.services.extractor;
         let ranked = |request: &ContextRequest<'_>| {

@@ -56,6 +56,7 @@ fn node(dir: &TempDir, keyspace: Keyspace) -> Node {
         extractor: Arc::new(EntityExtractor::default()),
         embedder: None,
         pipeline: None,
+        distillation: None,
         ownership: None,
         settings: Settings::default(),
         metrics: metrics.clone(),

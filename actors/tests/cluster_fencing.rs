@@ -48,6 +48,7 @@ fn node_with(store: &Store, clock: &Arc<ManualClock>, id: &str, actors: Settings
         extractor: Arc::new(EntityExtractor::default()),
         embedder: None,
         pipeline: None,
+        distillation: None,
         ownership: Some(Ownership::new(&settings)),
         settings: actors,
         metrics: Arc::new(Metrics::default()),

@@ -45,6 +45,7 @@ fn node(settings: Settings) -> Node {
         extractor: Arc::new(EntityExtractor::default()),
         embedder: None,
         pipeline: None,
+        distillation: None,
         ownership: None,
         settings,
         metrics: Arc::new(Metrics::default()),

@@ -46,6 +46,7 @@ fn node(dir: &TempDir, settings: Settings) -> Node {
         extractor: extractor(),
         embedder: None,
         pipeline: None,
+        distillation: None,
         ownership: None,
         settings,
         metrics: Arc::new(Metrics::default()),

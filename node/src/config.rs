@@ -20,11 +20,13 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};
 
+mod distillation;
 mod error;
 mod inference;
 mod security;
 mod validate;
 
+pub use distillation::DistillationSection;
 pub use inference::InferenceConfig;
 pub use security::{AuditReads, SecurityConfig};
 
@@ -49,6 +51,8 @@ pub struct Config {
     pub memory: MemoryConfig,
     /// `[inference]`: the embedding pool.
     pub inference: InferenceConfig,
+    /// `[distillation]`: intents from user messages (rules, then the generative model).
+    pub distillation: DistillationSection,
     /// `[jobs]`: scheduled maintenance.
     pub jobs: JobsConfig,
     /// `[log]`: logging.

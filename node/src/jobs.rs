@@ -69,7 +69,8 @@ pub async fn run_once(job: Job, directory: &Directory, metrics: &NodeMetrics) {
                 + report.purged
                 + report.turns_removed
                 + report.archive_purged
-                + report.sessions_closed;
+                + report.sessions_closed
+                + report.intents_expired;
             metrics.job_ran(job.name(), items);
             tracing::info!(
                 job = job.name(),
@@ -79,6 +80,7 @@ pub async fn run_once(job: Job, directory: &Directory, metrics: &NodeMetrics) {
                 turns_removed = report.turns_removed,
                 archive_purged = report.archive_purged,
                 sessions_closed = report.sessions_closed,
+                intents_expired = report.intents_expired,
                 failed = report.failed,
                 not_owned = report.not_owned,
                 elapsed_ms = started.elapsed().as_millis() as u64,

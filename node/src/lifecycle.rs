@@ -23,6 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use engram_actors::clock::SystemClock;
 use engram_actors::cluster::LeaseManager;
 use engram_actors::directory::Directory;
+use engram_actors::distil::Distillation;
 use engram_actors::embed::Embedder;
 use engram_actors::front::{PeerLink, Users};
 use engram_actors::model::entities::EntityExtractor;
@@ -30,7 +31,7 @@ use engram_actors::ownership::{LeaseSettings, Ownership};
 use engram_actors::pipeline::Pipeline;
 use engram_actors::services::{Metrics, Services};
 
-use engram_inference::EmbeddingPool;
+use engram_inference::{EmbeddingPool, GenerationPool};
 use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -118,6 +119,15 @@ pub async fn run(config: Config) -> Result<()> {
     bound.transport.stop();
     if let Some(pipeline) = &directory.services().pipeline {
         pipeline.stop();
+    }
+    if let Some(distillation) = &directory.services().distillation {
+        // Queued messages stay in storage for the next owner; a running batch finishes.
+        if let Some(lane) = &distillation.pipeline {
+            lane.stop();
+        }
+        if let Some(pool) = &distillation.generator {
+            pool.close();
+        }
     }
     if let Some(embedder) = embedder {
         // A background batch already running may be starved by a busy machine (it runs in
@@ -274,6 +284,7 @@ async fn memory(
     };
     let pipeline = (embedder.is_some() && inference.write_behind)
         .then(|| Pipeline::new(inference.pipeline.config()));
+    let distillation = distillation(config).await?;
     // Logs name users by a pseudonym keyed with the audit trail's pepper (the same secret on
     // every node of the deployment; the audit trail reads the same row).
     let pepper = {
@@ -290,6 +301,7 @@ async fn memory(
         extractor: Arc::new(extractor),
         embedder: embedder.clone(),
         pipeline: pipeline.clone(),
+        distillation: distillation.clone(),
         ownership: Some(Ownership::new(lease_settings)),
         settings: engram_actors::services::Settings {
             log_pepper: engram_actors::placement::LogPepper::new(pepper),
@@ -305,7 +317,36 @@ async fn memory(
             .await
             .map_err(|e| Error::Cluster(format!("starting the inference pipeline: {e}")))?;
     }
+    if let Some(lane) = distillation.as_ref().and_then(|d| d.pipeline.as_ref()) {
+        lane.start(Arc::clone(&directory))
+            .await
+            .map_err(|e| Error::Cluster(format!("starting the distillation pipeline: {e}")))?;
+    }
     Ok((directory, embedder))
+}
+
+/// The node's distillation: rules, and the generation pool when `[distillation] model`.
+async fn distillation(config: &Config) -> Result<Option<Distillation>> {
+    let section = &config.distillation;
+    if !section.enabled {
+        info!("distillation disabled: intents only as gateways write them");
+        return Ok(None);
+    }
+    if !section.model {
+        info!("distillation by rules only (distillation.model = false)");
+        return Ok(Some(Distillation::rules_only(section.config())));
+    }
+    let model_dir = config
+        .inference
+        .model_dir
+        .clone()
+        .unwrap_or_else(engram_inference::default_model_dir);
+    let pool = GenerationPool::start(section.generation(model_dir)).await?;
+    Ok(Some(Distillation::with_model(
+        section.config(),
+        pool,
+        section.pipeline.config(),
+    )))
 }
 
 /// This node's part in the cluster: its shard leases and the task that keeps them.

@@ -3,6 +3,7 @@
 //! Labels are known methods (others are `other`), routes (the matched path template, or
 //! `unmatched`) and statuses: never user ids, text, or any string a client chose.
 
+mod distillation;
 mod inference;
 
 use std::sync::atomic::Ordering;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use engram_actors::ownership::Ownership;
 
+use self::distillation::render_distillation;
 use self::inference::{render_pipeline, render_pool, render_queries};
 use crate::auth::Authenticator;
 use crate::cluster::Transport;
@@ -302,6 +304,9 @@ impl NodeMetrics {
                 pipeline.metrics(),
                 directory.services().clock.now(),
             );
+        }
+        if let Some(distillation) = &directory.services().distillation {
+            render_distillation(&mut text, distillation, directory.services().clock.now());
         }
         if let Some(ownership) = &directory.services().ownership {
             render_leases(&mut text, ownership);

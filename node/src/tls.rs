@@ -140,7 +140,7 @@ pub fn cluster(config: &Config) -> Result<Option<ClusterTls>> {
     let server_name = ServerName::try_from(c.tls_server_name.clone()).map_err(|e| {
         Error::Config(crate::config::ConfigError::Invalid(vec![
             crate::config::Problem {
-                key: "cluster.tls-server-name",
+                key: "cluster.tls-server-name".into(),
                 message: e.to_string(),
             },
         ]))

@@ -147,6 +147,10 @@ listen = "127.0.0.1:0"
 cookie-file = "{cookie}"
 shards = 64
 
+[distillation]
+# Signals, not the generative model (2 GB of weights to load).
+model = false
+
 [storage]
 root-prefix = "{ROOT_PREFIX}"
 

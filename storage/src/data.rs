@@ -20,7 +20,7 @@ use crate::keyspace::{ExpiryTarget, Keyspace, UserKeys};
 use crate::kv::{RangeOptions, Txn};
 use crate::model::{
     Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow,
-    SessionRule, Timestamp, Turn, UserHeader,
+    SessionRule, Timestamp, Turn, TurnSummary, UserHeader,
 };
 
 /// One user's data inside one transaction.
@@ -202,8 +202,34 @@ impl<'t> UserData<'t> {
             .get_range(&range.begin, &range.end, RangeOptions::default())?
             .len();
         self.txn.clear_range(&range.begin, &range.end)?;
+        let summaries = self.keys.summaries(session);
+        self.txn.clear_range(&summaries.begin, &summaries.end)?;
         self.txn.clear(&self.keys.session(session))?;
         Ok(Some(n))
+    }
+
+    /// Stores the model's summary of a turn that still exists; returns whether it did.
+    pub fn put_summary(&mut self, session: &str, seq: u64, summary: &TurnSummary) -> Result<bool> {
+        if self.turn(session, seq)?.is_none() {
+            return Ok(false);
+        }
+        self.put("turn summary", &self.keys.summary(session, seq), summary)?;
+        Ok(true)
+    }
+
+    /// The model's summaries of a session's turns, by sequence number.
+    pub fn summaries(&mut self, session: &str) -> Result<Vec<(u64, TurnSummary)>> {
+        let range = self.keys.summaries(session);
+        let rows = self
+            .txn
+            .get_range(&range.begin, &range.end, RangeOptions::default())?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (k, v) in &rows {
+            if let Some(seq) = self.keys.parse_summary(k) {
+                out.push((seq, self.open("turn summary", k, v)?));
+            }
+        }
+        Ok(out)
     }
 
     /// Closes a session's working-memory window if it has been idle until `now`: the next
@@ -285,13 +311,48 @@ impl<'t> UserData<'t> {
         self.decode_range("memory record", &range.begin, &range.end)
     }
 
-    /// Writes one version of an intent.
+    /// Writes one version of an intent, with its expiry-index entry when it expires
+    /// ([`Intent::expires_at`]).
     pub fn put_intent(&mut self, intent: &Intent) -> Result<()> {
+        if let Some(at) = intent.expires_at() {
+            self.txn
+                .set(&self.expiry_key(at, &intent_target(intent)), b"")?;
+        }
         self.put(
             "intent",
             &self.keys.intent(&intent.intent_type, intent.version),
             intent,
         )
+    }
+
+    /// Removes one version of an intent and its expiry-index entry.
+    pub fn delete_intent(&mut self, intent_type: &str, version: Timestamp) -> Result<()> {
+        let key = self.keys.intent(intent_type, version);
+        if let Some(intent) = self.get::<Intent>("intent", &key)?
+            && let Some(at) = intent.expires_at()
+        {
+            self.txn
+                .clear(&self.expiry_key(at, &intent_target(&intent)))?;
+        }
+        self.txn.clear(&key)
+    }
+
+    /// Every version of every intent type, by type then version.
+    pub fn all_intents(&mut self) -> Result<Vec<Intent>> {
+        let range = self.keys.all_intents();
+        self.decode_range("intent", &range.begin, &range.end)
+    }
+
+    /// Removes the versions past their expiry at `now`; returns how many.
+    pub fn expire_intents(&mut self, now: Timestamp) -> Result<usize> {
+        let mut removed = 0;
+        for intent in self.all_intents()? {
+            if intent.expires_at().is_some_and(|at| at <= now) {
+                self.delete_intent(&intent.intent_type, intent.version)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     /// The versions of an intent type, oldest first.
@@ -321,10 +382,17 @@ impl<'t> UserData<'t> {
             .collect()
     }
 
-    /// Removes every version of an intent type older than `version` (one range clear).
+    /// Removes every version of an intent type older than `version` (one range clear, after
+    /// their expiry-index entries).
     pub fn prune_intents_before(&mut self, intent_type: &str, version: Timestamp) -> Result<()> {
         let range = self.keys.intents(intent_type);
         let end = self.keys.intent(intent_type, version);
+        for intent in self.decode_range::<Intent>("intent", &range.begin, &end)? {
+            if let Some(at) = intent.expires_at() {
+                self.txn
+                    .clear(&self.expiry_key(at, &intent_target(&intent)))?;
+            }
+        }
         self.txn.clear_range(&range.begin, &end)
     }
 
@@ -429,6 +497,13 @@ impl<'t> UserData<'t> {
             report.expiry_entries += 1;
         }
         report.expiry_entries += self.clear_archive_index()?;
+        for intent in self.all_intents()? {
+            if let Some(at) = intent.expires_at() {
+                self.txn
+                    .clear(&self.expiry_key(at, &intent_target(&intent)))?;
+                report.expiry_entries += 1;
+            }
+        }
         self.clear_pending_mark()?;
         let all = self.keys.all();
         self.txn.clear_range(&all.begin, &all.end)?;
@@ -528,6 +603,13 @@ impl<'t> UserData<'t> {
             }
         }
         Ok(self.data_key.as_ref())
+    }
+}
+
+fn intent_target(intent: &Intent) -> ExpiryTarget {
+    ExpiryTarget::Intent {
+        intent_type: intent.intent_type.clone(),
+        version: intent.version,
     }
 }
 

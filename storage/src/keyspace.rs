@@ -8,9 +8,12 @@
 //! ("u", tenant, user, "sess", session)            session row
 //! ("u", tenant, user, "turn", session, seq)       conversation turns
 //! ("u", tenant, user, "rec", kind, memory_id)     memory records
-//! ("u", tenant, user, "intent", type, version)    versioned intents
+//! ("u", tenant, user, "intent", type, version)    versioned intents (expiring ones indexed
+//!                                                 in the expiry index, tag "intent")
 //! ("u", tenant, user, "vec", memory_id)           embeddings
 //! ("u", tenant, user, "pend", memory_id)          pending inference: a text awaiting its vector
+//! ("u", tenant, user, "dist", entry_id)           pending distillation: a message awaiting the model
+//! ("u", tenant, user, "sum", session, seq)        the model's summary of a turn
 //! ("u", tenant, user, "idem", request_id)         idempotency keys
 //! ("u", tenant, user, "flag", flag_id)            contradictions flagged for review
 //! ("u", tenant, user, "choice", hash)             counts of repeated choices, by keyed hash
@@ -23,6 +26,7 @@
 //! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
 //! ("exp", at, tenant, user, "arch", session)      expiry index: a session's archive purge
 //! ("pend", tenant, user)                          users with pending inference (the work index)
+//! ("dist", tenant, user)                          users with pending distillation (its work index)
 //! ("key", key_id)                                 API key: tenant, scope, hash of the secret
 //! ("audit", tenant, at, entry_id)                 audit trail (append-only)
 //! ("audit-pepper",)                               key of the audit trail's user pseudonyms
@@ -64,6 +68,13 @@ pub enum ExpiryTarget {
         /// Its id.
         session_id: String,
     },
+    /// A version of a distilled intent, whose TTL ran out.
+    Intent {
+        /// Its type.
+        intent_type: String,
+        /// Its version.
+        version: Timestamp,
+    },
 }
 
 /// A half-open key range `[begin, end)`.
@@ -84,6 +95,26 @@ impl KeyRange {
     /// Whether `key` lies in the range.
     pub fn contains(&self, key: &[u8]) -> bool {
         key >= self.begin.as_slice() && key < self.end.as_slice()
+    }
+}
+
+/// The pipeline's durable work queues: each has its entries under the user's prefix and its
+/// own work index of users with entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkQueue {
+    /// Texts awaiting their embeddings (tag `pend`).
+    Embedding,
+    /// Messages awaiting the generative model's distillation (tag `dist`).
+    Distillation,
+}
+
+impl WorkQueue {
+    /// The key tag of the queue, in the user's prefix and in the work index.
+    pub fn tag(self) -> &'static str {
+        match self {
+            WorkQueue::Embedding => "pend",
+            WorkQueue::Distillation => "dist",
+        }
     }
 }
 
@@ -192,6 +223,12 @@ impl Keyspace {
             ExpiryTarget::Archive { session_id } => self
                 .root
                 .pack(&("exp", at.0, tenant, user, "arch", session_id)),
+            ExpiryTarget::Intent {
+                intent_type,
+                version,
+            } => self
+                .root
+                .pack(&("exp", at.0, tenant, user, "intent", intent_type, version.0)),
         }
     }
 
@@ -221,6 +258,20 @@ impl Keyspace {
                 },
             ));
         }
+        if let Ok((tag, at, tenant, user, intent, intent_type, version)) =
+            self.root
+                .unpack::<(String, i64, String, String, String, String, i64)>(key)
+        {
+            return (tag == "exp" && intent == "intent").then_some((
+                Timestamp(at),
+                tenant,
+                user,
+                ExpiryTarget::Intent {
+                    intent_type,
+                    version: Timestamp(version),
+                },
+            ));
+        }
         let (tag, at, tenant, user, sess, id): (String, i64, String, String, String, String) =
             self.root.unpack(key).ok()?;
         let target = match sess.as_str() {
@@ -232,21 +283,21 @@ impl Keyspace {
         (tag == "exp").then_some((Timestamp(at), tenant, user, target))
     }
 
-    /// The work-index entry of a user with pending inference (its value: when the oldest
-    /// entry was queued, [`crate::data::PENDING_SINCE_LEN`] bytes).
-    pub fn pending_user(&self, tenant: &str, user: &str) -> Vec<u8> {
-        self.root.pack(&("pend", tenant, user))
+    /// The entry of a user in the work index of `queue` (its value: when the oldest entry
+    /// was queued, [`crate::data::pending::PENDING_SINCE_LEN`] bytes).
+    pub fn pending_user(&self, queue: WorkQueue, tenant: &str, user: &str) -> Vec<u8> {
+        self.root.pack(&(queue.tag(), tenant, user))
     }
 
-    /// Every work-index entry, by tenant then user.
-    pub fn pending_users(&self) -> KeyRange {
-        KeyRange::of(&self.root.subspace(&("pend",)))
+    /// Every entry of the work index of `queue`, by tenant then user.
+    pub fn pending_users(&self, queue: WorkQueue) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&(queue.tag(),)))
     }
 
-    /// Decodes a work-index key into (tenant, user).
-    pub fn parse_pending_user(&self, key: &[u8]) -> Option<(String, String)> {
+    /// Decodes a key of the work index of `queue` into (tenant, user).
+    pub fn parse_pending_user(&self, queue: WorkQueue, key: &[u8]) -> Option<(String, String)> {
         let (tag, tenant, user): (String, String, String) = self.root.unpack(key).ok()?;
-        (tag == "pend").then_some((tenant, user))
+        (tag == queue.tag()).then_some((tenant, user))
     }
 
     /// The row of an API key.
@@ -356,6 +407,22 @@ impl UserKeys {
         self.range(&("turn", session))
     }
 
+    /// The model's summary of a turn.
+    pub fn summary(&self, session: &str, seq: u64) -> Vec<u8> {
+        self.space.pack(&("sum", session, seq))
+    }
+
+    /// The summaries of one session's turns, ordered by sequence number.
+    pub fn summaries(&self, session: &str) -> KeyRange {
+        self.range(&("sum", session))
+    }
+
+    /// Decodes a summary key into its turn's sequence number.
+    pub fn parse_summary(&self, key: &[u8]) -> Option<u64> {
+        let (tag, _session, seq): (String, String, u64) = self.space.unpack(key).ok()?;
+        (tag == "sum").then_some(seq)
+    }
+
     /// A memory record.
     pub fn record(&self, kind: MemoryKind, memory_id: &str) -> Vec<u8> {
         self.space.pack(&("rec", kind.as_str(), memory_id))
@@ -396,20 +463,20 @@ impl UserKeys {
         self.range(&("vec",))
     }
 
-    /// The pending-inference entry of a memory.
-    pub fn pending(&self, memory_id: &str) -> Vec<u8> {
-        self.space.pack(&("pend", memory_id))
+    /// The entry `id` of this user in `queue` (a memory id for embeddings).
+    pub fn pending(&self, queue: WorkQueue, id: &str) -> Vec<u8> {
+        self.space.pack(&(queue.tag(), id))
     }
 
-    /// All pending-inference entries of this user, by memory id.
-    pub fn pendings(&self) -> KeyRange {
-        self.range(&("pend",))
+    /// All entries of this user in `queue`, by id.
+    pub fn pendings(&self, queue: WorkQueue) -> KeyRange {
+        self.range(&(queue.tag(),))
     }
 
-    /// Decodes a pending-inference key into its memory id.
-    pub fn parse_pending(&self, key: &[u8]) -> Option<String> {
+    /// Decodes a key of this user's entries in `queue` into its id.
+    pub fn parse_pending(&self, queue: WorkQueue, key: &[u8]) -> Option<String> {
         let (tag, id): (String, String) = self.space.unpack(key).ok()?;
-        (tag == "pend").then_some(id)
+        (tag == queue.tag()).then_some(id)
     }
 
     /// The idempotency entry of a request.

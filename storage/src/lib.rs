@@ -34,7 +34,7 @@ mod store;
 pub mod vector;
 
 pub use error::{Error, Outcome, Result};
-pub use keyspace::{KeyRange, Keyspace};
+pub use keyspace::{KeyRange, Keyspace, WorkQueue};
 pub use kv::{Limits, RangeOptions, Txn, TxnMode};
 pub use store::{RetryPolicy, Store, StoreStats};
 

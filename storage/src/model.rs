@@ -336,6 +336,15 @@ pub struct Intent {
     pub source_turn: Option<u64>,
 }
 
+impl Intent {
+    /// When the version stops being served: `expires_at` (ms since the epoch) in its fields,
+    /// which distilled versions carry (their TTL); `None` for one without.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        let fields: serde_json::Value = serde_json::from_str(&self.fields).ok()?;
+        fields.get("expires_at")?.as_i64().map(Timestamp)
+    }
+}
+
 /// A text awaiting its embedding: written in the transaction that gives a record the text, and
 /// removed in the one that stores the text's vector (or drops the record).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -344,6 +353,46 @@ pub struct PendingInference {
     pub kind: MemoryKind,
     /// The text to embed: what the record is indexed by.
     pub text: String,
+    /// When it was queued.
+    pub queued_at: Timestamp,
+}
+
+/// What a pending distillation asks of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DistilTask {
+    /// The intent of one message (`text`).
+    Intent,
+    /// Summaries of the older turns of a session's window (`session_id`; `text` empty).
+    Summaries,
+}
+
+/// The model's summary of a turn, written once (contexts read it instead of an extractive
+/// summary).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnSummary {
+    /// The summary (20 to 60 characters).
+    pub text: String,
+    /// The model that wrote it.
+    pub model: String,
+    /// When.
+    pub created_at: Timestamp,
+}
+
+/// A message (or a session's older turns) awaiting the generative model: written in the
+/// transaction that stores its turn (after the rules ran), removed in the one that stores
+/// the model's result (or gives up on it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingDistillation {
+    /// What the model is asked.
+    pub task: DistilTask,
+    /// The session of the turn.
+    pub session_id: String,
+    /// The turn's sequence number.
+    pub turn_seq: u64,
+    /// The message.
+    pub text: String,
+    /// Model runs tried so far (a result the validation gate sends back is tried once more).
+    pub attempts: u32,
     /// When it was queued.
     pub queued_at: Timestamp,
 }

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use engram_actors::placement::UserKey;
+use engram_storage::WorkQueue;
 use hyper::StatusCode;
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -60,15 +61,21 @@ pub fn clients_of<'a>(ids: &[&'a str], nodes: &[Node]) -> Vec<(&'a str, HttpClie
 
 /// Pending-inference entries in the shared store, of every user.
 pub async fn pending_entries(sandbox: &Sandbox) -> usize {
+    queued_entries(sandbox, WorkQueue::Embedding).await
+}
+
+/// Entries of `queue` in the shared store, of every user.
+pub async fn queued_entries(sandbox: &Sandbox, queue: WorkQueue) -> usize {
     let store = shared_store(sandbox);
     let ks = engram_storage::Keyspace::new("engram");
     store
         .read(move |txn| {
             let mut n = 0;
-            for marked in engram_storage::data::pending::pending_users(txn, &ks, None, usize::MAX)?
-            {
+            let marks =
+                engram_storage::data::pending::pending_users(txn, &ks, queue, None, usize::MAX)?;
+            for marked in marks {
                 n += engram_storage::data::UserData::new(txn, &ks, &marked.tenant, &marked.user)
-                    .count_pending()?;
+                    .count_queued(queue)?;
             }
             Ok(n)
         })

@@ -63,6 +63,7 @@ impl Bench {
             extractor: Arc::new(EntityExtractor::default()),
             embedder: Some(Embedder::new(pool.clone(), model)),
             pipeline: Some(pipeline.clone()),
+            distillation: None,
             ownership: None,
             settings: Settings {
                 index,

@@ -1,5 +1,5 @@
 //! Context assembly with no LLM call: the working memory of the session (the last 6 turns raw,
-//! older turns as extractive summaries), the profile / episodic / correction slots filled by
+//! older turns as summaries: the model's when stored, else extractive), the profile / episodic / correction slots filled by
 //! ranking and capped by the route's budget, the entities mentioned, and a token budget that
 //! drops the oldest summaries first and says so. The result has a structured form and a
 //! rendered text block ready to put in a prompt.
@@ -9,7 +9,7 @@
 //! salience alone.
 
 use engram_storage::model::{
-    MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
+    Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
 };
 use engram_storage::vector::VectorError;
 use serde::{Deserialize, Serialize};
@@ -40,6 +40,10 @@ pub struct ContextRequest<'a> {
     /// Withhold the user's high-PII turns and memories (the reader is past the sensitive-read
     /// breaker's limit): they are named, not shown.
     pub withhold_sensitive: bool,
+    /// The current versions of the user's key intent types, newest first.
+    pub intents: &'a [Intent],
+    /// The model's stored summaries of the session's turns, by sequence number.
+    pub summaries: &'a [(u64, String)],
 }
 
 /// The text standing in for a withheld high-PII item.
@@ -63,7 +67,8 @@ pub struct ContextSummary {
     pub seq: u64,
     /// The summary.
     pub text: String,
-    /// How it was made ("extractive" until a summarising model exists).
+    /// How it was made: `model` (the generative model's stored summary) or `extractive`
+    /// (until the model's is stored, or when it failed).
     pub method: String,
 }
 
@@ -78,6 +83,19 @@ pub struct ContextMemory {
     pub score: f32,
     /// Corrected SQL, for corrections.
     pub corrected_sql: Option<String>,
+}
+
+/// A current distilled intent in the context's key-intents slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextIntent {
+    /// Its type.
+    pub intent_type: String,
+    /// What it is about (masked).
+    pub target: String,
+    /// How urgent (`low`, `medium`, `high`), when known.
+    pub priority: Option<String>,
+    /// Its version (ms since the epoch).
+    pub version: i64,
 }
 
 /// The assembled context.
@@ -95,6 +113,9 @@ pub struct MemoryContext {
     pub episodic: Vec<ContextMemory>,
     /// Correction slot.
     pub corrections: Vec<ContextMemory>,
+    /// Key-intents slot: the current version of each key intent type, newest first.
+    #[serde(default)]
+    pub intents: Vec<ContextIntent>,
     /// Entities mentioned in the session and the query.
     pub entities: Vec<String>,
     /// Estimated tokens of `text`.
@@ -134,18 +155,28 @@ pub fn assemble(
     let (older, recent) = turns.split_at(split);
     let summaries: Vec<ContextSummary> = older
         .iter()
-        .map(|t| ContextSummary {
-            seq: t.seq,
-            text: if withheld(t.pii_level) {
-                WITHHELD_SENSITIVE.to_owned()
-            } else {
-                gateway_text(&extractive_summary(
-                    &t.user_text,
-                    &t.assistant_text,
-                    &t.entities,
-                ))
-            },
-            method: "extractive".to_owned(),
+        .map(|t| {
+            let stored = request
+                .summaries
+                .iter()
+                .find(|(seq, _)| *seq == t.seq)
+                .map(|(_, text)| text.as_str());
+            let (text, method) = match stored {
+                Some(text) => (text.to_owned(), "model"),
+                None => (
+                    extractive_summary(&t.user_text, &t.assistant_text, &t.entities),
+                    "extractive",
+                ),
+            };
+            ContextSummary {
+                seq: t.seq,
+                text: if withheld(t.pii_level) {
+                    WITHHELD_SENSITIVE.to_owned()
+                } else {
+                    gateway_text(&text)
+                },
+                method: method.to_owned(),
+            }
         })
         .collect();
     let recent_turns: Vec<ContextTurn> = recent
@@ -208,6 +239,16 @@ pub fn assemble(
         }
     }
 
+    let intents = request
+        .intents
+        .iter()
+        .map(|i| ContextIntent {
+            intent_type: i.intent_type.clone(),
+            target: gateway_text(&super::intent::target_of(i)),
+            priority: super::intent::priority_of(i).map(|p| p.as_str().to_owned()),
+            version: i.version.0,
+        })
+        .collect();
     let mut ctx = MemoryContext {
         route: request.route.as_str().to_owned(),
         recent_turns,
@@ -215,6 +256,7 @@ pub fn assemble(
         profile,
         episodic,
         corrections,
+        intents,
         entities,
         tokens: 0,
         token_budget: request.token_budget,
@@ -228,7 +270,7 @@ pub fn assemble(
     let mut dropped_summaries = 0;
     ctx.text = render(&ctx, &[]);
     // Over budget: the oldest summaries go first, then the lowest-ranked memories (episodic,
-    // then profile, then corrections), then the oldest raw turns.
+    // then profile), then the oldest intents, then corrections, then the oldest raw turns.
     while count_tokens(&ctx.text) > request.token_budget {
         if !ctx.summaries.is_empty() {
             ctx.summaries.remove(0);
@@ -237,6 +279,8 @@ pub fn assemble(
             ctx.dropped.push("an episodic memory".to_owned());
         } else if ctx.profile.pop().is_some() {
             ctx.dropped.push("a profile memory".to_owned());
+        } else if ctx.intents.pop().is_some() {
+            ctx.dropped.push("an intent".to_owned());
         } else if ctx.corrections.pop().is_some() {
             ctx.dropped.push("a correction".to_owned());
         } else if ctx.recent_turns.len() > 1 {
@@ -358,11 +402,26 @@ fn render(ctx: &MemoryContext, notes: &[String]) -> String {
         }),
     );
     section(
+        "Open intents (newest first)",
+        &mut ctx.intents.iter().map(|i| {
+            let priority = i
+                .priority
+                .as_deref()
+                .map(|p| format!(", priority {p}"))
+                .unwrap_or_default();
+            if i.target.is_empty() {
+                format!("{}{priority}", i.intent_type)
+            } else {
+                format!("{}: {}{priority}", i.intent_type, i.target)
+            }
+        }),
+    );
+    section(
         "Past interactions",
         &mut ctx.episodic.iter().map(|m| m.text.clone()),
     );
     section(
-        "Earlier in this session (extractive summaries)",
+        "Earlier in this session (summaries)",
         &mut ctx.summaries.iter().map(|s| s.text.clone()),
     );
     section(

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use engram_storage::data::UserData;
-use engram_storage::data::pending::Completion;
+use engram_storage::data::pending::{Completion, Pending};
 use engram_storage::model::{Embedding, PendingInference, Timestamp};
 use tokio::task::JoinSet;
 
@@ -29,15 +29,15 @@ pub(crate) struct RoundOutcome {
 }
 
 /// A user's part of the round.
-pub(super) struct Part {
-    key: UserKey,
-    since: Timestamp,
+pub(super) struct Part<P = PendingInference> {
+    pub(super) key: UserKey,
+    pub(super) since: Timestamp,
     /// The lease it is written under (`None`: no leases).
-    epoch: Option<u64>,
-    entries: Vec<(String, PendingInference)>,
+    pub(super) epoch: Option<u64>,
+    pub(super) entries: Vec<(String, P)>,
     /// Whether it has more entries than the round took (the rest are found when its
     /// transaction settles its mark).
-    more: bool,
+    pub(super) more: bool,
 }
 
 /// Runs one round for `users` (as the queue gave them, each with when its oldest entry was
@@ -50,18 +50,7 @@ pub(crate) async fn run(
 ) -> RoundOutcome {
     metrics.rounds.fetch_add(1, Ordering::Relaxed);
     let mut outcome = RoundOutcome::default();
-    let services = directory.services();
-    let mut parts = Vec::new();
-    for (key, since) in users {
-        let shard = key.shard(services.settings.shards);
-        match &services.ownership {
-            Some(ownership) => match ownership.lease(shard) {
-                Ok(epoch) => parts.push((key, since, Some(epoch))),
-                Err(_) => outcome.not_served.push(key),
-            },
-            None => parts.push((key, since, None)),
-        }
-    }
+    let parts = leased(directory.services(), users, &mut outcome);
     let parts = match read(directory, config, parts).await {
         Ok(parts) => parts,
         Err(err) => {
@@ -122,13 +111,75 @@ pub(crate) async fn run(
     outcome
 }
 
+/// The lease each of `users` is written under; users of shards this node does not hold go
+/// to `outcome.not_served`.
+pub(super) fn leased(
+    services: &crate::services::Services,
+    users: Vec<(UserKey, Timestamp)>,
+    outcome: &mut RoundOutcome,
+) -> Vec<(UserKey, Timestamp, Option<u64>)> {
+    let mut parts = Vec::new();
+    for (key, since) in users {
+        let shard = key.shard(services.settings.shards);
+        match &services.ownership {
+            Some(ownership) => match ownership.lease(shard) {
+                Ok(epoch) => parts.push((key, since, Some(epoch))),
+                Err(_) => outcome.not_served.push(key),
+            },
+            None => parts.push((key, since, None)),
+        }
+    }
+    parts
+}
+
+/// Runs `body` on the user's data in one transaction fenced by `key`'s shard at `epoch`
+/// (unfenced without leases); a fenced transaction is [`Error::NotOwner`].
+pub(super) async fn fenced<T, F>(
+    directory: &Directory,
+    key: &UserKey,
+    epoch: Option<u64>,
+    mut body: F,
+) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnMut(&mut UserData<'_>) -> engram_storage::Result<T> + Send + 'static,
+{
+    let services = directory.services();
+    let (ks, key) = (services.keyspace.clone(), key.clone());
+    let shard = key.shard(services.settings.shards);
+    let lease = match (&services.ownership, epoch) {
+        (Some(ownership), Some(epoch)) => Some((Arc::clone(ownership), epoch)),
+        (Some(_) | None, Some(_) | None) => None,
+    };
+    let fence = lease.clone();
+    let result = services
+        .store
+        .run(move |txn| {
+            if let Some((ownership, epoch)) = &fence {
+                engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
+            }
+            body(&mut UserData::new(txn, &ks, &key.tenant, &key.user))
+        })
+        .await;
+    match result {
+        Ok(value) => Ok(value),
+        Err(engram_storage::Error::Fenced { .. }) => {
+            if let Some((ownership, epoch)) = lease {
+                ownership.fenced(shard, epoch);
+            }
+            Err(Error::NotOwner(format!("shard {shard} moved")))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// Reads the users' entries in one read transaction, at most `round_texts` in all and
 /// `entries_per_user` each.
-pub(super) async fn read(
+pub(super) async fn read<P: Pending + Send + 'static>(
     directory: &Directory,
     config: &PipelineConfig,
     users: Vec<(UserKey, Timestamp, Option<u64>)>,
-) -> Result<Vec<Part>> {
+) -> Result<Vec<Part<P>>> {
     let services = directory.services();
     let ks = services.keyspace.clone();
     let (total, each) = (config.round_texts.max(1), config.entries_per_user.max(1));
@@ -142,7 +193,7 @@ pub(super) async fn read(
                 let mut entries = if take == 0 {
                     Vec::new()
                 } else {
-                    UserData::new(txn, &ks, &key.tenant, &key.user).pending_entries(take + 1)?
+                    UserData::new(txn, &ks, &key.tenant, &key.user).queued_entries::<P>(take + 1)?
                 };
                 let more = take == 0 || entries.len() > take;
                 entries.truncate(take);
@@ -225,63 +276,39 @@ pub(super) async fn store(
     part: &Part,
     vectors: Vec<Vec<f32>>,
 ) -> Result<Written> {
-    let services = directory.services();
-    let Some(embedder) = &services.embedder else {
+    let Some(embedder) = &directory.services().embedder else {
         return Err(Error::Internal("no embedding pool".into()));
     };
     let model = embedder.model_name().to_owned();
-    let (ks, key) = (services.keyspace.clone(), part.key.clone());
-    let shard = key.shard(services.settings.shards);
-    let lease = match (&services.ownership, part.epoch) {
-        (Some(ownership), Some(epoch)) => Some((Arc::clone(ownership), epoch)),
-        (Some(_) | None, Some(_) | None) => None,
-    };
     let items: Vec<(String, String, Vec<f32>)> = part
         .entries
         .iter()
         .zip(vectors)
         .map(|((id, entry), vector)| (id.clone(), entry.text.clone(), vector))
         .collect();
-    let fence = lease.clone();
-    let result = services
-        .store
-        .run(move |txn| {
-            if let Some((ownership, epoch)) = &fence {
-                engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
-            }
-            let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
-            let mut stored = Vec::new();
-            let mut dropped = 0;
-            for (memory_id, text, vector) in &items {
-                let embedding = Embedding {
-                    model: model.clone(),
+    fenced(directory, &part.key, part.epoch, move |u| {
+        let mut stored = Vec::new();
+        let mut dropped = 0;
+        for (memory_id, text, vector) in &items {
+            let embedding = Embedding {
+                model: model.clone(),
+                vector: vector.clone(),
+            };
+            match u.complete_pending(memory_id, text, &embedding)? {
+                Completion::Stored => stored.push(EmbeddedText {
+                    memory_id: memory_id.clone(),
+                    text: text.clone(),
                     vector: vector.clone(),
-                };
-                match u.complete_pending(memory_id, text, &embedding)? {
-                    Completion::Stored => stored.push(EmbeddedText {
-                        memory_id: memory_id.clone(),
-                        text: text.clone(),
-                        vector: vector.clone(),
-                    }),
-                    Completion::Dropped => dropped += 1,
-                }
+                }),
+                Completion::Dropped => dropped += 1,
             }
-            let left = u.settle_pending()?;
-            Ok(Written {
-                stored,
-                dropped,
-                left,
-            })
-        })
-        .await;
-    match result {
-        Ok(written) => Ok(written),
-        Err(engram_storage::Error::Fenced { .. }) => {
-            if let Some((ownership, epoch)) = lease {
-                ownership.fenced(shard, epoch);
-            }
-            Err(Error::NotOwner(format!("shard {shard} moved")))
         }
-        Err(err) => Err(err.into()),
-    }
+        let left = u.settle_pending()?;
+        Ok(Written {
+            stored,
+            dropped,
+            left,
+        })
+    })
+    .await
 }

@@ -55,6 +55,12 @@ pub struct TurnAck {
     pub entities: Vec<String>,
     /// Memories formed or touched.
     pub memories: Vec<MemoryChange>,
+    /// Intents the rules found in the user's text and wrote at once.
+    #[serde(default)]
+    pub intents: Vec<IntentAck>,
+    /// Whether the user's text is queued for the generative model (its result follows).
+    #[serde(default)]
+    pub distilling: bool,
     /// True when this is the stored outcome of an earlier identical request.
     #[serde(default)]
     pub replayed: bool,
@@ -252,6 +258,9 @@ pub struct SweepReport {
     pub archive_purged: usize,
     /// Idle session windows closed.
     pub sessions_closed: usize,
+    /// Distilled intent versions removed past their TTL.
+    #[serde(default)]
+    pub intents_expired: usize,
 }
 
 /// A session with its turns, for the seed-compatible session endpoints.
@@ -275,6 +284,36 @@ pub struct IntentWrite {
     pub fields: serde_json::Value,
 }
 
+/// A user message to distil (the seed's `POST /write` with `{user_id, message}`): the rules
+/// run at once, the model in the background.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageWrite {
+    /// Idempotency key.
+    pub request_id: String,
+    /// The user's message.
+    pub message: String,
+}
+
+/// What distilling a message did at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DistilAck {
+    /// Intents the rules found and wrote.
+    pub intents: Vec<IntentAck>,
+    /// Whether the message is queued for the generative model (its result follows).
+    pub distilling: bool,
+    /// True when this is the stored outcome of an earlier identical request.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+/// The current versions of the key intent types (appointment, complaint, subscriptions),
+/// newest first: what a new session recalls at login.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyIntents {
+    /// At most this many (1 to 4).
+    pub limit: usize,
+}
+
 /// The outcome of recording an intent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentAck {
@@ -284,6 +323,15 @@ pub struct IntentAck {
     pub version: Timestamp,
     /// Earlier versions marked inactive by this one.
     pub deactivated: Vec<Timestamp>,
+    /// The version this one replaced (removed: the same type within the replace window).
+    #[serde(default)]
+    pub replaced: Option<Timestamp>,
+    /// Whether the gate flagged it for compliance review (personal data).
+    #[serde(default)]
+    pub flagged: bool,
+    /// The renewal this cancellation deactivated.
+    #[serde(default)]
+    pub renewal_deactivated: Option<Timestamp>,
     /// True when this is the stored outcome of an earlier identical request.
     #[serde(default)]
     pub replayed: bool,

@@ -10,8 +10,8 @@
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{
-    AnchorKind, Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel,
-    ReviewFlag, SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
+    AnchorKind, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag,
+    SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
 };
 use serde_json::json;
 
@@ -100,6 +100,8 @@ pub fn append_turn(
             seq: None,
             entities: entities.to_vec(),
             memories: Vec::new(),
+            intents: Vec::new(),
+            distilling: false,
             replayed: false,
         };
         return Ok(Ok((ack, Vec::new())));
@@ -141,6 +143,8 @@ pub fn append_turn(
         seq: Some(turn.seq),
         entities: turn.entities,
         memories: changes,
+        intents: Vec::new(),
+        distilling: false,
         replayed: false,
     };
     Ok(Ok((ack, changed)))
@@ -369,49 +373,23 @@ pub fn set_status(
     )))
 }
 
-/// Records a new version of an intent; the active earlier version of the same type becomes
-/// inactive (nothing is overwritten: versions are keyed by time). At most `max_versions`
-/// versions of a type are kept (at least 2): the oldest beyond that are removed, so a write
-/// reads a bounded number of versions however many were ever written. Only the newest version
-/// is ever active, so the newest `max_versions` are all a write needs to read.
+/// Records a new version of an intent written by the gateway
+/// ([`super::intents::write_version`], without the gate's replace window).
 pub fn write_intent(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
     req: &IntentWrite,
     max_versions: usize,
 ) -> Outcome<IntentAck> {
-    let max_versions = max_versions.max(2);
-    let newest = u.newest_intents(&req.intent_type, None, max_versions)?;
-    let version = newest.first().map_or(scope.now, |last| {
-        Timestamp(scope.now.0.max(last.version.0 + 1))
-    });
-    let mut deactivated = Vec::new();
-    for old in newest.iter().filter(|v| v.active) {
-        let mut old = old.clone();
-        old.active = false;
-        deactivated.push(old.version);
-        u.put_intent(&old)?;
-    }
-    deactivated.reverse();
-    // The new version and the newest `max_versions - 1` earlier ones stay.
-    if let Some(oldest_kept) = newest.get(max_versions - 2)
-        && newest.len() >= max_versions
-    {
-        u.prune_intents_before(&req.intent_type, oldest_kept.version)?;
-    }
-    u.put_intent(&Intent {
-        intent_type: req.intent_type.clone(),
-        version,
-        fields: req.fields.to_string(),
-        active: true,
-        source_turn: None,
-    })?;
-    let ack = IntentAck {
-        intent_type: req.intent_type.clone(),
-        version,
-        deactivated,
-        replayed: false,
-    };
+    let ack = super::intents::write_version(
+        u,
+        scope.now,
+        &req.intent_type,
+        &req.fields,
+        None,
+        max_versions,
+        None,
+    )?;
     Ok(Ok((ack, Vec::new())))
 }
 

@@ -33,6 +33,9 @@ pub struct Prepared {
     pub topics: HashMap<String, Vec<f32>>,
     /// The cosine above which two topics are the same topic.
     pub topic_threshold: f32,
+    /// Whether the write queues a message for distillation (the distillation lane is told
+    /// after the commit).
+    pub distil_queued: bool,
 }
 
 impl Prepared {
@@ -142,6 +145,7 @@ impl UserState {
             texts.into_iter().zip(vectors).collect()
         };
         Ok(Prepared {
+            distil_queued: false,
             model: Some(embedder.model_name().to_owned()),
             vectors,
             write_behind,

@@ -15,7 +15,7 @@ use engram_storage::model::{PiiLevel, Turn};
 use super::api::{ApprovalAck, MAX_INTENT_PAGE, SearchHit, SessionMemory};
 use super::ops::{self, Prepared};
 use super::validate::check_id;
-use super::{UserState, redact};
+use super::{UserState, intents, redact};
 use crate::breaker::{Counter, Counts, Verdict};
 use crate::error::{Error, Result};
 use crate::front::{Reader, UserReply, UserRequest};
@@ -114,17 +114,28 @@ impl UserState {
                         format!("must be between 1 and {MAX_INTENT_PAGE}"),
                     ));
                 }
+                let now = self.args.services.clock.now();
                 let mut intents = self
                     .read(move |u| u.newest_intents(&query.intent_type, query.before, query.limit))
                     .await?;
-                let sensitive =
-                    pii::level_of(intents.iter().map(|i| i.fields.as_str())) == PiiLevel::High;
-                self.guard(reader, sensitive).await?;
-                // Distilled fields are shown masked to every reader, admins included.
+                // A version past its TTL is no longer current (the sweep removes it).
                 for intent in &mut intents {
-                    intent.fields = gateway_text(&intent.fields);
+                    intent.active = intents::is_current(intent, now);
                 }
-                UserReply::Intents(intents)
+                UserReply::Intents(self.shown_intents(reader, intents).await?)
+            }
+            UserRequest::Distil(req) => UserReply::Distil(self.distil_message(req).await?),
+            UserRequest::KeyIntents(query) => {
+                if !(1..=intents::KEY_INTENT_TYPES.len()).contains(&query.limit) {
+                    return Err(Error::invalid(
+                        "limit",
+                        format!("must be between 1 and {}", intents::KEY_INTENT_TYPES.len()),
+                    ));
+                }
+                let now = self.args.services.clock.now();
+                let mut found = self.read(move |u| intents::key_intents(u, now)).await?;
+                found.truncate(query.limit);
+                UserReply::KeyIntents(self.shown_intents(reader, found).await?)
             }
             UserRequest::Flags(_) => UserReply::Flags(self.read(|u| u.flags()).await?),
             UserRequest::MatchAnchor(query) => {
@@ -245,4 +256,22 @@ impl UserState {
 
 fn any_high(turns: &[Turn]) -> bool {
     turns.iter().any(|t| t.pii_level == PiiLevel::High)
+}
+
+impl UserState {
+    /// Intent versions as `reader` may see them: counted by the sensitive-read breaker when
+    /// they hold high-level personal data, and their fields masked for every reader, admins
+    /// included.
+    async fn shown_intents(
+        &self,
+        reader: &Reader,
+        mut intents: Vec<engram_storage::model::Intent>,
+    ) -> Result<Vec<engram_storage::model::Intent>> {
+        let sensitive = pii::level_of(intents.iter().map(|i| i.fields.as_str())) == PiiLevel::High;
+        self.guard(reader, sensitive).await?;
+        for intent in &mut intents {
+            intent.fields = gateway_text(&intent.fields);
+        }
+        Ok(intents)
+    }
 }

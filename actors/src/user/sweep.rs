@@ -1,5 +1,6 @@
 //! Sweeps of one user, run by the maintenance jobs ([`crate::jobs`]) through the user's
-//! actor: memory records past their TTL are expired and later purged, idle session windows
+//! actor: memory records past their TTL are expired and later purged, distilled intent
+//! versions past theirs removed, idle session windows
 //! closed, raw turns past the retention period moved to the user's archive, and archived
 //! turns past the archive retention period purged.
 //!
@@ -70,6 +71,9 @@ pub fn sweep(
             }
         }
     }
+    if what.records {
+        swept.report.intents_expired += u.expire_intents(scope.now)?;
+    }
     let rule = RetentionRule {
         now: scope.now,
         retention_ms: scope.rule.retention_ms,
@@ -106,6 +110,7 @@ fn add(total: &mut SweepReport, one: SweepReport) {
     total.turns_removed += one.turns_removed;
     total.archive_purged += one.archive_purged;
     total.sessions_closed += one.sessions_closed;
+    total.intents_expired += one.intents_expired;
 }
 
 impl UserState {

@@ -91,6 +91,16 @@ impl UserState {
                 if queued && let Some(pipeline) = &self.args.services.pipeline {
                     pipeline.notify(&self.args.key, now);
                 }
+                if prepared.distil_queued
+                    && let Some(lane) = self
+                        .args
+                        .services
+                        .distillation
+                        .as_ref()
+                        .and_then(|d| d.pipeline.as_ref())
+                {
+                    lane.notify(&self.args.key, now);
+                }
                 Ok(ack)
             }
             Written::Replay(bytes) => {

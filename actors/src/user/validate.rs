@@ -4,7 +4,8 @@
 use engram_storage::model::{MemoryKind, MemoryStatus};
 
 use super::api::{
-    ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, SearchQuery, StatusChange, TurnRequest,
+    ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, MessageWrite, SearchQuery,
+    StatusChange, TurnRequest,
 };
 use crate::error::{Error, Result};
 
@@ -176,6 +177,12 @@ pub(super) fn status_change(req: &StatusChange) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// A message to distil: an id, and a non-empty text of at most [`MAX_USER_TEXT`].
+pub(super) fn message(req: &MessageWrite) -> Result<()> {
+    check_id("request_id", &req.request_id)?;
+    check_text("message", &req.message, MAX_USER_TEXT, true)
 }
 
 pub(super) fn intent(req: &IntentWrite) -> Result<()> {

@@ -80,6 +80,7 @@ pub async fn node_with(dir: &TempDir, embedder: Embedder, mode: Mode) -> Node {
         extractor: Arc::new(EntityExtractor::default()),
         embedder: Some(embedder),
         pipeline: pipeline.clone(),
+        distillation: None,
         ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),

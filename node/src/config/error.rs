@@ -46,7 +46,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// The key, as `section.key` (`cluster.lease-timeout`).
-    pub key: &'static str,
+    pub key: std::borrow::Cow<'static, str>,
     /// What is wrong, in words.
     pub message: String,
 }

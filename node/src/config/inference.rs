@@ -76,7 +76,12 @@ pub struct PipelineSection {
 
 impl Default for PipelineSection {
     fn default() -> Self {
-        let p = PipelineConfig::default();
+        PipelineSection::from(PipelineConfig::default())
+    }
+}
+
+impl From<PipelineConfig> for PipelineSection {
+    fn from(p: PipelineConfig) -> Self {
         PipelineSection {
             max_users_in_memory: p.max_users_in_memory,
             round_texts: p.round_texts,

@@ -43,9 +43,9 @@ fn load_in_jail(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError>
 }
 
 /// The keys of `problems`.
-fn keys(err: &ConfigError) -> Vec<&'static str> {
+fn keys(err: &ConfigError) -> Vec<&str> {
     match err {
-        ConfigError::Invalid(problems) => problems.iter().map(|p| p.key).collect(),
+        ConfigError::Invalid(problems) => problems.iter().map(|p| p.key.as_ref()).collect(),
         other @ (ConfigError::Read { .. }
         | ConfigError::UnknownKey { .. }
         | ConfigError::Parse(_)) => {

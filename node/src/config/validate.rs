@@ -24,8 +24,11 @@ const FDB_MAX_TRANSACTION: Duration = Duration::from_secs(5);
 struct Problems(Vec<Problem>);
 
 impl Problems {
-    fn add(&mut self, key: &'static str, message: String) {
-        self.0.push(Problem { key, message });
+    fn add(&mut self, key: impl Into<std::borrow::Cow<'static, str>>, message: String) {
+        self.0.push(Problem {
+            key: key.into(),
+            message,
+        });
     }
 }
 
@@ -41,6 +44,7 @@ impl Config {
         self.check_http(&mut p);
         self.check_memory(&mut p);
         self.check_inference(&mut p);
+        self.check_distillation(&mut p);
         self.check_jobs(&mut p);
         self.check_security(&mut p);
         self.check_log(&mut p);
@@ -307,35 +311,66 @@ impl Config {
                 "must be at least 1".to_owned(),
             );
         }
-        let pipeline = &inference.pipeline;
+        check_pipeline(p, "inference.pipeline", &inference.pipeline);
+    }
+
+    /// `[distillation]`: types, durations, the generation pool and its lane.
+    fn check_distillation(&self, p: &mut Problems) {
+        let d = &self.distillation;
+        let types = std::iter::once(("distillation.intent-types".to_owned(), &d.intent_types))
+            .chain(d.tenant_intent_types.iter().map(|(tenant, types)| {
+                (format!("distillation.tenant-intent-types.{tenant}"), types)
+            }));
+        for (key, types) in types {
+            if types.is_empty() {
+                p.add(key.clone(), "must name at least one intent type".to_owned());
+            }
+            for t in types {
+                if let Err(err) = engram_actors::user::check_id("intent type", t) {
+                    p.add(key.clone(), err.to_string());
+                } else if t == engram_inference::distil::NO_INTENT {
+                    p.add(
+                        key.clone(),
+                        format!("{t:?} is reserved for messages without an intent"),
+                    );
+                }
+            }
+        }
+        if d.ttl < Duration::from_secs(60) {
+            p.add("distillation.ttl", "must be at least 1m".to_owned());
+        }
+        if d.replace_within > d.ttl {
+            p.add(
+                "distillation.replace-within",
+                "must be at most distillation.ttl".to_owned(),
+            );
+        }
+        if d.deadline < Duration::from_secs(1) || d.deadline > Duration::from_secs(3600) {
+            p.add(
+                "distillation.deadline",
+                "must be between 1s and 1h".to_owned(),
+            );
+        }
+        let g = &d.generation;
         for (name, value, max) in [
+            ("distillation.generation.max-batch", g.max_batch, 64),
             (
-                "inference.pipeline.max-users-in-memory",
-                pipeline.max_users_in_memory,
-                10_000_000,
-            ),
-            ("inference.pipeline.round-texts", pipeline.round_texts, 4096),
-            (
-                "inference.pipeline.entries-per-user",
-                pipeline.entries_per_user,
-                4096,
-            ),
-            (
-                "inference.pipeline.rounds-in-flight",
-                pipeline.rounds_in_flight,
-                64,
+                "distillation.generation.queue-capacity",
+                g.queue_capacity,
+                1_000_000,
             ),
         ] {
             if value == 0 || value > max {
                 p.add(name, format!("must be between 1 and {max}"));
             }
         }
-        if pipeline.scan_interval < Duration::from_millis(100) {
+        if !(1..=100).contains(&g.tenant_share_percent) {
             p.add(
-                "inference.pipeline.scan-interval",
-                "must be at least 100ms".to_owned(),
+                "distillation.generation.tenant-share-percent",
+                "must be between 1 and 100".to_owned(),
             );
         }
+        check_pipeline(p, "distillation.pipeline", &d.pipeline);
     }
 
     /// `[jobs]`: cron schedules.
@@ -495,5 +530,32 @@ fn check_seed(seed: &str) -> Result<(), String> {
         Some(_) | None => Err(format!(
             "{seed:?} is not host:port with a port from 1 to 65535, e.g. \"10.0.0.2:7000\" or \"node-2:7000\""
         )),
+    }
+}
+
+/// The settings of a pipeline lane, under `prefix`.
+fn check_pipeline(p: &mut Problems, prefix: &str, pipeline: &super::inference::PipelineSection) {
+    for (name, value, max) in [
+        (
+            "max-users-in-memory",
+            pipeline.max_users_in_memory,
+            10_000_000,
+        ),
+        ("round-texts", pipeline.round_texts, 4096),
+        ("entries-per-user", pipeline.entries_per_user, 4096),
+        ("rounds-in-flight", pipeline.rounds_in_flight, 64),
+    ] {
+        if value == 0 || value > max {
+            p.add(
+                format!("{prefix}.{name}"),
+                format!("must be between 1 and {max}"),
+            );
+        }
+    }
+    if pipeline.scan_interval < Duration::from_millis(100) {
+        p.add(
+            format!("{prefix}.scan-interval"),
+            "must be at least 100ms".to_owned(),
+        );
     }
 }

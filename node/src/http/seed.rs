@@ -5,13 +5,18 @@
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use engram_actors::user::api::{IntentQuery, IntentWrite, ListSessions, MAX_INTENT_PAGE};
+use engram_actors::model::intent::target_of;
+use engram_actors::user::api::{
+    IntentQuery, IntentWrite, KeyIntents, ListSessions, MAX_INTENT_PAGE, MessageWrite,
+};
 use engram_storage::model::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::routes::{clear_session_of, session_memory_of};
-use super::wire::{DeletedResponse, ErrorBody, SessionMemoryResponse, SessionsResponse};
+use super::wire::{
+    DeletedResponse, ErrorBody, IntentVersionView, SessionMemoryResponse, SessionsResponse,
+};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
 use crate::auth::Caller;
 
@@ -33,7 +38,7 @@ pub struct UserLimitQuery {
     pub limit: Option<usize>,
 }
 
-/// `?user_id=&intent_type=&limit=&before=`.
+/// `?user_id=&intent_type=&all=&limit=&before=`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct RecallQuery {
@@ -41,9 +46,11 @@ pub struct RecallQuery {
     pub user_id: String,
     /// The intent type.
     pub intent_type: String,
-    /// Versions to return, newest first (default 50, at most 500).
+    /// Every version, newest first, a page at a time (default: only the latest).
+    pub all: Option<bool>,
+    /// With `all`: versions per page (default 50, at most 500).
     pub limit: Option<usize>,
-    /// Only versions older than this one (`next_before` of the previous page).
+    /// With `all`: only versions older than this one (`next_before` of the previous page).
     pub before: Option<i64>,
 }
 
@@ -96,7 +103,9 @@ pub async fn clear_session(
     clear_session_of(&s, &caller, &key, &headers, session).await
 }
 
-/// A distilled intent to record.
+/// `POST /write`: either a message to distil (the seed's `{user_id, message}`: the rules run
+/// at once, the model's result follows), or a distilled intent to record
+/// (`intent_type` + `fields`).
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteBody {
@@ -104,47 +113,81 @@ pub struct WriteBody {
     pub user_id: String,
     /// Idempotency key.
     pub request_id: String,
-    /// Intent type.
-    pub intent_type: String,
+    /// The user's message to distil (without `intent_type` and `fields`).
+    pub message: Option<String>,
+    /// Intent type (with `fields`, without `message`).
+    pub intent_type: Option<String>,
     /// Extracted fields (a JSON object).
-    #[schema(value_type = Object)]
-    pub fields: serde_json::Value,
+    #[schema(value_type = Option<Object>)]
+    pub fields: Option<serde_json::Value>,
 }
 
-/// The recorded version.
+/// The recorded version, or what distilling the message did at once.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct WriteResponse {
-    /// Intent type.
-    pub intent_type: String,
-    /// The new version (Unix ms).
-    pub version: i64,
+    /// Intent type (of the recorded version; absent for a message).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub intent_type: Option<String>,
+    /// The new version (Unix ms; absent for a message).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
     /// Earlier versions made inactive.
     pub deactivated: Vec<i64>,
+    /// For a message: what the rules found and wrote at once.
+    pub intents: Vec<IntentVersionView>,
+    /// For a message: whether the generative model's result follows.
+    pub distilling: bool,
     /// True when this replays an earlier request.
     pub replayed: bool,
 }
 
 #[utoipa::path(post, path = "/write", tag = "seed", request_body = WriteBody,
-    responses((status = 200, body = WriteResponse), (status = 400, body = ErrorBody)))]
-/// Records a new version of a distilled intent; earlier active versions become inactive.
+    responses((status = 200, body = WriteResponse), (status = 400, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+/// Distils a message (rules at once, the model in the background), or records a new version
+/// of a distilled intent (earlier active versions become inactive).
 pub async fn write(
     State(s): State<AppState>,
     caller: Caller,
     ApiJson(body): ApiJson<WriteBody>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &body.user_id)?;
-    let req = IntentWrite {
-        request_id: body.request_id,
-        intent_type: body.intent_type,
-        fields: body.fields,
-    };
-    let ack = s.ask(&caller, &key, req).await?;
-    Ok(ok(WriteResponse {
-        intent_type: ack.intent_type,
-        version: ack.version.0,
-        deactivated: ack.deactivated.iter().map(|t| t.0).collect(),
-        replayed: ack.replayed,
-    }))
+    match (body.message, body.intent_type, body.fields) {
+        (Some(message), None, None) => {
+            let req = MessageWrite {
+                request_id: body.request_id,
+                message,
+            };
+            let ack = s.ask(&caller, &key, req).await?;
+            Ok(ok(WriteResponse {
+                intent_type: None,
+                version: None,
+                deactivated: Vec::new(),
+                intents: ack.intents.into_iter().map(Into::into).collect(),
+                distilling: ack.distilling,
+                replayed: ack.replayed,
+            }))
+        }
+        (None, Some(intent_type), Some(fields)) => {
+            let req = IntentWrite {
+                request_id: body.request_id,
+                intent_type,
+                fields,
+            };
+            let ack = s.ask(&caller, &key, req).await?;
+            Ok(ok(WriteResponse {
+                intent_type: Some(ack.intent_type),
+                version: Some(ack.version.0),
+                deactivated: ack.deactivated.iter().map(|t| t.0).collect(),
+                intents: Vec::new(),
+                distilling: false,
+                replayed: ack.replayed,
+            }))
+        }
+        _ => Err(ApiError::invalid(
+            "invalid body: give either message, or intent_type and fields",
+        )),
+    }
 }
 
 /// One version of an intent.
@@ -161,10 +204,17 @@ pub struct IntentView {
     pub active: bool,
 }
 
-/// A page of the versions of an intent type, newest first.
+/// The latest target of an intent type, as the seed answers, and its versions.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct RecallResponse {
-    /// Versions, newest first.
+    /// The intent type.
+    pub intent_type: String,
+    /// The target of the current version (absent when none is current: none written,
+    /// cancelled or past its TTL).
+    pub target_value: Option<String>,
+    /// The current version (Unix ms).
+    pub version: Option<i64>,
+    /// The latest version only; with `all`, a page of every version, newest first.
     pub intents: Vec<IntentView>,
     /// `before` of the next page; absent on the last one.
     pub next_before: Option<i64>,
@@ -180,27 +230,70 @@ pub async fn recall(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    let limit = super::page_limit(q.limit, 50, MAX_INTENT_PAGE)?;
+    let all = q.all.unwrap_or(false);
+    if !all && (q.limit.is_some() || q.before.is_some()) {
+        return Err(ApiError::invalid(
+            "invalid query: limit and before page through every version; add all=true",
+        ));
+    }
+    let limit = if all {
+        super::page_limit(q.limit, 50, MAX_INTENT_PAGE)?
+    } else {
+        1
+    };
     let query = IntentQuery {
-        intent_type: q.intent_type,
+        intent_type: q.intent_type.clone(),
         before: q.before.map(Timestamp),
         limit,
     };
     let intents = s.ask(&caller, &key, query).await?;
-    let next_before = (intents.len() == limit)
+    let next_before = (all && intents.len() == limit)
         .then(|| intents.last().map(|i| i.version.0))
         .flatten();
+    // Only the newest version can be current; a page that starts before it has none.
+    let current = intents.first().filter(|i| i.active && q.before.is_none());
     Ok(ok(RecallResponse {
+        intent_type: q.intent_type,
+        target_value: current.map(target_of),
+        version: current.map(|i| i.version.0),
         next_before,
-        intents: intents
-            .into_iter()
-            .map(|i| IntentView {
-                intent_type: i.intent_type,
-                version: i.version.0,
-                // Masked by the user's actor.
-                fields: serde_json::from_str(&i.fields).unwrap_or(serde_json::Value::Null),
-                active: i.active,
-            })
-            .collect(),
+        intents: intents.into_iter().map(IntentView::from).collect(),
     }))
+}
+
+/// What pre-warm found.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PrewarmResponse {
+    /// The current versions of the key intent types (appointment, complaint, subscriptions),
+    /// newest first, at most three.
+    pub intents: Vec<IntentView>,
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/prewarm", tag = "users",
+    params(("user" = String, Path, description = "User id")),
+    responses((status = 200, body = PrewarmResponse)))]
+/// Pre-warm at login: starts the user's actor (its memory loaded for the session's first
+/// context) and returns the latest three current intents of the key types.
+pub async fn prewarm(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(user): Path<String>,
+) -> Result<Response, ApiError> {
+    let key = user_key(&caller, &user)?;
+    let intents = s.ask(&caller, &key, KeyIntents { limit: 3 }).await?;
+    Ok(ok(PrewarmResponse {
+        intents: intents.into_iter().map(IntentView::from).collect(),
+    }))
+}
+
+impl From<engram_storage::model::Intent> for IntentView {
+    fn from(i: engram_storage::model::Intent) -> Self {
+        IntentView {
+            intent_type: i.intent_type,
+            version: i.version.0,
+            // Masked by the user's actor.
+            fields: serde_json::from_str(&i.fields).unwrap_or(serde_json::Value::Null),
+            active: i.active,
+        }
+    }
 }

@@ -51,6 +51,7 @@ pub fn table() -> Vec<Route> {
         Route::new(routes!(seed::clear_session), Gateway, "session.clear"),
         Route::new(routes!(seed::write), Gateway, "memory.write"),
         Route::new(routes!(seed::recall), Gateway, "memory.search"),
+        Route::new(routes!(seed::prewarm), Gateway, "user.prewarm"),
         Route::new(routes!(admin::create_key), Admin, "key.create"),
         Route::new(routes!(admin::list_keys), Admin, "key.list"),
         Route::new(routes!(admin::rotate_key), Admin, "key.rotate"),

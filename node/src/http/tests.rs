@@ -86,6 +86,7 @@ pub(super) async fn app_with(
         extractor: extractor(),
         embedder: None,
         pipeline: None,
+        distillation: None,
         ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),
@@ -290,7 +291,7 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
     let (_, recall) = send(
         &app,
         Method::GET,
-        "/recall?user_id=bob&intent_type=appointment",
+        "/recall?user_id=bob&intent_type=appointment&all=true",
         None,
     )
     .await;

@@ -4,10 +4,12 @@
 //! default.
 
 use engram_actors::Error;
-use engram_actors::model::context::{ContextMemory, ContextSummary, ContextTurn, MemoryContext};
+use engram_actors::model::context::{
+    ContextIntent, ContextMemory, ContextSummary, ContextTurn, MemoryContext,
+};
 use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
-use engram_actors::user::api::{FeedbackAck, MemoryChange, TurnAck};
+use engram_actors::user::api::{FeedbackAck, IntentAck, MemoryChange, TurnAck};
 use engram_storage::model::{MemoryKind, MemoryStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -145,8 +147,36 @@ pub struct TurnResponse {
     pub entities: Vec<String>,
     /// Memories formed or touched.
     pub memories: Vec<MemoryChangeView>,
+    /// Intents the rules found in the user's text and wrote at once.
+    pub intents: Vec<IntentVersionView>,
+    /// Whether the user's text is queued for the generative model (its result follows).
+    pub distilling: bool,
     /// True when this replays the outcome of an earlier request with the same id.
     pub replayed: bool,
+}
+
+/// A version of an intent a write recorded.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct IntentVersionView {
+    /// Intent type.
+    pub intent_type: String,
+    /// The new version (Unix ms).
+    pub version: i64,
+    /// Earlier versions made inactive.
+    pub deactivated: Vec<i64>,
+    /// The version it replaced (the same type within the replace window), if any.
+    pub replaced: Option<i64>,
+}
+
+impl From<IntentAck> for IntentVersionView {
+    fn from(a: IntentAck) -> Self {
+        IntentVersionView {
+            intent_type: a.intent_type,
+            version: a.version.0,
+            deactivated: a.deactivated.iter().map(|t| t.0).collect(),
+            replaced: a.replaced.map(|t| t.0),
+        }
+    }
 }
 
 impl From<TurnAck> for TurnResponse {
@@ -157,6 +187,8 @@ impl From<TurnAck> for TurnResponse {
             seq: a.seq,
             entities: a.entities,
             memories: a.memories.into_iter().map(Into::into).collect(),
+            intents: a.intents.into_iter().map(Into::into).collect(),
+            distilling: a.distilling,
             replayed: a.replayed,
         }
     }
@@ -379,6 +411,19 @@ pub struct ContextMemoryView {
     pub corrected_sql: Option<String>,
 }
 
+/// A current intent in a context's key-intents slot.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContextIntentView {
+    /// Intent type.
+    pub intent_type: String,
+    /// What it is about (masked).
+    pub target: String,
+    /// `low`, `medium` or `high`, when known.
+    pub priority: Option<String>,
+    /// Version (Unix ms).
+    pub version: i64,
+}
+
 /// A memory context, structured and rendered.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ContextResponse {
@@ -394,6 +439,8 @@ pub struct ContextResponse {
     pub episodic: Vec<ContextMemoryView>,
     /// Correction slot.
     pub corrections: Vec<ContextMemoryView>,
+    /// Key-intents slot: the current version of each key intent type, newest first.
+    pub intents: Vec<ContextIntentView>,
     /// Entities mentioned.
     pub entities: Vec<String>,
     /// Estimated tokens of `text`.
@@ -452,6 +499,16 @@ impl From<MemoryContext> for ContextResponse {
             profile: memory_views(c.profile),
             episodic: memory_views(c.episodic),
             corrections: memory_views(c.corrections),
+            intents: c
+                .intents
+                .into_iter()
+                .map(|i: ContextIntent| ContextIntentView {
+                    intent_type: i.intent_type,
+                    target: i.target,
+                    priority: i.priority,
+                    version: i.version,
+                })
+                .collect(),
             entities: c.entities,
             tokens: c.tokens,
             token_budget: c.token_budget,

@@ -15,7 +15,7 @@ pub(crate) const RULE: SessionRule = SessionRule {
     retention_ms: 1_000_000,
 };
 use crate::keyspace::ExpiryTarget;
-use crate::{Keyspace, RangeOptions, Store};
+use crate::{Keyspace, RangeOptions, Store, WorkQueue};
 
 pub(crate) fn record(id: &str, kind: MemoryKind, expires_at: Option<i64>) -> MemoryRecord {
     MemoryRecord {
@@ -436,6 +436,17 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
                     queued_at: Timestamp(1),
                 },
             )?;
+            u.put_queued(
+                "s1/1",
+                &crate::model::PendingDistillation {
+                    task: crate::model::DistilTask::Intent,
+                    session_id: "s1".into(),
+                    turn_seq: 1,
+                    text: "hello".into(),
+                    attempts: 0,
+                    queued_at: Timestamp(1),
+                },
+            )?;
             u.put_intent(&Intent {
                 intent_type: "x".into(),
                 version: Timestamp(1),
@@ -469,8 +480,10 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
         if let Some((_, _, user, _)) = ks.parse_expiry(key) {
             assert_ne!(user, "alice", "an expiry entry of alice is left");
         }
-        if let Some((_, user)) = ks.parse_pending_user(key) {
-            assert_ne!(user, "alice", "alice is left in the work index");
+        for queue in [WorkQueue::Embedding, WorkQueue::Distillation] {
+            if let Some((_, user)) = ks.parse_pending_user(queue, key) {
+                assert_ne!(user, "alice", "alice is left in a work index");
+            }
         }
         assert!(
             !value.windows(5).any(|w| w == b"alice"),

@@ -137,6 +137,8 @@ impl NodeSpec {
             .set("cluster.listen", "127.0.0.1:0")
             .set("log.level", "info")
             .set("log.format", "text")
+            // The generative model (2 GB, seconds per message) only where a test asks for it.
+            .set("distillation.model", false)
     }
 
     /// Sets `key` (dotted, as in `cluster.toml`: `memory.idle-timeout`,

@@ -83,6 +83,8 @@ fn request(budget: usize) -> ContextRequest<'static> {
         token_budget: budget,
         now: Timestamp(1_000),
         withhold_sensitive: false,
+        intents: &[],
+        summaries: &[],
     }
 }
 

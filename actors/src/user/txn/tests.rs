@@ -10,6 +10,8 @@ fn turn_ack() -> TurnAck {
         seq: Some(3),
         entities: Vec::new(),
         memories: Vec::new(),
+        intents: Vec::new(),
+        distilling: false,
         replayed: false,
     }
 }

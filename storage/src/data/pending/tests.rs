@@ -4,7 +4,7 @@
 use super::{Completion, pending_users};
 use crate::data::tests::{record, with_user};
 use crate::model::{Embedding, MemoryKind, PendingInference, Timestamp};
-use crate::{Keyspace, Store};
+use crate::{Keyspace, Store, WorkQueue};
 
 #[test]
 fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows() {
@@ -29,7 +29,7 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
         Ok(())
     });
     let users = store
-        .read_blocking(|txn| pending_users(txn, &ks, None, 10))
+        .read_blocking(|txn| pending_users(txn, &ks, WorkQueue::Embedding, None, 10))
         .unwrap();
     assert_eq!(users.len(), 1);
     assert_eq!(
@@ -69,7 +69,7 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
         Ok(())
     });
     let users = store
-        .read_blocking(|txn| pending_users(txn, &ks, None, 10))
+        .read_blocking(|txn| pending_users(txn, &ks, WorkQueue::Embedding, None, 10))
         .unwrap();
     assert!(users.is_empty(), "the mark is cleared with the last entry");
 }

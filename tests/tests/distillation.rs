@@ -1,0 +1,248 @@
+//! Intent distillation across real node processes: the rules' result of a message is written
+//! with the write and answered at once, the generative model's result follows from the
+//! background pipeline and replaces it (the 10-minute rule), intents reach the context's
+//! key-intents slot, pre-warm and the seed's `/write` + `/recall`, a cancellation deactivates
+//! the renewal it names, older turns get the model's summaries (stored once, extractive
+//! until then), and a SIGKILL with distillations pending loses none of them.
+//!
+//! Nodes run the real pinned Qwen2 model where a test says so (`distilling`), without
+//! embeddings (ranking by words is enough here, and it keeps the CPU for the decoder). Every
+//! wait is on a condition with a deadline sized for a busy 2-core machine.
+
+use std::time::{Duration, Instant};
+
+use engram_storage::WorkQueue;
+use engram_tests::chaos::{metric, queued_entries};
+use engram_tests::harness::{HttpClient, NodeSpec, Sandbox, turn};
+use hyper::StatusCode;
+use serde_json::{Value, json};
+
+/// How long the model may take for a few messages on a busy 2-core machine.
+const MODEL_BOUND: Duration = Duration::from_secs(420);
+
+/// A node that runs the generative model at normal priority, one small round at a time.
+fn distilling(spec: NodeSpec) -> NodeSpec {
+    spec.set("inference.enabled", false)
+        .set("distillation.model", true)
+        .set("distillation.generation.priority", "normal")
+        .set("distillation.generation.device", "cpu")
+        .set("distillation.pipeline.scan-interval", "500ms")
+}
+
+async fn recall(client: &HttpClient, user: &str, intent_type: &str, all: bool) -> Value {
+    let all = if all { "&all=true" } else { "" };
+    client
+        .must_get(&format!(
+            "/recall?user_id={user}&intent_type={intent_type}{all}"
+        ))
+        .await
+}
+
+/// Waits until `check` holds of `user`'s versions of `intent_type` (newest first).
+async fn versions_until(
+    client: &HttpClient,
+    user: &str,
+    intent_type: &str,
+    what: &str,
+    check: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let until = Instant::now() + MODEL_BOUND;
+    loop {
+        let page = recall(client, user, intent_type, true).await;
+        let versions = page["intents"].as_array().cloned().unwrap_or_default();
+        if check(&versions) {
+            return versions;
+        }
+        assert!(Instant::now() < until, "{what}: still {versions:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turns_rule_intent_is_answered_at_once_and_the_models_result_replaces_it() {
+    let sandbox = Sandbox::new();
+    let node = distilling(sandbox.node("distil-a")).start().await;
+    let client = node.client();
+    let ack = client
+        .must_append_turn(
+            "ann",
+            &turn(
+                "t1",
+                "s1",
+                "帮我预约明天下午三点的牙科检查",
+                "好的，已为您登记。",
+            ),
+        )
+        .await;
+    assert_eq!(ack["intents"][0]["intent_type"], "appointment", "{ack}");
+    assert_eq!(ack["distilling"], true);
+    // The rules' version first; the model's replaces it within the window: one version.
+    let versions = versions_until(&client, "ann", "appointment", "the model's version", |v| {
+        v.len() == 1 && v[0]["fields"]["source"] == "model"
+    })
+    .await;
+    let fields = &versions[0]["fields"];
+    assert!(versions[0]["active"].as_bool().unwrap());
+    assert!(fields["business_intent"]["target"].is_string(), "{fields}");
+    assert!(fields["decision_basis"]["priority"].is_string(), "{fields}");
+    assert!(metric(&client, "engram_distillation_model_answers_total").await >= 1.0);
+    assert!(metric(&client, "engram_distillation_replaced_total").await >= 1.0);
+    assert!(metric(&client, "engram_generation_tokens_total").await > 0.0);
+
+    let latest = recall(&client, "ann", "appointment", false).await;
+    assert_eq!(latest["target_value"], fields["target_value"]);
+    assert_eq!(latest["intents"].as_array().unwrap().len(), 1);
+
+    // The context of a new session carries it in the key-intents slot.
+    let ctx = client.must_context("ann", "s2", "有什么安排？").await;
+    assert_eq!(ctx["intents"][0]["intent_type"], "appointment", "{ctx}");
+    assert!(
+        ctx["text"].as_str().unwrap().contains("Open intents"),
+        "{ctx}"
+    );
+
+    // Past the six raw turns, the older ones are summarised by the model, stored once: the
+    // context shows the extractive summary until then, the model's after.
+    for i in 2..=8 {
+        let text = format!("第{i}个问题：上个月的销售额是多少？");
+        client
+            .must_append_turn(
+                "ann",
+                &turn(&format!("t{i}"), "s1", &text, "上个月销售额为120万元。"),
+            )
+            .await;
+    }
+    let until = Instant::now() + MODEL_BOUND;
+    loop {
+        let ctx = client.must_context("ann", "s1", "销售额").await;
+        let summaries = ctx["summaries"].as_array().cloned().unwrap_or_default();
+        assert_eq!(summaries.len(), 2, "two turns past the raw six: {ctx}");
+        if summaries.iter().all(|s| s["method"] == "model") {
+            for s in &summaries {
+                let chars = s["text"].as_str().unwrap().chars().count();
+                assert!(
+                    (20..=60).contains(&chars),
+                    "a summary of {chars} characters: {s}"
+                );
+            }
+            break;
+        }
+        assert!(Instant::now() < until, "no model summaries yet: {ctx}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(metric(&client, "engram_distillation_summaries_total").await >= 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_with_distillations_pending_loses_none_of_them() {
+    let sandbox = Sandbox::new();
+    let mut node = distilling(sandbox.shared_node("distil-k"))
+        .set("distillation.generation.max-batch", 2)
+        .start()
+        .await;
+    let client = node.client();
+    let messages = [
+        "I want to cancel my gym membership",
+        "快递五天了还没到，太慢了",
+        "Please renew my streaming plan for another year",
+        "能帮我约周五下午理发吗",
+        "谢谢你们的帮助",
+        "My new phone arrived with a cracked screen",
+    ];
+    for (i, message) in messages.iter().enumerate() {
+        let ack = client
+            .must_post(
+                "/write",
+                &json!({"user_id": format!("k{i}"), "request_id": format!("w{i}"), "message": message}),
+            )
+            .await;
+        assert_eq!(ack["distilling"], true, "{ack}");
+    }
+    node.kill();
+    let pending = queued_entries(&sandbox, WorkQueue::Distillation).await;
+    assert!(pending > 0, "the model had not caught up with six messages");
+    node.restart().await;
+    let client = node.client();
+    let until = Instant::now() + MODEL_BOUND;
+    loop {
+        let left = queued_entries(&sandbox, WorkQueue::Distillation).await;
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "{left} messages still await the model"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every message pending at the SIGKILL was answered by the restarted node.
+    let answered = metric(&client, "engram_distillation_model_answers_total").await;
+    assert!(
+        answered >= pending as f64,
+        "{pending} pending at the SIGKILL, {answered} answered after the restart"
+    );
+    println!("{pending} of 6 distillations pending at the SIGKILL; all answered after the restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_write_distils_by_rules_and_a_cancellation_deactivates_the_renewal() {
+    let sandbox = Sandbox::new();
+    // Rules only (the harness's default): the answer is complete at once.
+    let node = sandbox.node("distil-r").start().await;
+    let client = node.client();
+    let write =
+        |id: &str, message: &str| json!({"user_id": "rita", "request_id": id, "message": message});
+    let ack = client
+        .must_post("/write", &write("r1", "帮我把视频会员续费一年"))
+        .await;
+    assert_eq!(
+        ack["intents"][0]["intent_type"], "subscription_renewal",
+        "{ack}"
+    );
+    assert_eq!(ack["distilling"], false);
+    let renewal = recall(&client, "rita", "subscription_renewal", false).await;
+    assert!(
+        renewal["target_value"]
+            .as_str()
+            .unwrap()
+            .contains("视频会员"),
+        "{renewal}"
+    );
+    // A retry is answered from the stored outcome, and writes nothing more.
+    let again = client
+        .must_post("/write", &write("r1", "帮我把视频会员续费一年"))
+        .await;
+    assert_eq!(again["replayed"], true);
+    let all = recall(&client, "rita", "subscription_renewal", true).await;
+    assert_eq!(all["intents"].as_array().unwrap().len(), 1);
+
+    client
+        .must_post("/write", &write("r2", "帮我取消视频会员的自动续费"))
+        .await;
+    let renewal = recall(&client, "rita", "subscription_renewal", false).await;
+    assert!(renewal["target_value"].is_null(), "deactivated: {renewal}");
+    let cancel = recall(&client, "rita", "subscription_cancel", false).await;
+    assert!(cancel["target_value"].is_string(), "{cancel}");
+
+    // Pre-warm at login: the current key intents, newest first.
+    let warm = client.must_post("/v1/users/rita/prewarm", &json!({})).await;
+    let types: Vec<&str> = warm["intents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["intent_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["subscription_cancel"], "{warm}");
+
+    // A body that is both a message and an intent is refused, naming what to send.
+    let both = json!({"user_id": "rita", "request_id": "r3", "message": "x",
+        "intent_type": "appointment", "fields": {}});
+    let reply = client.post("/write", &both).await.unwrap();
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.text().contains("either message"), "{}", reply.text());
+    // A question about an intent is not a new one.
+    let ack = client
+        .must_post("/write", &write("r4", "我上次的投诉处理得怎么样了？"))
+        .await;
+    assert_eq!(ack["intents"], json!([]));
+}

@@ -160,10 +160,11 @@ async fn generate(
                         };
                         let schema = Arc::new(summary_schema());
                         let mut asks = JoinSet::new();
-                        for (seq, user, assistant) in turns {
+                        for turn in turns {
+                            let seq = turn.seq;
                             let generation = Generation {
                                 system: summary_prompt(),
-                                user: summary_input(&user, &assistant),
+                                user: summary_input(&turn.user_text, &turn.assistant_text),
                                 schema: Arc::clone(&schema),
                                 max_tokens: MAX_SUMMARY_TOKENS,
                             };
@@ -257,7 +258,7 @@ async fn due_summaries(
     directory: &Directory,
     key: &crate::placement::UserKey,
     session: &str,
-) -> crate::error::Result<(Vec<(u64, String, String)>, bool)> {
+) -> crate::error::Result<(Vec<summaries::DueTurn>, bool)> {
     let services = directory.services();
     let (ks, key, session) = (services.keyspace.clone(), key.clone(), session.to_owned());
     Ok(services

@@ -110,7 +110,7 @@ pub fn gate(
     if !d.is_intent() {
         return Ok(Verdict::Dropped("no intent"));
     }
-    if !types.iter().any(|t| *t == d.intent_type) {
+    if !types.contains(&d.intent_type) {
         return Ok(Verdict::Dropped("unknown type"));
     }
     if needs_target(&d.intent_type) && d.target.trim().is_empty() {

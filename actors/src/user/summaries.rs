@@ -46,12 +46,20 @@ pub fn queue_if_due(u: &mut UserData<'_>, now: Timestamp, session: &str) -> Stor
     Ok(true)
 }
 
+/// An older turn still without a summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueTurn {
+    /// Its sequence number.
+    pub seq: u64,
+    /// The user's text.
+    pub user_text: String,
+    /// The assistant's text.
+    pub assistant_text: String,
+}
+
 /// The older turns of `session`'s window without a summary, oldest first, at most
-/// [`SUMMARY_BATCH`]: `(seq, user text, assistant text)`; and whether more are left.
-pub fn due(
-    u: &mut UserData<'_>,
-    session: &str,
-) -> StorageResult<(Vec<(u64, String, String)>, bool)> {
+/// [`SUMMARY_BATCH`]; and whether more are left.
+pub fn due(u: &mut UserData<'_>, session: &str) -> StorageResult<(Vec<DueTurn>, bool)> {
     let Some(row) = u.session(session)? else {
         return Ok((Vec::new(), false));
     };
@@ -62,10 +70,14 @@ pub fn due(
         .into_iter()
         .map(|(seq, _)| seq)
         .collect();
-    let mut missing: Vec<(u64, String, String)> = turns[..older]
+    let mut missing: Vec<DueTurn> = turns[..older]
         .iter()
         .filter(|t| !done.contains(&t.seq))
-        .map(|t| (t.seq, t.user_text.clone(), t.assistant_text.clone()))
+        .map(|t| DueTurn {
+            seq: t.seq,
+            user_text: t.user_text.clone(),
+            assistant_text: t.assistant_text.clone(),
+        })
         .collect();
     let more = missing.len() > SUMMARY_BATCH;
     missing.truncate(SUMMARY_BATCH);

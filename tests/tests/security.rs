@@ -182,6 +182,7 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
             "/v1/users/bob/anchors/match".into(),
             Some(json!({"value": ID})),
         ),
+        (Method::POST, "/v1/users/bob/prewarm".into(), None),
         (
             Method::POST,
             "/v1/admin/keys".into(),

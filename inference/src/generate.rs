@@ -24,6 +24,8 @@
 //! size of each step and the time to first token. Logs carry counts, never prompts or
 //! answers.
 
+mod decoder;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,12 +36,13 @@ use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 use tokenizers::Tokenizer;
 
+use self::decoder::Decoder;
 use crate::config::{DeviceChoice, default_model_dir};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::pool::BackgroundPriority;
 use crate::pool::fair::{Lanes, Queued, Shares};
-use crate::qwen2::{KvCache, Qwen2, token_bytes};
+use crate::qwen2::{Qwen2, token_bytes};
 use crate::schema::{self, Matcher, Schema};
 
 /// Where `.ci/models` installs the default generative model, under the model directory.
@@ -336,260 +339,6 @@ impl GenerationPool {
             let _ = request.reply.send(Err(Error::PoolClosed));
         }
         self.shared.wake.notify_all();
-    }
-}
-
-/// A running sequence.
-struct Sequence {
-    request: Request,
-    cache: KvCache,
-    matcher: Matcher,
-    out: Vec<u8>,
-    /// The token to feed next.
-    next: i64,
-    tokens: usize,
-}
-
-struct Decoder {
-    shared: Arc<Shared>,
-    model: Qwen2,
-    tokenizer: Tokenizer,
-    vocab: Vec<Option<Vec<u8>>>,
-    /// Keys and values of system prompts, with when each was last used.
-    prefixes: HashMap<String, (KvCache, Instant)>,
-    max_batch: usize,
-}
-
-impl Decoder {
-    fn run(mut self) {
-        let mut running: Vec<Sequence> = Vec::new();
-        loop {
-            let admitted = match self.admit(running.len()) {
-                Some(admitted) => admitted,
-                // Closed, and nothing runs.
-                None if running.is_empty() => return,
-                None => Vec::new(),
-            };
-            for request in admitted {
-                if let Some(seq) = self.start(request) {
-                    running.push(seq);
-                }
-            }
-            running = self.step(running);
-            self.shared
-                .counters
-                .running
-                .store(running.len() as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// Waiting requests for the free places (blocks while nothing runs and nothing waits);
-    /// `None` once the pool is closed and nothing waits.
-    fn admit(&self, running: usize) -> Option<Vec<Request>> {
-        let shared = &self.shared;
-        let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-        while running == 0 && queue.is_empty() {
-            // Closed, or every handle dropped (only this thread holds the pool).
-            if shared.closed.load(Ordering::Acquire) || Arc::strong_count(shared) == 1 {
-                return None;
-            }
-            queue = shared
-                .wake
-                .wait_timeout(queue, Duration::from_millis(500))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        let free = self.max_batch.saturating_sub(running);
-        let taken = if free == 0 {
-            Vec::new()
-        } else {
-            queue.take_batch(free)
-        };
-        drop(queue);
-        let now = Instant::now();
-        let mut live = Vec::with_capacity(taken.len());
-        for request in taken {
-            shared.shares.release(&request.key, 1);
-            if request.expires.is_some_and(|at| at <= now) {
-                shared.counters.expired.fetch_add(1, Ordering::Relaxed);
-                let _ = request.reply.send(Err(Error::Expired));
-            } else {
-                live.push(request);
-            }
-        }
-        Some(live)
-    }
-
-    /// Feeds a new request its prompt and picks its first token.
-    fn start(&mut self, request: Request) -> Option<Sequence> {
-        let shared = Arc::clone(&self.shared);
-        let counters = &shared.counters;
-        let prefix = match self.prefix(&request.generation.system) {
-            Ok(prefix) => prefix,
-            Err(err) => {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                let _ = request.reply.send(Err(err));
-                return None;
-            }
-        };
-        let suffix = format!(
-            "\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
-            request.generation.user
-        );
-        let ids = match self.ids(&suffix) {
-            Ok(ids) => ids,
-            Err(err) => {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                let _ = request.reply.send(Err(err));
-                return None;
-            }
-        };
-        counters
-            .prompt_tokens
-            .fetch_add(ids.len() as u64, Ordering::Relaxed);
-        let mut cache = prefix;
-        let logits = self
-            .model
-            .next_logits(&Tensor::from_slice(&ids).unsqueeze(0), &mut cache);
-        let matcher = request.generation.schema.matcher();
-        let mut seq = Sequence {
-            request,
-            cache,
-            matcher,
-            out: Vec::new(),
-            next: 0,
-            tokens: 0,
-        };
-        let done = self.advance(&mut seq, &logits.get(0));
-        counters.first_tokens.fetch_add(1, Ordering::Relaxed);
-        counters.first_token_ms.fetch_add(
-            seq.request.admitted.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
-        if done {
-            self.finish(seq);
-            None
-        } else {
-            Some(seq)
-        }
-    }
-
-    /// One decoding step of every running sequence; returns those still running.
-    fn step(&mut self, running: Vec<Sequence>) -> Vec<Sequence> {
-        if running.is_empty() {
-            return running;
-        }
-        let counters = &self.shared.counters;
-        let now = Instant::now();
-        let (expired, mut running): (Vec<Sequence>, Vec<Sequence>) = running
-            .into_iter()
-            .partition(|s| s.request.expires.is_some_and(|at| at <= now));
-        for seq in expired {
-            counters.expired.fetch_add(1, Ordering::Relaxed);
-            let _ = seq.request.reply.send(Err(Error::Expired));
-        }
-        if running.is_empty() {
-            return running;
-        }
-        let tokens: Vec<i64> = running.iter().map(|s| s.next).collect();
-        let mut caches: Vec<KvCache> = running
-            .iter_mut()
-            .map(|s| std::mem::take(&mut s.cache))
-            .collect();
-        let logits = self.model.step(&tokens, &mut caches);
-        counters.steps.fetch_add(1, Ordering::Relaxed);
-        counters
-            .step_sequences
-            .fetch_add(running.len() as u64, Ordering::Relaxed);
-        let mut still = Vec::with_capacity(running.len());
-        for (i, (mut seq, cache)) in running.into_iter().zip(caches).enumerate() {
-            seq.cache = cache;
-            if self.advance(&mut seq, &logits.get(i as i64)) {
-                self.finish(seq);
-            } else {
-                still.push(seq);
-            }
-        }
-        still
-    }
-
-    /// Picks the sequence's next token from `logits` under its schema; true when the
-    /// sequence is done (whole, out of tokens, or stuck).
-    fn advance(&self, seq: &mut Sequence, logits: &Tensor) -> bool {
-        let picked = pick(&seq.matcher, logits, &self.vocab);
-        let Some((id, matcher, bytes)) = picked else {
-            return true;
-        };
-        self.shared.counters.tokens.fetch_add(1, Ordering::Relaxed);
-        seq.matcher = matcher;
-        seq.out.extend_from_slice(bytes);
-        seq.next = id as i64;
-        seq.tokens += 1;
-        seq.matcher.is_complete() || seq.tokens >= seq.request.generation.max_tokens
-    }
-
-    fn finish(&self, seq: Sequence) {
-        let counters = &self.shared.counters;
-        let answer = if seq.matcher.is_complete() {
-            String::from_utf8(seq.out).ok()
-        } else {
-            None
-        };
-        match answer {
-            Some(answer) => {
-                counters.answered.fetch_add(1, Ordering::Relaxed);
-                let _ = seq.request.reply.send(Ok(answer));
-            }
-            None => {
-                counters.failed.fetch_add(1, Ordering::Relaxed);
-                let _ = seq
-                    .request
-                    .reply
-                    .send(Err(Error::Unfinished { tokens: seq.tokens }));
-            }
-        }
-    }
-
-    fn ids(&self, text: &str) -> Result<Vec<i64>> {
-        let encoding = self
-            .tokenizer
-            .encode(text, false)
-            .map_err(|source| Error::Tokenizer {
-                action: "encoding a prompt",
-                source,
-            })?;
-        Ok(encoding.get_ids().iter().map(|&i| i64::from(i)).collect())
-    }
-
-    /// The keys and values of `system`'s part of the prompt (through its `<|im_end|>`),
-    /// computed once and forked for each request.
-    fn prefix(&mut self, system: &str) -> Result<KvCache> {
-        if let Some((cache, used)) = self.prefixes.get_mut(system) {
-            *used = Instant::now();
-            return Ok(cache.fork());
-        }
-        let ids = self.ids(&format!("<|im_start|>system\n{system}<|im_end|>"))?;
-        self.shared
-            .counters
-            .prompt_tokens
-            .fetch_add(ids.len() as u64, Ordering::Relaxed);
-        let mut cache = KvCache::default();
-        let _ = self
-            .model
-            .next_logits(&Tensor::from_slice(&ids).unsqueeze(0), &mut cache);
-        if self.prefixes.len() >= PREFIXES_KEPT
-            && let Some(oldest) = self
-                .prefixes
-                .iter()
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(k, _)| k.clone())
-        {
-            self.prefixes.remove(&oldest);
-        }
-        let forked = cache.fork();
-        self.prefixes
-            .insert(system.to_owned(), (cache, Instant::now()));
-        Ok(forked)
     }
 }
 

@@ -3,8 +3,10 @@
 //! renewal. Pure functions over [`Intent`]; writing is `crate::user::intents`'.
 
 use engram_inference::distil::Priority;
-use engram_storage::model::{Intent, Timestamp};
+use engram_storage::model::{Intent, PiiLevel, Timestamp};
 use serde_json::Value;
+
+use super::pii;
 
 /// Intent types whose latest versions the context and pre-warm serve.
 pub const KEY_INTENT_TYPES: [&str; 4] = [
@@ -62,4 +64,62 @@ pub fn target_matches(a: &str, b: &str) -> bool {
 pub fn priority_of(intent: &Intent) -> Option<Priority> {
     let fields: Value = serde_json::from_str(&intent.fields).ok()?;
     serde_json::from_value(fields.pointer("/decision_basis/priority")?.clone()).ok()
+}
+
+/// An intent's fields (JSON text) as a gateway may see them: identifiers masked in every
+/// string of the object, its numbers and structure left as they are (masking the text as a
+/// whole would read a 13-digit timestamp as a card number and break the JSON). Text that is
+/// not JSON is masked whole.
+pub fn masked_fields(fields: &str) -> String {
+    match serde_json::from_str::<Value>(fields) {
+        Ok(mut value) => {
+            mask_strings(&mut value);
+            value.to_string()
+        }
+        Err(_) => pii::mask(fields, PiiLevel::Medium),
+    }
+}
+
+fn mask_strings(value: &mut Value) {
+    match value {
+        Value::String(s) => *s = pii::mask(s, PiiLevel::Medium),
+        Value::Array(items) => items.iter_mut().for_each(mask_strings),
+        Value::Object(map) => map.values_mut().for_each(mask_strings),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// The highest level of personal data in the strings of an intent's fields.
+pub fn fields_pii(fields: &str) -> PiiLevel {
+    let mut strings = Vec::new();
+    match serde_json::from_str::<Value>(fields) {
+        Ok(value) => collect_strings(&value, &mut strings),
+        Err(_) => strings.push(fields.to_owned()),
+    }
+    pii::level_of(strings.iter().map(String::as_str))
+}
+
+fn collect_strings(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) => out.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masking_fields_masks_identifiers_in_strings_and_keeps_numbers_and_json() {
+        // 4111111111111111 passes the card checksum; a timestamp like it must stay a number.
+        let fields = r#"{"target":"card 4111111111111111","expires_at":4111111111111111,"n":[1]}"#;
+        let masked: Value = serde_json::from_str(&masked_fields(fields)).expect("still JSON");
+        assert_eq!(masked["expires_at"], 4_111_111_111_111_111_i64);
+        assert!(!masked["target"].as_str().unwrap().contains("4111111111111111"));
+        assert_eq!(fields_pii(r#"{"expires_at":4111111111111111}"#), PiiLevel::None);
+        assert_eq!(fields_pii(fields), PiiLevel::High);
+    }
 }

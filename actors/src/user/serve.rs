@@ -19,7 +19,6 @@ use super::{UserState, intents, redact};
 use crate::breaker::{Counter, Counts, Verdict};
 use crate::error::{Error, Result};
 use crate::front::{Reader, UserReply, UserRequest};
-use crate::model::context::gateway_text;
 use crate::model::pii;
 
 impl UserState {
@@ -267,10 +266,12 @@ impl UserState {
         reader: &Reader,
         mut intents: Vec<engram_storage::model::Intent>,
     ) -> Result<Vec<engram_storage::model::Intent>> {
-        let sensitive = pii::level_of(intents.iter().map(|i| i.fields.as_str())) == PiiLevel::High;
+        let sensitive = intents
+            .iter()
+            .any(|i| crate::model::intent::fields_pii(&i.fields) == PiiLevel::High);
         self.guard(reader, sensitive).await?;
         for intent in &mut intents {
-            intent.fields = gateway_text(&intent.fields);
+            intent.fields = crate::model::intent::masked_fields(&intent.fields);
         }
         Ok(intents)
     }

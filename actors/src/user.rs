@@ -36,8 +36,8 @@ use tokio::time::Instant;
 
 use self::api::{
     ClearAck, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck,
-    IntentWrite, MemoryAck, MemoryWrite, MessageWrite, SearchHit, SearchQuery, SearchResult,
-    SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    IntentWrite, MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory,
+    StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
 use self::ops::{DEFAULT_SESSION, Prepared, turn_text};

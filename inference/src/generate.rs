@@ -30,11 +30,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
-use tokenizers::Tokenizer;
 
 use self::decoder::Decoder;
 use crate::config::{DeviceChoice, default_model_dir};

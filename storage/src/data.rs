@@ -22,8 +22,8 @@ use crate::error::Result;
 use crate::keyspace::{ExpiryTarget, Keyspace, UserKeys};
 use crate::kv::{RangeOptions, Txn};
 use crate::model::{
-    Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, ReviewFlag, SessionRow,
-    SessionRule, Timestamp, Turn, TurnSummary, UserHeader,
+    Embedding, IdempotencyEntry, MemoryKind, MemoryRecord, ReviewFlag, SessionRow, SessionRule,
+    Timestamp, Turn, UserHeader,
 };
 
 /// One user's data inside one transaction.

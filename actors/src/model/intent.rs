@@ -118,8 +118,16 @@ mod tests {
         let fields = r#"{"target":"card 4111111111111111","expires_at":4111111111111111,"n":[1]}"#;
         let masked: Value = serde_json::from_str(&masked_fields(fields)).expect("still JSON");
         assert_eq!(masked["expires_at"], 4_111_111_111_111_111_i64);
-        assert!(!masked["target"].as_str().unwrap().contains("4111111111111111"));
-        assert_eq!(fields_pii(r#"{"expires_at":4111111111111111}"#), PiiLevel::None);
+        assert!(
+            !masked["target"]
+                .as_str()
+                .unwrap()
+                .contains("4111111111111111")
+        );
+        assert_eq!(
+            fields_pii(r#"{"expires_at":4111111111111111}"#),
+            PiiLevel::None
+        );
         assert_eq!(fields_pii(fields), PiiLevel::High);
     }
 }

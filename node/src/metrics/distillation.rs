@@ -6,14 +6,7 @@ use std::sync::atomic::Ordering;
 use engram_actors::distil::Distillation;
 use engram_storage::model::Timestamp;
 
-/// Writes one unlabelled metric with its help and type lines.
-fn metric(text: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
-    use std::fmt::Write;
-    let _ = write!(
-        text,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
-    );
-}
+use super::inference::{metric, oldest_pending_seconds};
 
 pub(super) fn render_distillation(text: &mut String, d: &Distillation, now: Timestamp) {
     let m = &d.metrics;
@@ -157,12 +150,7 @@ pub(super) fn render_distillation(text: &mut String, d: &Distillation, now: Time
     }
     if let Some(lane) = &d.pipeline {
         let m = lane.metrics();
-        let oldest = m.oldest_queued_at.load(Ordering::Relaxed);
-        let age = if oldest == 0 {
-            0.0
-        } else {
-            (now.0 - oldest).max(0) as f64 / 1000.0
-        };
+        let age = oldest_pending_seconds(m, now);
         metric(
             text,
             "engram_distillation_oldest_pending_seconds",

@@ -6,7 +6,13 @@ use std::sync::atomic::Ordering;
 use engram_inference::{BATCH_BUCKETS, PoolStats};
 
 /// Writes one unlabelled metric with its help and type lines.
-fn metric(text: &mut String, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+pub(super) fn metric(
+    text: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    value: impl std::fmt::Display,
+) {
     use std::fmt::Write;
     let _ = write!(
         text,
@@ -49,18 +55,24 @@ pub(super) fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedM
     }
 }
 
+/// The age of the oldest entry a pipeline lane knows of (0 when none).
+pub(super) fn oldest_pending_seconds(
+    m: &engram_actors::pipeline::PipelineMetrics,
+    now: engram_storage::model::Timestamp,
+) -> f64 {
+    match m.oldest_queued_at.load(Ordering::Relaxed) {
+        0 => 0.0,
+        oldest => (now.0 - oldest).max(0) as f64 / 1000.0,
+    }
+}
+
 /// The inference pipeline: what is pending, how old, and what became of results.
 pub(super) fn render_pipeline(
     text: &mut String,
     m: &engram_actors::pipeline::PipelineMetrics,
     now: engram_storage::model::Timestamp,
 ) {
-    let oldest = m.oldest_queued_at.load(Ordering::Relaxed);
-    let age = if oldest == 0 {
-        0.0
-    } else {
-        (now.0 - oldest).max(0) as f64 / 1000.0
-    };
+    let age = oldest_pending_seconds(m, now);
     metric(
         text,
         "engram_pipeline_oldest_pending_seconds",

@@ -26,6 +26,47 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
+/// A held shard lease: the node's ownership view and the epoch.
+pub type Lease = (Arc<Ownership>, u64);
+
+/// Runs `body` as one write transaction, fenced: it first checks that this node still holds
+/// `shard` at the epoch of `lease` (unfenced without one), and aborts otherwise, so a node
+/// that lost the shard (paused past its lease, partitioned) commits nothing. A fenced write
+/// tells the ownership view the shard moved and is [`Error::NotOwner`].
+pub async fn fenced_write<T, F>(
+    store: &engram_storage::Store,
+    keyspace: &engram_storage::Keyspace,
+    shard: u32,
+    lease: Option<Lease>,
+    mut body: F,
+) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
+{
+    let (ks, in_txn) = (keyspace.clone(), lease.clone());
+    let result = store
+        .run(move |txn| {
+            if let Some((ownership, epoch)) = &in_txn {
+                engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
+            }
+            body(txn)
+        })
+        .await;
+    match result {
+        Ok(value) => Ok(value),
+        Err(engram_storage::Error::Fenced { .. }) => {
+            if let Some((ownership, epoch)) = lease {
+                ownership.fenced(shard, epoch);
+            }
+            Err(Error::NotOwner(format!(
+                "shard {shard} moved to another node; retry on its owner"
+            )))
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
 /// Timings of the lease protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseSettings {

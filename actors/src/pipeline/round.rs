@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 use super::{PipelineConfig, PipelineMetrics};
 use crate::directory::Directory;
 use crate::error::{Error, Result};
+use crate::ownership::fenced_write;
 use crate::placement::UserKey;
 use crate::user::{EmbeddedText, UserMsg};
 
@@ -151,26 +152,10 @@ where
         (Some(ownership), Some(epoch)) => Some((Arc::clone(ownership), epoch)),
         (Some(_) | None, Some(_) | None) => None,
     };
-    let fence = lease.clone();
-    let result = services
-        .store
-        .run(move |txn| {
-            if let Some((ownership, epoch)) = &fence {
-                engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
-            }
-            body(&mut UserData::new(txn, &ks, &key.tenant, &key.user))
-        })
-        .await;
-    match result {
-        Ok(value) => Ok(value),
-        Err(engram_storage::Error::Fenced { .. }) => {
-            if let Some((ownership, epoch)) = lease {
-                ownership.fenced(shard, epoch);
-            }
-            Err(Error::NotOwner(format!("shard {shard} moved")))
-        }
-        Err(err) => Err(err.into()),
-    }
+    fenced_write(&services.store, &ks.clone(), shard, lease, move |txn| {
+        body(&mut UserData::new(txn, &ks, &key.tenant, &key.user))
+    })
+    .await
 }
 
 /// Reads the users' entries in one read transaction, at most `round_texts` in all and

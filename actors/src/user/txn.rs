@@ -10,12 +10,11 @@ use engram_storage::model::{IdempotencyEntry, MemoryKind, MemoryRecord, WrittenU
 use super::ops::{Outcome, Prepared, WriteScope, session_rule};
 use super::{Replayable, UserState};
 use crate::error::{Error, Result};
-use crate::ownership::Ownership;
+use crate::ownership::fenced_write;
 use crate::placement::UserKey;
 use crate::services::Services;
 
-/// A held shard lease: the node's ownership view and the epoch.
-pub(super) type Lease = (Arc<Ownership>, u64);
+pub(super) use crate::ownership::Lease;
 
 pub(super) fn written_under(lease: Option<&Lease>) -> Option<WrittenUnder> {
     lease.map(|(ownership, epoch)| WrittenUnder {
@@ -125,37 +124,18 @@ impl UserState {
     /// Runs a write transaction of this user, fenced: it first checks that this node still
     /// holds the user's shard at the epoch it was given, and aborts otherwise, so a node that
     /// lost the shard (paused past its lease, partitioned) commits nothing.
-    pub(super) async fn run<T, F>(&self, lease: Option<Lease>, mut body: F) -> Result<T>
+    pub(super) async fn run<T, F>(&self, lease: Option<Lease>, body: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
     {
         let services = &self.args.services;
         let shard = self.args.key.shard(services.settings.shards);
-        let ks = services.keyspace.clone();
-        let in_txn = lease.clone();
-        let result = services
-            .store
-            .run(move |txn| {
-                if let Some((ownership, epoch)) = &in_txn {
-                    engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
-                }
-                body(txn)
-            })
-            .await;
-        match result {
-            Ok(value) => Ok(value),
-            Err(engram_storage::Error::Fenced { .. }) => {
-                if let Some((ownership, epoch)) = lease {
-                    ownership.fenced(shard, epoch);
-                }
-                tracing::warn!(user = %self.args.services.log_id(&self.args.key), shard, "write fenced: the shard moved");
-                Err(Error::NotOwner(format!(
-                    "shard {shard} moved to another node; retry on its owner"
-                )))
-            }
-            Err(err) => Err(err.into()),
+        let written = fenced_write(&services.store, &services.keyspace, shard, lease, body).await;
+        if let Err(Error::NotOwner(_)) = &written {
+            tracing::warn!(user = %services.log_id(&self.args.key), shard, "write fenced: the shard moved");
         }
+        written
     }
 
     /// Runs a read-only transaction on the user's data.

@@ -161,6 +161,17 @@ pub(crate) enum WordEmbeddings {
 }
 
 impl WordEmbeddings {
+    /// The same table, its storage shared.
+    fn share(&self) -> Self {
+        match self {
+            WordEmbeddings::Dense(table) => WordEmbeddings::Dense(table.shallow_clone()),
+            WordEmbeddings::Q4 { codes, scales } => WordEmbeddings::Q4 {
+                codes: codes.shallow_clone(),
+                scales: scales.shallow_clone(),
+            },
+        }
+    }
+
     fn to_device(&self, device: Device) -> Result<Self> {
         Ok(match self {
             WordEmbeddings::Dense(table) => WordEmbeddings::Dense(table.f_to_device(device)?),
@@ -204,6 +215,24 @@ struct Layer {
     output_norm: (Tensor, Tensor),
 }
 
+impl Layer {
+    fn share(&self) -> Layer {
+        let pair = |(w, b): &(Tensor, Tensor)| (w.shallow_clone(), b.shallow_clone());
+        Layer {
+            qkv_weight: self.qkv_weight.shallow_clone(),
+            qkv_bias: self.qkv_bias.shallow_clone(),
+            out_weight: self.out_weight.shallow_clone(),
+            out_bias: self.out_bias.shallow_clone(),
+            attention_norm: pair(&self.attention_norm),
+            ff_in_weight: self.ff_in_weight.shallow_clone(),
+            ff_in_bias: self.ff_in_bias.shallow_clone(),
+            ff_out_weight: self.ff_out_weight.shallow_clone(),
+            ff_out_bias: self.ff_out_bias.shallow_clone(),
+            output_norm: pair(&self.output_norm),
+        }
+    }
+}
+
 /// A loaded encoder: hyper-parameters and weights on one device.
 pub struct Bert {
     config: BertConfig,
@@ -216,6 +245,23 @@ pub struct Bert {
 }
 
 impl Bert {
+    /// A second handle on the same weights (no copy): each handle belongs to one thread, and
+    /// forward passes only read the weights, so two threads may run them at once.
+    pub(crate) fn share(&self) -> Bert {
+        Bert {
+            config: self.config.clone(),
+            device: self.device,
+            word: self.word.share(),
+            position: self.position.shallow_clone(),
+            token_type: self.token_type.shallow_clone(),
+            embedding_norm: (
+                self.embedding_norm.0.shallow_clone(),
+                self.embedding_norm.1.shallow_clone(),
+            ),
+            layers: self.layers.iter().map(Layer::share).collect(),
+        }
+    }
+
     /// Takes every parameter from `source` and moves it to `device`.
     pub(crate) fn load(
         config: BertConfig,

@@ -54,6 +54,17 @@ impl Encoder {
         self.model
     }
 
+    /// A second encoder on the same weights (shared, not copied), for another thread: the
+    /// pool's interactive and background workers run side by side on one model.
+    pub fn share(&self) -> Encoder {
+        Encoder {
+            model: self.model,
+            tokenizer: self.tokenizer.clone(),
+            bert: self.bert.share(),
+            max_batch_tokens: self.max_batch_tokens,
+        }
+    }
+
     /// The embeddings' dimension.
     pub fn dim(&self) -> usize {
         usize::try_from(self.bert.config().hidden).unwrap_or(0)

@@ -41,4 +41,7 @@ pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model
 pub use encoder::{Encoder, cuda_devices};
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationConfig, GenerationPool, GenerationStats};
-pub use pool::{BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority};
+pub use pool::{
+    BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority,
+    leave_idle_class,
+};

@@ -1,9 +1,10 @@
 //! The embedding pool: encoders behind ractor actors, with dynamic batching, a bounded queue
 //! that sheds load, and metrics.
 //!
-//! Shape: one router actor ([`router`]) owns the queue and forms batches; `workers` worker
-//! actors ([`worker`]) each own one [`Encoder`] on the configured device and run one batch at
-//! a time on a blocking thread under `no_grad`. A batch leaves when `max_batch` texts wait or
+//! Shape: one router actor ([`router`]) owns the queue and forms batches; for each of the
+//! `workers` models loaded, two worker actors ([`worker`]) share its weights, one for batches
+//! someone waits for and one for background-only batches, each running one batch at a time
+//! on its own thread under `no_grad`. A batch leaves when `max_batch` texts wait or
 //! the oldest has waited `max_wait`; it is run as one call into the encoder, which sorts its
 //! texts by length so each forward pass pads little. Callers are answered in their own
 //! order, each with exactly the vectors a direct [`Encoder::embed`] gives.
@@ -20,7 +21,9 @@
 //! into an empty queue. Each caller key (the node passes the tenant) may hold at most
 //! `tenant-share-percent` of the queue and is served in turn with the others ([`fair`]), so one tenant
 //! at its rate limit neither fills the queue for the rest nor makes them wait behind its
-//! backlog. Shutdown closes admission, runs what is queued, then stops the actors.
+//! backlog. Shutdown closes admission, runs what is queued for a caller who waits, answers the
+//! queued background requests [`Error::PoolClosed`] without running them, and does not wait
+//! for a background batch already running (nobody waits for it; its texts stay pending).
 //!
 //! This module does no I/O of its own, and it logs counts, never texts or vectors.
 
@@ -39,7 +42,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use self::fair::Shares;
-pub use self::lanes::BackgroundPriority;
+pub use self::lanes::{BackgroundPriority, leave_idle_class};
 use self::router::{Request, Router, RouterArgs, RouterMsg};
 use self::stats::Metrics;
 pub use self::stats::{BATCH_BUCKETS, PoolStats};
@@ -54,7 +57,8 @@ use crate::error::{Error, Result};
 pub struct PoolConfig {
     /// The model every worker loads.
     pub encoder: EncoderConfig,
-    /// Workers, each with its own copy of the model (at least 1).
+    /// Models loaded, each with its own copy of the weights (at least 1); each serves an
+    /// interactive and a background worker.
     pub workers: usize,
     /// The most texts in one batch (at least 1); a single larger request runs alone.
     pub max_batch: usize,

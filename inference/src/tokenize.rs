@@ -14,6 +14,7 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 use crate::error::{Error, Result};
 
 /// A `tokenizer.json` set up for one model: its maximum length and padding id.
+#[derive(Clone)]
 pub(crate) struct TextTokenizer {
     inner: Tokenizer,
     max_len: usize,

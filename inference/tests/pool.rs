@@ -2,7 +2,9 @@
 //! callers get exactly what a direct encoder call gives, concurrent calls are batched, a full
 //! queue sheds with `Overloaded` while the pool keeps serving, shutdown drains, one tenant
 //! flooding the pool is shed at its share of the queue while another is still admitted, and a
-//! request still queued at its expiry is skipped, not embedded.
+//! request still queued at its expiry is skipped, not embedded, and a background batch still
+//! running holds up neither an interactive request nor the shutdown, and a stopped node's
+//! idle-class threads can leave that class for the exit.
 //!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
 //! Each test starts one pool (a model load takes a couple of seconds) and checks several
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail, ensure};
 use engram_inference::{
     DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig, Priority, TextRole,
+    leave_idle_class,
 };
 
 const TEXTS: [&str; 12] = [
@@ -215,6 +218,123 @@ async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
     }
     let stats = handle.stats();
     ensure!(stats.failed == 0 && stats.answered == 6, "{stats:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_batch_still_running_holds_up_neither_an_interactive_request_nor_the_shutdown()
+-> Result<()> {
+    // The default pool: one model, its background batches in the idle class, which a busy
+    // machine may starve for as long as it stays busy.
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        ..PoolConfig::default()
+    })
+    .await?;
+    let direct = Encoder::load(&encoder_config())?.embed(&owned(&TEXTS[..1]), TextRole::Query)?;
+    // One request of 512 long texts goes alone, as one batch of seconds of CPU time.
+    let long = TEXTS.join(" ");
+    let background = {
+        let pool = pool.clone();
+        let texts = vec![long; 512];
+        tokio::spawn(async move {
+            pool.embed_with("", texts, TextRole::Passage, Priority::Background)
+                .await
+        })
+    };
+    wait_for(
+        Duration::from_secs(60),
+        "the background batch to run",
+        || pool.stats().in_flight_texts == 512,
+    )
+    .await?;
+    // An interactive request is embedded beside it, not after it.
+    let vectors = pool.embed(owned(&TEXTS[..1]), TextRole::Query).await?;
+    ensure!(cosine(&vectors[0], &direct[0]) > 0.9999);
+    ensure!(
+        !background.is_finished(),
+        "the background batch finished before the interactive request: nothing was shown"
+    );
+    // The shutdown does not wait for it: its caller is told the pool closed (its texts stay
+    // pending with whoever queued them).
+    pool.shutdown().await;
+    match background.await? {
+        Err(Error::PoolClosed) => {}
+        other => bail!("the shutdown waited for the background batch: {other:?}"),
+    }
+    Ok(())
+}
+
+/// Linux's `SCHED_IDLE`, as `/proc` reports a thread's policy.
+const SCHED_IDLE: u32 = 5;
+
+/// This process's threads named `name`, each with its scheduling policy (field 41 of its
+/// `stat`, counted after the parenthesised name).
+fn threads_named(name: &str) -> Vec<(String, u32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let dir = entry.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+        let policy = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(38)?.parse().ok());
+        if let (true, Some(policy)) = (comm.trim() == name, policy) {
+            found.push((entry.file_name().to_string_lossy().into_owned(), policy));
+        }
+    }
+    found
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_pools_idle_class_threads_leave_that_class_for_the_exit() -> Result<()> {
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        ..PoolConfig::default()
+    })
+    .await?;
+    // A lane's thread puts itself in the idle class as it starts.
+    wait_for(
+        Duration::from_secs(60),
+        "a background thread in the idle class",
+        || {
+            threads_named("embed-1-bg")
+                .iter()
+                .any(|(_, policy)| *policy == SCHED_IDLE)
+        },
+    )
+    .await?;
+    let idle: Vec<String> = threads_named("embed-1-bg")
+        .into_iter()
+        .filter(|(_, policy)| *policy == SCHED_IDLE)
+        .map(|(tid, _)| tid)
+        .collect();
+    // As a node does at its exit; here while the threads still exist, to look at them.
+    match leave_idle_class() {
+        Ok(moved) => {
+            ensure!(
+                moved >= idle.len(),
+                "moved {moved} of {} threads",
+                idle.len()
+            );
+            let still: Vec<_> = threads_named("embed-1-bg")
+                .into_iter()
+                .filter(|(tid, policy)| idle.contains(tid) && *policy == SCHED_IDLE)
+                .collect();
+            ensure!(still.is_empty(), "still in the idle class: {still:?}");
+        }
+        // Without CAP_SYS_NICE the kernel refuses, and says so (CI runs with it).
+        Err(err) => ensure!(
+            err.kind() == std::io::ErrorKind::PermissionDenied,
+            "unexpected error: {err}"
+        ),
+    }
+    pool.shutdown().await;
     Ok(())
 }
 

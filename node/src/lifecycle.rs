@@ -130,8 +130,8 @@ pub async fn run(config: Config) -> Result<()> {
         }
     }
     if let Some(embedder) = embedder {
-        // A background batch already running may be starved by a busy machine (it runs in
-        // the idle class); its texts stay pending in storage, so the node need not wait.
+        // The pool waits for interactive batches only (none is left once the gateway has
+        // drained); a background batch still running is left to the exit.
         let grace = config.http.shutdown_grace;
         if tokio::time::timeout(grace, embedder.pool().clone().shutdown())
             .await
@@ -141,6 +141,17 @@ pub async fn run(config: Config) -> Result<()> {
         }
     }
     crate::store::close(store, config.storage.backend);
+    // A background batch may still be running in the idle class: at the CPU share a busy
+    // machine leaves it, the process's exit (the last thread frees the memory) would crawl.
+    match engram_inference::leave_idle_class() {
+        Ok(0) => {}
+        Ok(threads) => {
+            info!(node = %node, threads, "background threads left the idle class to exit")
+        }
+        Err(err) => {
+            warn!(node = %node, error = %err, "background threads stay in the idle class (leaving it needs CAP_SYS_NICE); on a busy machine the exit may take a while")
+        }
+    }
     info!(node = %node, "node stopped");
     Ok(())
 }

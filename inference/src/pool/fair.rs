@@ -257,6 +257,21 @@ impl Queue {
     }
 
     /// Every waiting request (for a closing pool to answer).
+    /// Whether an interactive request is waiting.
+    pub(crate) fn has_interactive(&self) -> bool {
+        !self.interactive.is_empty()
+    }
+
+    /// Whether a background request is waiting.
+    pub(crate) fn has_background(&self) -> bool {
+        !self.background.is_empty()
+    }
+
+    /// A batch of background requests only (for a background worker).
+    pub(crate) fn take_background(&mut self, max_batch: usize) -> Vec<Request> {
+        self.background.take_batch(max_batch)
+    }
+
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = Request> + '_ {
         self.interactive.drain().chain(self.background.drain())
     }

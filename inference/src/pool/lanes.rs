@@ -74,6 +74,43 @@ pub(crate) fn lower_priority() {
     }
 }
 
+/// Moves every thread of this process that is in the idle class back to the normal class at
+/// nice 0, and returns how many it moved. A node calls it when it has stopped: a background
+/// forward pass still running in the idle class gets almost no CPU on a busy machine, and
+/// the last thread of a process to exit frees its memory, so the exit itself would crawl.
+/// Leaving the idle class takes `CAP_SYS_NICE` (or a `RLIMIT_NICE` that allows nice 0);
+/// without it the threads stay where they are and the error says so.
+#[cfg(target_os = "linux")]
+// The scheduling calls by thread id have no safe wrapper in the crates at hand.
+#[allow(unsafe_code)]
+pub fn leave_idle_class() -> std::io::Result<usize> {
+    let mut moved = 0;
+    for entry in std::fs::read_dir("/proc/self/task")? {
+        let Ok(tid) = entry?.file_name().to_string_lossy().parse::<libc::pid_t>() else {
+            continue;
+        };
+        // SAFETY: a query by thread id; a thread that has exited meanwhile gives an error.
+        if unsafe { libc::sched_getscheduler(tid) } != libc::SCHED_IDLE {
+            continue;
+        }
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `param` lives across the call, which only reads it.
+        let set = unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
+        // SAFETY: plain integer arguments.
+        if set != 0 || unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        moved += 1;
+    }
+    Ok(moved)
+}
+
+/// Nothing runs in an idle class on this platform.
+#[cfg(not(target_os = "linux"))]
+pub fn leave_idle_class() -> std::io::Result<usize> {
+    Ok(0)
+}
+
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn lower_priority() {
     tracing::info!("background inference runs at normal priority on this platform");

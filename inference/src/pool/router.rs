@@ -12,6 +12,13 @@
 //! served in turn, in two classes: interactive requests before background ones
 //! ([`super::fair`]).
 //!
+//! Each model has an interactive and a background worker ([`Serves`]): a batch with an
+//! interactive request goes to an idle interactive worker (background requests fill the room
+//! it leaves), a background-only batch to an idle background worker (or to an idle
+//! interactive one when the background class is normal). A drain waits for the interactive
+//! workers only: a background batch has no caller waiting, its texts stay pending in storage,
+//! and in the idle class a busy machine may not let it finish for a long time.
+//!
 //! Supervision: workers are linked children. ractor stops a supervisor when a child dies
 //! unless it overrides `handle_supervisor_evt`, which this one does: a dead worker is dropped
 //! from the pool (its batch's callers were answered with `WorkerFailed`) and its siblings
@@ -26,8 +33,9 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 
 use super::Priority;
 use super::fair::{Queue, Shares};
+use super::lanes::BackgroundPriority;
 use super::stats::Metrics;
-use super::worker::{EncoderWorker, WorkerArgs, WorkerMsg};
+use super::worker::{EncoderWorker, Serves, WorkerArgs, WorkerMsg};
 use crate::config::TextRole;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
@@ -79,7 +87,7 @@ pub(crate) struct Router;
 /// The router's start-up arguments.
 pub(crate) struct RouterArgs {
     pub(crate) encoders: Vec<Encoder>,
-    pub(crate) background: super::lanes::BackgroundPriority,
+    pub(crate) background: BackgroundPriority,
     pub(crate) max_batch: usize,
     pub(crate) max_wait: Duration,
     pub(crate) metrics: Arc<Metrics>,
@@ -89,8 +97,12 @@ pub(crate) struct RouterArgs {
 
 /// The router's state.
 pub(crate) struct RouterState {
-    workers: Vec<Option<ActorRef<WorkerMsg>>>,
+    /// Live workers and what each takes; `None` once dead.
+    workers: Vec<Option<(ActorRef<WorkerMsg>, Serves)>>,
     idle: Vec<usize>,
+    /// Whether interactive workers also take background-only batches (the background class
+    /// is normal).
+    background_anywhere: bool,
     queue: Queue,
     max_batch: usize,
     max_wait: Duration,
@@ -112,22 +124,29 @@ impl Actor for Router {
         myself: ActorRef<RouterMsg>,
         args: RouterArgs,
     ) -> std::result::Result<RouterState, ActorProcessingErr> {
-        let mut workers = Vec::with_capacity(args.encoders.len());
-        for (index, encoder) in args.encoders.into_iter().enumerate() {
-            let worker_args = WorkerArgs {
-                index,
-                encoder,
-                background: args.background,
-                router: myself.clone(),
-                metrics: Arc::clone(&args.metrics),
-            };
-            let (worker, _) =
-                Actor::spawn_linked(None, EncoderWorker, worker_args, myself.get_cell()).await?;
-            workers.push(Some(worker));
+        let mut workers = Vec::with_capacity(2 * args.encoders.len());
+        for encoder in args.encoders {
+            let shared = encoder.share();
+            for (serves, encoder) in [(Serves::Interactive, shared), (Serves::Background, encoder)]
+            {
+                let worker_args = WorkerArgs {
+                    index: workers.len(),
+                    encoder,
+                    serves,
+                    background: args.background,
+                    router: myself.clone(),
+                    metrics: Arc::clone(&args.metrics),
+                };
+                let (worker, _) =
+                    Actor::spawn_linked(None, EncoderWorker, worker_args, myself.get_cell())
+                        .await?;
+                workers.push(Some((worker, serves)));
+            }
         }
         Ok(RouterState {
             idle: (0..workers.len()).rev().collect(),
             workers,
+            background_anywhere: args.background == BackgroundPriority::Normal,
             queue: Queue::default(),
             max_batch: args.max_batch.max(1),
             max_wait: args.max_wait,
@@ -181,7 +200,7 @@ impl Actor for Router {
         let Some(index) = state
             .workers
             .iter()
-            .position(|w| w.as_ref().is_some_and(|w| w.get_id() == dead))
+            .position(|w| w.as_ref().is_some_and(|(w, _)| w.get_id() == dead))
         else {
             return Ok(());
         };
@@ -189,8 +208,17 @@ impl Actor for Router {
             worker = index,
             "embedding worker died; its siblings carry on"
         );
-        state.workers[index] = None;
+        let serves = state.workers[index].take().map(|(_, serves)| serves);
         state.idle.retain(|&i| i != index);
+        if serves == Some(Serves::Background)
+            && !state
+                .workers
+                .iter()
+                .any(|w| matches!(w, Some((_, Serves::Background))))
+        {
+            // Background work must still run somewhere: on the interactive workers now.
+            state.background_anywhere = true;
+        }
         if state.workers.iter().all(Option::is_none) {
             state.closed.store(true, Ordering::Release);
             tracing::error!("no embedding worker left; the pool is closed");
@@ -210,16 +238,12 @@ impl RouterState {
     /// a drain once nothing is queued or running.
     fn pump(&mut self, myself: &ActorRef<RouterMsg>) {
         while !self.queue.is_empty() && self.batch_due() {
-            let Some(index) = self.idle.pop() else { break };
-            let Some(worker) = self.workers[index].clone() else {
+            let Some((index, batch)) = self.next_batch() else {
+                break;
+            };
+            let Some((worker, _)) = self.workers[index].clone() else {
                 continue;
             };
-            let batch = self.take_batch();
-            if batch.is_empty() {
-                // Everything that was queued had expired.
-                self.idle.push(index);
-                break;
-            }
             // A failed send means the worker died meanwhile: its supervision event removes it.
             // (Other send errors carry no message back; their callers see `PoolClosed`.)
             if let Err(ractor::MessagingErr::SendErr(WorkerMsg::Run(batch))) =
@@ -228,24 +252,83 @@ impl RouterState {
                 self.fail_batch(batch);
             }
         }
+        // Only when an idle worker takes what waits: otherwise the next `Idle` pumps again.
         if let Some(oldest) = self.queue.oldest()
             && !self.timer_armed
-            && !self.idle.is_empty()
+            && self.pick().is_some()
         {
             let wait = (oldest + self.max_wait).saturating_duration_since(Instant::now());
             self.timer_armed = true;
             myself.send_after(wait, || RouterMsg::Flush);
         }
-        let live = self.workers.iter().filter(|w| w.is_some()).count();
-        if !self.drain.is_empty() && self.queue.is_empty() && self.idle.len() == live {
-            for worker in self.workers.iter().flatten() {
-                worker.stop(None);
+        if !self.drain.is_empty() && self.queue.is_empty() && self.interactive_idle() {
+            for (index, slot) in self.workers.iter().enumerate() {
+                let Some((worker, _)) = slot else { continue };
+                if self.idle.contains(&index) {
+                    worker.stop(None);
+                } else {
+                    // A background batch nobody waits for: its thread finishes it and drops it.
+                    worker.kill();
+                }
             }
             for reply in self.drain.drain(..) {
                 let _ = reply.send(());
             }
             myself.stop(None);
         }
+    }
+
+    /// An idle worker and the batch it takes now, interactive work first; `None` when no idle
+    /// worker takes what is queued, or everything queued had expired.
+    fn next_batch(&mut self) -> Option<(usize, Vec<Request>)> {
+        let (position, class) = self.pick()?;
+        let index = self.idle.remove(position);
+        let batch = self.take_batch(class);
+        if batch.is_empty() {
+            self.idle.push(index);
+            return None;
+        }
+        Some((index, batch))
+    }
+
+    /// Which idle worker (its place in `idle`) takes the next batch, and of which class.
+    fn pick(&self) -> Option<(usize, Serves)> {
+        let idle_serving = |serves: Serves| {
+            self.idle.iter().position(|&i| {
+                self.workers[i]
+                    .as_ref()
+                    .is_some_and(|(_, kind)| *kind == serves)
+            })
+        };
+        let interactive = self
+            .queue
+            .has_interactive()
+            .then(|| idle_serving(Serves::Interactive))
+            .flatten();
+        let background = || {
+            if !self.queue.has_background() {
+                return None;
+            }
+            idle_serving(Serves::Background).or_else(|| {
+                self.background_anywhere
+                    .then(|| idle_serving(Serves::Interactive))
+                    .flatten()
+            })
+        };
+        match interactive {
+            Some(p) => Some((p, Serves::Interactive)),
+            None => background().map(|p| {
+                let serves = self.workers[self.idle[p]].as_ref().map(|(_, k)| *k);
+                (p, serves.unwrap_or(Serves::Background))
+            }),
+        }
+    }
+
+    /// Whether every live interactive worker is idle.
+    fn interactive_idle(&self) -> bool {
+        self.workers.iter().enumerate().all(|(i, slot)| {
+            !matches!(slot, Some((_, Serves::Interactive))) || self.idle.contains(&i)
+        })
     }
 
     fn batch_due(&self) -> bool {
@@ -260,11 +343,18 @@ impl RouterState {
     /// Whole requests up to `max_batch` texts (at least one request unless every queued one
     /// had expired), one key at a time in turn. Expired requests are answered
     /// [`Error::Expired`] and counted instead of embedded.
-    fn take_batch(&mut self) -> Vec<Request> {
+    fn take_batch(&mut self, class: Serves) -> Vec<Request> {
         let now = Instant::now();
         let mut batch = Vec::new();
-        while batch.is_empty() && !self.queue.is_empty() {
-            for request in self.queue.take_batch(self.max_batch) {
+        loop {
+            let taken = match class {
+                Serves::Interactive => self.queue.take_batch(self.max_batch),
+                Serves::Background => self.queue.take_background(self.max_batch),
+            };
+            if taken.is_empty() {
+                break;
+            }
+            for request in taken {
                 if request.expires.is_some_and(|at| at <= now) {
                     self.take_queued(&request);
                     self.metrics.expired.fetch_add(1, Ordering::Relaxed);
@@ -272,6 +362,9 @@ impl RouterState {
                 } else {
                     batch.push(request);
                 }
+            }
+            if !batch.is_empty() {
+                break;
             }
         }
         let texts = batch.iter().map(|r| r.texts.len()).sum::<usize>();

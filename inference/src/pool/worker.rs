@@ -1,20 +1,24 @@
-//! A pool worker: one actor owning one [`Encoder`], running one batch at a time.
+//! A pool worker: one actor owning one [`Encoder`], running one batch at a time on its
+//! own thread ([`super::lanes`]).
 //!
-//! The encoder is `Send` but not `Sync`, so it lives in this actor's state and is moved onto
-//! one of the worker's two threads ([`super::lanes`]) for each batch and back again: a batch
-//! with an interactive request on the normal-priority one, a background-only batch on the
-//! idle-class one. The forward pass never runs on an async thread, and the actor's mailbox
-//! waits meanwhile, so a worker never holds more than one batch. The worker tokenizes every request of the batch with its own role,
-//! runs them together (the encoder sorts them by length and pads each forward pass to its
-//! longest text), answers each caller, and tells the router it is idle. It does not queue,
-//! batch or shed: that is the router's job.
+//! Each loaded model serves two workers, on the same weights ([`Encoder::share`]): an
+//! interactive one, whose thread runs at the process's normal priority and takes every
+//! batch with a request someone waits for, and a background one, whose thread is in the
+//! idle class when [`BackgroundPriority::Idle`] and takes the pipeline's background-only
+//! batches. A background batch starved by a busy machine therefore never holds up a write
+//! or a query waiting for its embedding. The encoder is `Send` but not `Sync`, so it lives
+//! in the actor's state and is moved onto the thread for each batch and back again; the
+//! forward pass never runs on an async thread, and the actor's mailbox waits meanwhile. The
+//! worker tokenizes every request of the batch with its own role, runs them together (the
+//! encoder sorts them by length and pads each forward pass to its longest text), answers
+//! each caller, and tells the router it is idle. It does not queue, batch or shed: that is
+//! the router's job.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::Priority;
 use super::lanes::{BackgroundPriority, Lane};
 use super::router::{Request, RouterMsg};
 use super::stats::Metrics;
@@ -33,10 +37,21 @@ impl ractor::Message for WorkerMsg {}
 /// The worker actor.
 pub(crate) struct EncoderWorker;
 
+/// Which batches a worker takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Serves {
+    /// Batches with an interactive request (and background requests in the room they
+    /// leave); background-only batches too when the background class is normal.
+    Interactive,
+    /// Background-only batches, on a thread of the background class.
+    Background,
+}
+
 /// A worker's start-up arguments.
 pub(crate) struct WorkerArgs {
     pub(crate) index: usize,
     pub(crate) encoder: Encoder,
+    pub(crate) serves: Serves,
     pub(crate) background: BackgroundPriority,
     pub(crate) router: ActorRef<RouterMsg>,
     pub(crate) metrics: Arc<Metrics>,
@@ -46,8 +61,8 @@ pub(crate) struct WorkerArgs {
 pub(crate) struct WorkerState {
     index: usize,
     encoder: Option<Encoder>,
-    /// Where batches run: `[interactive, background]`.
-    lanes: [Lane; 2],
+    /// The thread batches run on.
+    lane: Lane,
     router: ActorRef<RouterMsg>,
     metrics: Arc<Metrics>,
 }
@@ -62,17 +77,17 @@ impl Actor for EncoderWorker {
         _myself: ActorRef<WorkerMsg>,
         args: WorkerArgs,
     ) -> std::result::Result<WorkerState, ActorProcessingErr> {
-        let lanes = [
-            Lane::start(format!("embed-{}", args.index), false)?,
-            Lane::start(
+        let lane = match args.serves {
+            Serves::Interactive => Lane::start(format!("embed-{}", args.index), false)?,
+            Serves::Background => Lane::start(
                 format!("embed-{}-bg", args.index),
                 args.background == BackgroundPriority::Idle,
             )?,
-        ];
+        };
         Ok(WorkerState {
             index: args.index,
             encoder: Some(args.encoder),
-            lanes,
+            lane,
             router: args.router,
             metrics: args.metrics,
         })
@@ -110,9 +125,8 @@ impl WorkerState {
             .iter_mut()
             .map(|r| (std::mem::take(&mut r.texts), r.role))
             .collect();
-        let waited_for = requests.iter().any(|r| r.priority == Priority::Interactive);
-        let lane = &self.lanes[usize::from(!waited_for)];
-        let joined = lane
+        let joined = self
+            .lane
             .run(move || -> Outcome {
                 let result = embed_all(&encoder, &inputs);
                 (encoder, result)

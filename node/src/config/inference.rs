@@ -24,7 +24,8 @@ pub struct InferenceConfig {
     pub model_dir: Option<PathBuf>,
     /// Where forward passes run: `"auto"` (CUDA when present), `"cpu"`, or `{ cuda = N }`.
     pub device: DeviceChoice,
-    /// Workers, each with its own copy of the model.
+    /// Models loaded, each with its own copy of the weights and two workers on them (one for
+    /// what requests wait for, one for background batches).
     pub workers: usize,
     /// The most texts in one batch.
     pub max_batch: usize,

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -30,6 +30,8 @@ use serde_json::{Value, json};
 
 /// Deadline of one request, response body included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`HttpClient::must_append_turn`] retries a node that answers 503 `not_owner`.
+pub const RETRY_NOT_OWNER_FOR: Duration = Duration::from_secs(60);
 
 /// Why a request got no HTTP response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,10 +367,30 @@ impl HttpClient {
     }
 
     /// Appends a turn (see [`turn`]) to `user` that must be acknowledged; returns the
-    /// `TurnResponse`.
+    /// `TurnResponse`. A 503 `not_owner` is retried with the same body (the same request id,
+    /// so at most one turn is written), as the API tells gateways to: a node whose heartbeat
+    /// a busy machine delayed refuses writes until it has confirmed its leases again. It
+    /// retries for at most [`RETRY_NOT_OWNER_FOR`].
+    ///
+    /// # Panics
+    /// On a transport failure, any other status, or a `not_owner` past that time.
     pub async fn must_append_turn(&self, user: &str, body: &Value) -> Value {
-        self.must_post(&format!("/v1/users/{user}/turns"), body)
-            .await
+        let path = format!("/v1/users/{user}/turns");
+        let deadline = Instant::now() + RETRY_NOT_OWNER_FOR;
+        loop {
+            match self.post(&path, body).await {
+                Ok(reply) if reply.status == StatusCode::OK => return reply.json(),
+                Ok(reply)
+                    if reply.status == StatusCode::SERVICE_UNAVAILABLE
+                        && reply.json()["code"] == "not_owner"
+                        && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Ok(reply) => panic!("POST {path}: {} {}", reply.status, reply.text()),
+                Err(err) => panic!("POST {path}: {err}"),
+            }
+        }
     }
 
     /// The memory context for `user`'s next question in `session` on the default route.

@@ -230,6 +230,17 @@ impl<'t> UserData<'t> {
         Ok(true)
     }
 
+    /// The oldest turn still stored of a session (its first, unless retention removed it).
+    pub fn first_turn(&mut self, session: &str) -> Result<Option<Turn>> {
+        let range = self.keys.turns(session);
+        let rows = self
+            .txn
+            .get_range(&range.begin, &range.end, RangeOptions::first(1))?;
+        rows.first()
+            .map(|(k, v)| self.open::<Turn>("turn", k, v))
+            .transpose()
+    }
+
     /// The turn of a session with sequence number `seq`.
     pub fn turn(&mut self, session: &str, seq: u64) -> Result<Option<Turn>> {
         self.get("turn", &self.keys.turn(session, seq))

@@ -75,6 +75,25 @@ pub(crate) fn with_user<T>(
 }
 
 #[test]
+fn a_sessions_first_turn_is_its_oldest_stored_one() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    assert!(with_user(&store, &ks, "alice", |u| u.first_turn("a")).is_none());
+    for i in 0..4 {
+        let session = if i == 1 { "b" } else { "a" };
+        with_user(&store, &ks, "alice", |u| {
+            u.append_turn(&mut turn(session, &format!("t{i}"), i), RULE)
+        });
+    }
+    let first = |s: &str| with_user(&store, &ks, "alice", |u| u.first_turn(s)).map(|t| t.user_text);
+    assert_eq!(
+        (first("a"), first("b")),
+        (Some("t0".into()), Some("t1".into()))
+    );
+    with_user(&store, &ks, "alice", |u| u.clear_turns_before("a", 3));
+    assert_eq!(first("a").as_deref(), Some("t3"), "the oldest turn left");
+}
+
+#[test]
 fn turns_get_increasing_sequence_numbers_and_read_back_in_order() {
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
     for i in 0..10 {

@@ -6,7 +6,8 @@
 //!
 //! The slots are ranked by the user's [`MemoryIndex`]: hybrid retrieval fusing the query's
 //! embedding, BM25 over its words, recency and salience; with no query, by recency and
-//! salience alone.
+//! salience alone. The correction slot then keeps the newest [`MAX_CORRECTIONS`] of the
+//! route's most relevant corrections, newest first.
 
 use engram_storage::model::{
     Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
@@ -20,6 +21,10 @@ use super::pii;
 use super::policy::{RAW_TURNS, Route};
 use super::retrieve::SearchMode;
 use super::text::{count_tokens, extractive_summary};
+
+/// Corrections a context shows at most, newest first: of the route's most relevant ones
+/// (its correction budget), the newest.
+pub const MAX_CORRECTIONS: usize = 3;
 
 /// The instruction that closes every rendered context.
 pub const NO_INVENTION: &str = "Do not invent memories that are not listed.";
@@ -203,7 +208,7 @@ pub fn assemble(
         .iter()
         .map(|t| (t.session_id.as_str(), t.seq))
         .collect();
-    let slot = |kind: MemoryKind, cap: usize| -> Result<Vec<ContextMemory>, VectorError> {
+    let slot = |kind: MemoryKind, cap: usize| -> Result<Vec<(&MemoryRecord, f32)>, VectorError> {
         if cap == 0 {
             return Ok(Vec::new());
         }
@@ -217,15 +222,26 @@ pub fn assemble(
             exclude_turns: &in_window,
             fill: true,
         };
-        Ok(index
-            .search(extractor, &query)?
+        index.search(extractor, &query)
+    };
+    let shown = |found: Vec<(&MemoryRecord, f32)>| -> Vec<ContextMemory> {
+        found
             .into_iter()
             .map(|(r, score)| context_memory(r, score, withheld(r.pii_level)))
-            .collect())
+            .collect()
     };
-    let profile = slot(MemoryKind::Profile, budget.profile)?;
-    let episodic = slot(MemoryKind::Episodic, budget.episodic)?;
-    let corrections = slot(MemoryKind::Correction, budget.correction)?;
+    let profile = shown(slot(MemoryKind::Profile, budget.profile)?);
+    let episodic = shown(slot(MemoryKind::Episodic, budget.episodic)?);
+    // The route's most relevant corrections; of those the newest few, newest first (a later
+    // correction of the same thing comes before the one it corrects).
+    let mut corrections = slot(MemoryKind::Correction, budget.correction)?;
+    corrections.sort_by(|(a, _), (b, _)| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then_with(|| b.memory_id.cmp(&a.memory_id))
+    });
+    corrections.truncate(MAX_CORRECTIONS);
+    let corrections = shown(corrections);
 
     let mut entities: Vec<String> = Vec::new();
     for e in turns.iter().flat_map(|t| t.entities.iter().cloned()).chain(

@@ -4,7 +4,8 @@
 //!   summary). Failed turns form nothing.
 //! - An explicit preference statement ("I prefer line charts", "以后都按月汇总") becomes an
 //!   active profile memory with a normalised topic and value.
-//! - A dislike with a corrected SQL and a comment becomes an active correction memory.
+//! - A dislike with a corrected SQL and a comment becomes a correction candidate with
+//!   confidence 0.8 (as the seed forms it; contexts serve candidates, see [`super::context`]).
 //! - The same choice made three times becomes a profile candidate (counted by the actor).
 
 use std::sync::LazyLock;
@@ -241,8 +242,8 @@ pub struct Feedback {
     pub comment: Option<String>,
 }
 
-/// The memories feedback forms: a dislike with a corrected SQL and a comment becomes an
-/// active correction (the comment is its text, the SQL its payload).
+/// The memories feedback forms: a dislike with a corrected SQL and a comment becomes a
+/// correction candidate, confidence 0.8 (the comment is its text, the SQL its payload).
 pub fn from_feedback(feedback: &Feedback, turn: Option<&Turn>) -> Vec<NewMemory> {
     match (feedback.liked, &feedback.corrected_sql, &feedback.comment) {
         (false, Some(sql), Some(comment))
@@ -258,8 +259,8 @@ pub fn from_feedback(feedback: &Feedback, turn: Option<&Turn>) -> Vec<NewMemory>
                     "entities": turn.map(|t| t.entities.clone()).unwrap_or_default(),
                 }),
                 trigger: Trigger::Feedback,
-                status: MemoryStatus::Active,
-                confidence: 0.9,
+                status: MemoryStatus::Candidate,
+                confidence: 0.8,
                 salience: 0.8,
                 namespace: DEFAULT_NAMESPACE.into(),
                 scope: DEFAULT_SCOPE.into(),

@@ -349,3 +349,27 @@ fn the_context_never_carries_raw_id_or_bank_card_numbers() {
     let json = serde_json::to_string(&ctx).unwrap();
     assert!(!json.contains(id) && !json.contains(card), "{json}");
 }
+
+#[test]
+fn the_correction_slot_shows_at_most_three_corrections_newest_first() {
+    // Five relevant corrections, written at 10..50; nl2sql_query's budget would take five.
+    let corrections = (1..=5).map(|i| {
+        rec(
+            &format!("c{i}"),
+            MemoryKind::Correction,
+            &format!("GMV for East China excludes refunds, rule {i}"),
+            MemoryStatus::Candidate,
+            i * 10,
+        )
+    });
+    let ctx = assemble(&request(5_000), &turns(1), &index(corrections), &EXTRACTOR).unwrap();
+    let shown: Vec<&str> = ctx
+        .corrections
+        .iter()
+        .map(|m| m.memory_id.as_str())
+        .collect();
+    assert_eq!(shown, ["c5", "c4", "c3"]);
+    let at = |needle: &str| ctx.text.find(needle).unwrap();
+    assert!(at("rule 5") < at("rule 4") && at("rule 4") < at("rule 3"));
+    assert!(!ctx.text.contains("rule 2"), "{}", ctx.text);
+}

@@ -89,7 +89,7 @@ fn unknown_preferences_get_a_topic_of_their_own() {
 }
 
 #[test]
-fn a_dislike_with_sql_and_comment_forms_a_correction() {
+fn a_dislike_with_sql_and_comment_forms_a_correction_candidate_with_confidence_0_8() {
     let fb = Feedback {
         liked: false,
         corrected_sql: Some("select sum(price) from orders where price > 0".into()),
@@ -99,7 +99,11 @@ fn a_dislike_with_sql_and_comment_forms_a_correction() {
     assert_eq!(formed.len(), 1);
     assert_eq!(
         (formed[0].kind, formed[0].status),
-        (MemoryKind::Correction, MemoryStatus::Active)
+        (MemoryKind::Correction, MemoryStatus::Candidate)
+    );
+    assert_eq!(
+        formed[0].confidence, 0.8,
+        "the seed's confidence of a correction"
     );
     assert_eq!(
         formed[0].payload["corrected_sql"],

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use engram_storage::access::Scope;
-use engram_storage::model::{Intent, MemoryRecord, ReviewFlag, SessionRow};
+use engram_storage::model::{Intent, MemoryRecord, ReviewFlag};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -37,8 +37,8 @@ use crate::user::api::{
     AnchorMatch, AnchorQuery, ApprovalAck, ApproveReads, ArchivePage, ArchiveQuery, ClearAck,
     ClearSession, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, Forget, ForgetAck,
     IntentAck, IntentQuery, IntentWrite, KeyIntents, ListFlags, ListMemories, ListSessions,
-    MemoryAck, MemoryWrite, MessageWrite, SearchQuery, SearchResult, SessionMemory, SessionQuery,
-    StatusChange, TurnAck, TurnRequest,
+    MemoryAck, MemoryWrite, MessageWrite, ResolveAck, ResolveConflict, SearchQuery, SearchResult,
+    SessionListing, SessionMemory, SessionQuery, StatusChange, TurnAck, TurnRequest,
 };
 
 #[cfg(test)]
@@ -138,7 +138,7 @@ front_door! {
     /// List memory records.
     ListMemories(ListMemories) -> Vec<MemoryRecord>;
     /// List sessions.
-    ListSessions(ListSessions) -> Vec<SessionRow>;
+    ListSessions(ListSessions) -> Vec<SessionListing>;
     /// A session's newest turns.
     SessionMemory(SessionQuery) -> SessionMemory;
     /// Delete a session's memory.
@@ -155,6 +155,8 @@ front_door! {
     KeyIntents(KeyIntents) -> Vec<Intent>;
     /// Contradictions flagged for review.
     Flags(ListFlags) -> Vec<ReviewFlag>;
+    /// Settle a flagged contradiction.
+    ResolveConflict(ResolveConflict) -> ResolveAck;
     /// Whether the user gave an identifier (counted by the sensitive-read breaker).
     MatchAnchor(AnchorQuery) -> AnchorMatch;
     /// A page of the user's archive (admin).
@@ -175,6 +177,7 @@ impl UserRequest {
             | UserRequest::ClearSession(_)
             | UserRequest::Forget(_)
             | UserRequest::WriteIntent(_)
+            | UserRequest::ResolveConflict(_)
             | UserRequest::Distil(_) => true,
             UserRequest::Context(_)
             | UserRequest::Search(_)

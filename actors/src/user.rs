@@ -17,6 +17,7 @@ pub mod ops;
 pub mod prepare;
 mod protected;
 mod redact;
+mod review;
 mod serve;
 pub mod summaries;
 pub mod sweep;
@@ -36,8 +37,8 @@ use tokio::time::Instant;
 
 use self::api::{
     ClearAck, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck,
-    IntentWrite, MemoryAck, MemoryWrite, SearchHit, SearchQuery, SearchResult, SessionMemory,
-    StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    IntentWrite, MemoryAck, MemoryWrite, ResolveAck, ResolveConflict, SearchHit, SearchQuery,
+    SearchResult, SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
 use self::ops::{DEFAULT_SESSION, Prepared, turn_text};
@@ -160,7 +161,8 @@ replayable!(
     MemoryAck => "memory",
     ClearAck => "clear-session",
     IntentAck => "intent",
-    DistilAck => "distil"
+    DistilAck => "distil",
+    ResolveAck => "resolve-conflict"
 );
 
 impl Actor for UserActor {
@@ -426,6 +428,15 @@ impl UserState {
         .await
     }
 
+    async fn resolve_conflict(&mut self, req: ResolveConflict) -> Result<ResolveAck> {
+        validate::resolve_conflict(&req)?;
+        let request_id = req.request_id.clone();
+        self.write(&request_id, Prepared::default(), None, move |u, scope| {
+            review::resolve_conflict(u, scope, &req)
+        })
+        .await
+    }
+
     async fn write_intent(&mut self, req: IntentWrite) -> Result<IntentAck> {
         validate::intent(&req)?;
         let request_id = req.request_id.clone();
@@ -537,10 +548,20 @@ impl UserState {
         let wanted = session.clone();
         let found = self
             .read(move |u| match u.session(&wanted)? {
-                Some(row) => Ok(Some(SessionMemory {
-                    turns: u.last_turns(&wanted, limit)?,
-                    session: row,
-                })),
+                Some(row) => {
+                    let turns = u.last_turns(&wanted, limit)?;
+                    let summaries = u
+                        .summaries(&wanted)?
+                        .into_iter()
+                        .filter(|(seq, _)| turns.iter().any(|t| t.seq == *seq))
+                        .map(|(seq, s)| (seq, s.text))
+                        .collect();
+                    Ok(Some(SessionMemory {
+                        turns,
+                        summaries,
+                        session: row,
+                    }))
+                }
                 None => Ok(None),
             })
             .await?;

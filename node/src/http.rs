@@ -13,6 +13,8 @@
 mod admin;
 mod error;
 #[cfg(test)]
+mod fidelity_tests;
+#[cfg(test)]
 mod fuzz;
 pub mod middleware;
 mod openapi;

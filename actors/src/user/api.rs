@@ -192,6 +192,45 @@ pub struct StatusChange {
     pub status: MemoryStatus,
 }
 
+/// How a reviewer settles a contradiction flagged for review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConflictChoice {
+    /// The memory held back stays suppressed; the one it contradicts stays as it is.
+    KeepOld,
+    /// The memory held back becomes active and supersedes the one it contradicts (which is
+    /// suppressed, its `valid_to` set).
+    KeepNew,
+    /// Both are kept: the memory held back becomes active beside the other one.
+    KeepBoth,
+}
+
+/// The settlement of a flagged contradiction; the flag is removed in the same transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolveConflict {
+    /// Idempotency key of the write.
+    pub request_id: String,
+    /// The flag (the id of the memory held back).
+    pub flag_id: String,
+    /// What to keep.
+    pub choice: ConflictChoice,
+}
+
+/// What settling a contradiction did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResolveAck {
+    /// The flag removed.
+    pub flag_id: String,
+    /// What was kept.
+    pub choice: ConflictChoice,
+    /// The two memories as stored now (the one held back first; a memory deleted since the
+    /// flag was raised is left out).
+    pub memories: Vec<MemoryRecord>,
+    /// True when this is the stored outcome of an earlier identical request.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
 /// The outcome of a memory write or status change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryAck {
@@ -270,6 +309,22 @@ pub struct SessionMemory {
     pub session: SessionRow,
     /// Its newest turns, oldest first.
     pub turns: Vec<Turn>,
+    /// The model's stored summaries of those turns, by sequence number (a turn without one
+    /// has none yet: its extractive summary stands in).
+    pub summaries: Vec<(u64, String)>,
+}
+
+/// Characters of a session's first user message kept as its title.
+pub const TITLE_CHARS: usize = 50;
+
+/// A session as listed: its row and its title.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionListing {
+    /// The session.
+    pub session: SessionRow,
+    /// The first user message, at most [`TITLE_CHARS`] characters, masked for the reader as
+    /// the turn is; `None` once retention removed the session's first turn.
+    pub title: Option<String>,
 }
 
 /// A distilled intent to record (a new version; earlier active versions become inactive).

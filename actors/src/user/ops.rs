@@ -341,21 +341,7 @@ pub fn set_status(
             what: format!("memory {}", req.memory_id),
         }));
     };
-    record.status = req.status;
-    match req.status {
-        MemoryStatus::Deleted => {
-            record.expires_at = Some(scope.now.plus_millis(PURGE_GRACE_MS));
-            record.valid_to = Some(scope.now);
-            u.remove_embedding(&record.memory_id)?;
-        }
-        MemoryStatus::Suppressed => record.valid_to = Some(scope.now),
-        MemoryStatus::Active => {
-            record.last_seen_at = scope.now;
-            record.expires_at = expires_at(record.kind, scope.now);
-        }
-        MemoryStatus::Candidate | MemoryStatus::Expired => {}
-    }
-    u.put_record(&record)?;
+    apply_status(u, &mut record, req.status, scope.now)?;
     let action = match req.status {
         MemoryStatus::Active => "activated",
         MemoryStatus::Suppressed => "suppressed",
@@ -371,6 +357,32 @@ pub fn set_status(
         },
         vec![record],
     )))
+}
+
+/// Gives `record` `status` at `now` and stores it: a deleted record is purged after the grace
+/// period (its embedding goes at once), a suppressed one stops holding (`valid_to`), an
+/// activated one is seen now and its TTL starts again.
+pub(super) fn apply_status(
+    u: &mut UserData<'_>,
+    record: &mut MemoryRecord,
+    status: MemoryStatus,
+    now: Timestamp,
+) -> StorageResult<()> {
+    record.status = status;
+    match status {
+        MemoryStatus::Deleted => {
+            record.expires_at = Some(now.plus_millis(PURGE_GRACE_MS));
+            record.valid_to = Some(now);
+            u.remove_embedding(&record.memory_id)?;
+        }
+        MemoryStatus::Suppressed => record.valid_to = Some(now),
+        MemoryStatus::Active => {
+            record.last_seen_at = now;
+            record.expires_at = expires_at(record.kind, now);
+        }
+        MemoryStatus::Candidate | MemoryStatus::Expired => {}
+    }
+    u.put_record(record)
 }
 
 /// Records a new version of an intent written by the gateway
@@ -449,7 +461,10 @@ impl Origin {
     }
 }
 
-fn find_record(u: &mut UserData<'_>, memory_id: &str) -> StorageResult<Option<MemoryRecord>> {
+pub(super) fn find_record(
+    u: &mut UserData<'_>,
+    memory_id: &str,
+) -> StorageResult<Option<MemoryRecord>> {
     for kind in MemoryKind::ALL {
         if let Some(record) = u.record(kind, memory_id)? {
             return Ok(Some(record));

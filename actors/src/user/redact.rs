@@ -26,6 +26,15 @@ pub fn record(reader: &Reader, mut record: MemoryRecord) -> MemoryRecord {
     record
 }
 
+/// Text derived from the user's turns (a summary) as `reader` may see it.
+pub fn text(reader: &Reader, text: String) -> String {
+    if reader.is_admin() {
+        text
+    } else {
+        gateway_text(&text)
+    }
+}
+
 /// `turn` as `reader` may see it.
 pub fn turn(reader: &Reader, mut turn: Turn) -> Turn {
     if !reader.is_admin() {

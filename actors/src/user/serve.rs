@@ -12,7 +12,9 @@
 use engram_storage::data::UserData;
 use engram_storage::model::{PiiLevel, Turn};
 
-use super::api::{ApprovalAck, MAX_INTENT_PAGE, SearchHit, SessionMemory};
+use super::api::{
+    ApprovalAck, MAX_INTENT_PAGE, SearchHit, SessionListing, SessionMemory, TITLE_CHARS,
+};
 use super::ops::{self, Prepared};
 use super::validate::check_id;
 use super::{UserState, intents, redact};
@@ -20,6 +22,7 @@ use crate::breaker::{Counter, Counts, Verdict};
 use crate::error::{Error, Result};
 use crate::front::{Reader, UserReply, UserRequest};
 use crate::model::pii;
+use crate::model::text::truncate_chars;
 
 impl UserState {
     /// Serves `request` for `reader`.
@@ -80,7 +83,33 @@ impl UserState {
                 )
             }
             UserRequest::ListSessions(_) => {
-                UserReply::ListSessions(self.read(|u| u.sessions()).await?)
+                let listed = self
+                    .read(|u| {
+                        let sessions = u.sessions()?;
+                        let mut listed = Vec::with_capacity(sessions.len());
+                        for session in sessions {
+                            let first = u.first_turn(&session.session_id)?;
+                            listed.push((session, first));
+                        }
+                        Ok(listed)
+                    })
+                    .await?;
+                let firsts: Vec<Turn> = listed.iter().filter_map(|(_, t)| t.clone()).collect();
+                self.guard(reader, any_high(&firsts)).await?;
+                UserReply::ListSessions(
+                    listed
+                        .into_iter()
+                        .map(|(session, first)| SessionListing {
+                            session,
+                            title: first.map(|t| {
+                                truncate_chars(
+                                    redact::turn(reader, t).user_text.trim(),
+                                    TITLE_CHARS,
+                                )
+                            }),
+                        })
+                        .collect(),
+                )
             }
             UserRequest::SessionMemory(query) => {
                 let memory = self.session_memory(query.session, query.limit).await?;
@@ -91,6 +120,11 @@ impl UserState {
                         .turns
                         .into_iter()
                         .map(|t| redact::turn(reader, t))
+                        .collect(),
+                    summaries: memory
+                        .summaries
+                        .into_iter()
+                        .map(|(seq, text)| (seq, redact::text(reader, text)))
                         .collect(),
                 })
             }
@@ -137,6 +171,15 @@ impl UserState {
                 UserReply::KeyIntents(self.shown_intents(reader, found).await?)
             }
             UserRequest::Flags(_) => UserReply::Flags(self.read(|u| u.flags()).await?),
+            UserRequest::ResolveConflict(req) => {
+                let mut ack = self.resolve_conflict(req).await?;
+                ack.memories = ack
+                    .memories
+                    .into_iter()
+                    .map(|r| redact::record(reader, r))
+                    .collect();
+                UserReply::ResolveConflict(ack)
+            }
             UserRequest::MatchAnchor(query) => {
                 // Every well-formed attempt counts, found or not (a brute force of the hidden
                 // digits is a run of misses), before the anchors are looked at.

@@ -4,8 +4,8 @@
 use engram_storage::model::{MemoryKind, MemoryStatus};
 
 use super::api::{
-    ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, MessageWrite, SearchQuery,
-    StatusChange, TurnRequest,
+    ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, MessageWrite, ResolveConflict,
+    SearchQuery, StatusChange, TurnRequest,
 };
 use crate::error::{Error, Result};
 
@@ -180,6 +180,11 @@ pub(super) fn status_change(req: &StatusChange) -> Result<()> {
 }
 
 /// A message to distil: an id, and a non-empty text of at most [`MAX_USER_TEXT`].
+pub(super) fn resolve_conflict(req: &ResolveConflict) -> Result<()> {
+    check_id("request_id", &req.request_id)?;
+    check_id("flag_id", &req.flag_id)
+}
+
 pub(super) fn message(req: &MessageWrite) -> Result<()> {
     check_id("request_id", &req.request_id)?;
     check_text("message", &req.message, MAX_USER_TEXT, true)

@@ -92,6 +92,7 @@ static ROUTES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
                 .replace("{user}", "{u}")
                 .replace("{memory_id}", "{q}")
                 .replace("{session_id}", "{q}")
+                .replace("{flag_id}", "{q}")
                 .replace("{key_id}", "{q}");
             routes.push((method.as_str().to_owned(), uri));
         }
@@ -99,7 +100,7 @@ static ROUTES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
     routes
 });
 
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 17] = [
     "request_id",
     "session_id",
     "user_text",
@@ -116,6 +117,7 @@ const FIELDS: [&str; 16] = [
     "k",
     "mode",
     "user_id",
+    "resolution",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {

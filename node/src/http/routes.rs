@@ -8,7 +8,8 @@ use axum::response::Response;
 use engram_actors::placement::UserKey;
 use engram_actors::user::api::{
     ClearSession, ContextQuery, FeedbackRequest, Forget, ListFlags, ListMemories, ListSessions,
-    MemoryWrite, SearchQuery, SessionQuery, StatusChange, TurnRequest,
+    MemoryWrite, ResolveConflict, SearchQuery, SessionMemory, SessionQuery, StatusChange,
+    TurnRequest,
 };
 use engram_storage::model::PiiLevel;
 use serde::Deserialize;
@@ -17,9 +18,10 @@ use utoipa::IntoParams;
 use super::wire::TurnView;
 use super::wire::{
     ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
-    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, SearchBody,
-    SearchHitView, SearchResponse, SessionMemoryResponse, SessionsResponse, StatusBody, TurnBody,
-    TurnResponse, parse_kind, parse_mode, parse_route, parse_status, ts,
+    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, ResolveBody,
+    ResolveResponse, SearchBody, SearchHitView, SearchResponse, SessionMemoryResponse,
+    SessionsResponse, StatusBody, TurnBody, TurnResponse, parse_kind, parse_mode, parse_resolution,
+    parse_route, parse_status, ts,
 };
 use super::{ApiError, ApiJson, AppState, ok, user_key};
 use crate::auth::Caller;
@@ -311,20 +313,7 @@ pub async fn session_memory(
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
     let Query(query) = query?;
-    session_memory_of(&s, &caller, &key, session, query.limit).await
-}
-
-/// A session's newest turns, for `/v1` and the seed endpoint.
-pub async fn session_memory_of(
-    s: &AppState,
-    caller: &Caller,
-    key: &UserKey,
-    session: String,
-    limit: Option<usize>,
-) -> Result<Response, ApiError> {
-    let limit = super::page_limit(limit, DEFAULT_LIMIT, MAX_LIMIT)?;
-    let memory = s.ask(caller, key, SessionQuery { session, limit }).await?;
-    let sensitive = memory.turns.iter().any(|t| t.pii_level == PiiLevel::High);
+    let (memory, sensitive) = session_memory_of(&s, &caller, &key, session, query.limit).await?;
     Ok(sensitive_if(
         sensitive,
         ok(SessionMemoryResponse {
@@ -334,9 +323,24 @@ pub async fn session_memory_of(
     ))
 }
 
+/// A session's newest turns, for `/v1` and the seed endpoint, and whether they show the
+/// user's high-PII turns (see [`sensitive_if`]).
+pub async fn session_memory_of(
+    s: &AppState,
+    caller: &Caller,
+    key: &UserKey,
+    session: String,
+    limit: Option<usize>,
+) -> Result<(SessionMemory, bool), ApiError> {
+    let limit = super::page_limit(limit, DEFAULT_LIMIT, MAX_LIMIT)?;
+    let memory = s.ask(caller, key, SessionQuery { session, limit }).await?;
+    let sensitive = memory.turns.iter().any(|t| t.pii_level == PiiLevel::High);
+    Ok((memory, sensitive))
+}
+
 /// Marks `response` as having shown the user's high-PII items when `sensitive`: its audit
 /// entry is then durable before it is sent, however reads are audited.
-fn sensitive_if(sensitive: bool, mut response: Response) -> Response {
+pub fn sensitive_if(sensitive: bool, mut response: Response) -> Response {
     if sensitive {
         response
             .extensions_mut()
@@ -369,7 +373,9 @@ pub async fn clear_session(
     Path((user, session)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    clear_session_of(&s, &caller, &key, &headers, session).await
+    Ok(ok(
+        clear_session_of(&s, &caller, &key, &headers, session).await?
+    ))
 }
 
 /// Deletes a session's turns, for `/v1` and the seed endpoint.
@@ -379,7 +385,7 @@ pub async fn clear_session_of(
     key: &UserKey,
     headers: &HeaderMap,
     session: String,
-) -> Result<Response, ApiError> {
+) -> Result<DeletedResponse, ApiError> {
     engram_actors::user::check_id("session_id", &session)?;
     let request_id = idempotency_key(headers)?;
     let ack = s
@@ -392,7 +398,7 @@ pub async fn clear_session_of(
             },
         )
         .await?;
-    Ok(ok(DeletedResponse::from(ack)))
+    Ok(DeletedResponse::from(ack))
 }
 
 #[utoipa::path(get, path = "/v1/users/{user}/conflicts", tag = "memories",
@@ -409,6 +415,27 @@ pub async fn conflicts(
     Ok(ok(ConflictsResponse {
         conflicts: flags.into_iter().map(Into::into).collect(),
     }))
+}
+
+#[utoipa::path(post, path = "/v1/users/{user}/conflicts/{flag_id}/resolve", tag = "memories",
+    params(("user" = String, Path, description = "User id"), ("flag_id" = String, Path, description = "Flag id")),
+    request_body = ResolveBody,
+    responses((status = 200, body = ResolveResponse), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// Settles a contradiction flagged for review: keep the old memory, the new one, or both.
+pub async fn resolve_conflict(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path((user, flag_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ResolveBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(&caller, &user)?;
+    let settle = ResolveConflict {
+        request_id: body.request_id,
+        flag_id,
+        choice: parse_resolution(&body.resolution)?,
+    };
+    let ack = s.ask(&caller, &key, settle).await?;
+    Ok(ok(ResolveResponse::from(ack)))
 }
 
 #[utoipa::path(delete, path = "/v1/users/{user}", tag = "users",

@@ -492,7 +492,7 @@ async fn a_flood_of_unknown_key_ids_is_rate_limited_and_its_storage_reads_and_ca
 
 /// The (action, outcome, ids) of the trail's entries about `user`, sorted (entries of the same
 /// millisecond have no order).
-async fn trail_of(app: &axum::Router, user: &str) -> Vec<(String, u64, Vec<String>)> {
+pub(super) async fn trail_of(app: &axum::Router, user: &str) -> Vec<(String, u64, Vec<String>)> {
     let uri = format!("/v1/admin/audit?user={user}");
     let (status, trail) = send_as(app, ROOT_KEY, Method::GET, &uri, None).await;
     assert_eq!(status, StatusCode::OK, "{trail}");

@@ -2,10 +2,13 @@
 //! design this product follows: sessions and their memory by `user_id` query parameter, and
 //! `/write` + `/recall` of distilled intents. They call the same actors as `/v1`.
 
-use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::middleware::Next;
 use axum::response::Response;
 use engram_actors::model::intent::target_of;
+use engram_actors::model::text::extractive_summary;
 use engram_actors::user::api::{
     IntentQuery, IntentWrite, KeyIntents, ListSessions, MAX_INTENT_PAGE, MessageWrite,
 };
@@ -13,10 +16,8 @@ use engram_storage::model::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::routes::{clear_session_of, session_memory_of};
-use super::wire::{
-    DeletedResponse, ErrorBody, IntentVersionView, SessionMemoryResponse, SessionsResponse,
-};
+use super::routes::{clear_session_of, sensitive_if, session_memory_of};
+use super::wire::{DeletedResponse, ErrorBody, IntentVersionView};
 use super::{ApiError, ApiJson, AppState, ok, user_key};
 use crate::auth::Caller;
 
@@ -56,9 +57,102 @@ pub struct RecallQuery {
 
 type QueryResult<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
+/// The seed's success envelope: `code` 0, `message` "ok", and the data.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeedSessions {
+    /// 0.
+    pub code: u16,
+    /// "ok".
+    pub message: String,
+    /// The user's sessions, by id.
+    pub data: Vec<SeedSession>,
+}
+
+/// A session as the seed lists it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeedSession {
+    /// Id.
+    pub session_id: String,
+    /// The session's first user message (at most 50 characters, personal data masked);
+    /// null once retention removed that turn.
+    pub title: Option<String>,
+    /// Messages written: two a turn (the user's and the assistant's).
+    pub message_count: u32,
+    /// The last turn's time, RFC 3339 in UTC.
+    pub last_activity: String,
+}
+
+/// The seed's envelope of a session's messages.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeedSessionMemory {
+    /// 0.
+    pub code: u16,
+    /// "ok".
+    pub message: String,
+    /// The messages of the session's newest turns, oldest first.
+    pub data: Vec<SeedMessage>,
+}
+
+/// One message of a session, as the seed answers it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeedMessage {
+    /// `user` or `assistant`.
+    pub role: String,
+    /// The text (personal data masked).
+    pub content: String,
+    /// The turn's summary (20 to 60 characters): the model's when stored, else the
+    /// extractive one.
+    pub summary: String,
+    /// Entities the turn mentions.
+    pub entities: Vec<String>,
+    /// Written at, RFC 3339 in UTC.
+    pub created_at: String,
+}
+
+/// The seed's envelope of a deletion.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeedDeleted {
+    /// 0.
+    pub code: u16,
+    /// "ok".
+    pub message: String,
+    /// What was deleted.
+    pub data: DeletedResponse,
+}
+
+/// The seed's envelope of an error: the HTTP status as `code`, the stable code of `/v1`'s
+/// errors as `error`, and no data.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeedError {
+    /// The HTTP status (never 0).
+    pub code: u16,
+    /// Stable, machine-readable code (as `/v1`'s `code`).
+    pub error: String,
+    /// What was wrong, for people.
+    pub message: String,
+    /// Always null.
+    #[schema(value_type = Option<Object>)]
+    pub data: Option<()>,
+}
+
+/// The seed's chat endpoints, whose answers (errors included) use its envelope.
+pub const SEED_CHAT_PREFIX: &str = "/chat/";
+
+/// `ms` as RFC 3339 in UTC, with milliseconds.
+fn rfc3339(ms: i64) -> String {
+    use chrono::{SecondsFormat, TimeZone, Utc};
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+/// The `message` of a seed success.
+const SEED_OK: &str = "ok";
+
 #[utoipa::path(get, path = "/chat/sessions", tag = "seed", params(UserQuery),
-    responses((status = 200, body = SessionsResponse), (status = 400, body = ErrorBody)))]
-/// The user's sessions.
+    responses((status = 200, body = SeedSessions), (status = 400, body = SeedError)))]
+/// The user's sessions, with their titles.
 pub async fn sessions(
     State(s): State<AppState>,
     caller: Caller,
@@ -67,15 +161,26 @@ pub async fn sessions(
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
     let sessions = s.ask(&caller, &key, ListSessions).await?;
-    Ok(ok(SessionsResponse {
-        sessions: sessions.into_iter().map(Into::into).collect(),
+    let data = sessions
+        .into_iter()
+        .map(|l| SeedSession {
+            message_count: l.session.turn_count.saturating_mul(2),
+            last_activity: rfc3339(l.session.last_turn_at.0),
+            session_id: l.session.session_id,
+            title: l.title,
+        })
+        .collect();
+    Ok(ok(SeedSessions {
+        code: 0,
+        message: SEED_OK.into(),
+        data,
     }))
 }
 
 #[utoipa::path(get, path = "/chat/sessions/{session_id}/memory", tag = "seed",
     params(("session_id" = String, Path, description = "Session id"), UserLimitQuery),
-    responses((status = 200, body = SessionMemoryResponse), (status = 404, body = ErrorBody)))]
-/// A session's newest turns (default 50, at most 500).
+    responses((status = 200, body = SeedSessionMemory), (status = 404, body = SeedError)))]
+/// The messages of a session's newest turns (default 50 turns, at most 500), oldest first.
 pub async fn session_memory(
     State(s): State<AppState>,
     caller: Caller,
@@ -84,13 +189,45 @@ pub async fn session_memory(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    session_memory_of(&s, &caller, &key, session, q.limit).await
+    let (memory, sensitive) = session_memory_of(&s, &caller, &key, session, q.limit).await?;
+    let mut rows = Vec::with_capacity(memory.turns.len() * 2);
+    for turn in memory.turns {
+        let summary = memory
+            .summaries
+            .iter()
+            .find(|(seq, _)| *seq == turn.seq)
+            .map_or_else(
+                || extractive_summary(&turn.user_text, &turn.assistant_text, &turn.entities),
+                |(_, text)| text.clone(),
+            );
+        let created_at = rfc3339(turn.created_at.0);
+        for (role, content) in [("user", turn.user_text), ("assistant", turn.assistant_text)] {
+            if role == "assistant" && content.is_empty() {
+                continue;
+            }
+            rows.push(SeedMessage {
+                role: role.to_owned(),
+                content,
+                summary: summary.clone(),
+                entities: turn.entities.clone(),
+                created_at: created_at.clone(),
+            });
+        }
+    }
+    Ok(sensitive_if(
+        sensitive,
+        ok(SeedSessionMemory {
+            code: 0,
+            message: SEED_OK.into(),
+            data: rows,
+        }),
+    ))
 }
 
 #[utoipa::path(delete, path = "/chat/sessions/{session_id}/memory", tag = "seed",
     params(("session_id" = String, Path, description = "Session id"), UserQuery),
-    responses((status = 200, body = DeletedResponse), (status = 404, body = ErrorBody)))]
-/// Deletes a session's turns; returns the deleted count.
+    responses((status = 200, body = SeedDeleted), (status = 404, body = SeedError)))]
+/// Deletes a session's turns; answers the deleted count.
 pub async fn clear_session(
     State(s): State<AppState>,
     caller: Caller,
@@ -100,7 +237,50 @@ pub async fn clear_session(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    clear_session_of(&s, &caller, &key, &headers, session).await
+    let data = clear_session_of(&s, &caller, &key, &headers, session).await?;
+    Ok(ok(SeedDeleted {
+        code: 0,
+        message: SEED_OK.into(),
+        data,
+    }))
+}
+
+/// Middleware: an error answered on a seed chat path ([`SEED_CHAT_PREFIX`]) is rewritten into
+/// the seed's envelope ([`SeedError`]), whichever layer produced it (authentication, the body
+/// limit, load shedding, the handler); the status and headers stay.
+pub async fn error_envelope(request: Request, next: Next) -> Response {
+    let seed = request.uri().path().starts_with(SEED_CHAT_PREFIX);
+    let response = next.run(request).await;
+    if !seed || response.status().is_success() {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // Error bodies are small JSON objects; a longer or unreadable one keeps only its status.
+    let bytes = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let (error, message) = match serde_json::from_slice::<ErrorBody>(&bytes) {
+        Ok(e) => (e.code, e.message),
+        Err(_) => (
+            "error".to_owned(),
+            String::from_utf8_lossy(&bytes).trim().to_owned(),
+        ),
+    };
+    let body = SeedError {
+        code: parts.status.as_u16(),
+        error,
+        message,
+        data: None,
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(
+        parts,
+        Body::from(serde_json::to_vec(&body).unwrap_or_default()),
+    )
 }
 
 /// `POST /write`: either a message to distil (the seed's `{user_id, message}`: the rules run

@@ -44,6 +44,7 @@ pub fn table() -> Vec<Route> {
         Route::new(routes!(v1::session_memory), Gateway, "session.read"),
         Route::new(routes!(v1::clear_session), Gateway, "session.clear"),
         Route::new(routes!(v1::conflicts), Gateway, "conflict.list"),
+        Route::new(routes!(v1::resolve_conflict), Gateway, "conflict.resolve"),
         Route::new(routes!(v1::forget), Admin, "user.forget"),
         Route::new(routes!(admin::match_anchor), Gateway, "anchor.match"),
         Route::new(routes!(seed::sessions), Gateway, "session.list"),
@@ -274,6 +275,7 @@ pub fn router(table: Vec<Route>, state: AppState, limits: Limits) -> Router {
             state.clone(),
             super::middleware::metrics::track,
         ))
+        .layer(middleware::from_fn(seed::error_envelope))
         .with_state(state)
 }
 

@@ -113,7 +113,12 @@ pub(super) async fn app_with(
     )
 }
 
-async fn send(app: &Router, method: Method, uri: &str, body: Option<Body>) -> (StatusCode, Value) {
+pub(super) async fn send(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    body: Option<Body>,
+) -> (StatusCode, Value) {
     send_as(app, GATEWAY_KEY, method, uri, body).await
 }
 
@@ -147,7 +152,7 @@ pub(super) async fn send_as(
     )
 }
 
-async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
+pub(super) async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
     send(app, Method::POST, uri, Some(Body::from(body.to_string()))).await
 }
 
@@ -239,7 +244,7 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
     )
     .await;
     let (_, sessions) = send(&app, Method::GET, "/chat/sessions?user_id=bob", None).await;
-    assert_eq!(sessions["sessions"][0]["session_id"], "s9");
+    assert_eq!(sessions["data"][0]["session_id"], "s9");
     let (status, memory) = send(
         &app,
         Method::GET,
@@ -248,7 +253,7 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
     )
     .await;
     assert_eq!(
-        (status, memory["turns"].as_array().unwrap().len()),
+        (status, memory["data"].as_array().unwrap().len()),
         (StatusCode::OK, 1)
     );
     let (status, _) = send(
@@ -267,7 +272,7 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
     )
     .await;
     assert_eq!(
-        (status, deleted["deleted"].as_u64()),
+        (status, deleted["data"]["deleted"].as_u64()),
         (StatusCode::OK, Some(1))
     );
     let (status, _) = send(

@@ -19,7 +19,8 @@ mod records;
 
 pub use records::{
     ConflictsResponse, DeletedResponse, ForgetResponse, MemoriesResponse, MemoryBody,
-    MemoryResponse, MemoryView, SessionMemoryResponse, SessionsResponse, StatusBody, TurnView, ts,
+    MemoryResponse, MemoryView, ResolveBody, ResolveResponse, SessionMemoryResponse,
+    SessionsResponse, StatusBody, TurnView, parse_resolution, ts,
 };
 
 /// Parses a route name, naming the accepted ones when it is unknown.

@@ -1,6 +1,8 @@
 //! Wire types of memory records, sessions, turns, conflicts and forgetting.
 
-use engram_actors::user::api::{ClearAck, ForgetAck, MemoryAck};
+use engram_actors::user::api::{
+    ClearAck, ConflictChoice, ForgetAck, MemoryAck, ResolveAck, SessionListing,
+};
 use engram_storage::model::{MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, Timestamp, Turn};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -175,6 +177,10 @@ pub struct SessionView {
     pub last_turn_at: i64,
     /// Turns written.
     pub turn_count: u32,
+    /// In lists: the session's first user message (at most 50 characters, personal data
+    /// masked); absent once retention removed that turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
 }
 
 impl From<SessionRow> for SessionView {
@@ -184,6 +190,16 @@ impl From<SessionRow> for SessionView {
             opened_at: s.opened_at.0,
             last_turn_at: s.last_turn_at.0,
             turn_count: s.turn_count,
+            title: None,
+        }
+    }
+}
+
+impl From<SessionListing> for SessionView {
+    fn from(listed: SessionListing) -> Self {
+        SessionView {
+            title: listed.title,
+            ..listed.session.into()
         }
     }
 }
@@ -303,6 +319,69 @@ impl From<ReviewFlag> for ConflictView {
 pub struct ConflictsResponse {
     /// The flags.
     pub conflicts: Vec<ConflictView>,
+}
+
+/// The settlement of a flagged contradiction.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveBody {
+    /// Idempotency key.
+    pub request_id: String,
+    /// `keep_old` (the memory held back stays suppressed), `keep_new` (it becomes active and
+    /// the one it contradicts is suppressed) or `keep_both` (both active).
+    pub resolution: String,
+}
+
+/// What settling a contradiction did.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ResolveResponse {
+    /// The flag, now removed.
+    pub flag_id: String,
+    /// The resolution applied.
+    pub resolution: String,
+    /// The two memories as stored now, the one held back first (one deleted since is left out).
+    pub memories: Vec<MemoryView>,
+    /// True when this replays an earlier request.
+    pub replayed: bool,
+}
+
+/// Parses a resolution, naming the accepted ones when it is unknown.
+pub fn parse_resolution(name: &str) -> Result<ConflictChoice, engram_actors::Error> {
+    RESOLUTIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, c)| *c)
+        .ok_or_else(|| {
+            engram_actors::Error::invalid(
+                "resolution",
+                "unknown resolution; expected one of keep_old, keep_new, keep_both",
+            )
+        })
+}
+
+/// The name of a resolution.
+pub fn resolution_name(choice: ConflictChoice) -> &'static str {
+    RESOLUTIONS
+        .iter()
+        .find(|(_, c)| *c == choice)
+        .map_or("", |(n, _)| n)
+}
+
+const RESOLUTIONS: [(&str, ConflictChoice); 3] = [
+    ("keep_old", ConflictChoice::KeepOld),
+    ("keep_new", ConflictChoice::KeepNew),
+    ("keep_both", ConflictChoice::KeepBoth),
+];
+
+impl From<ResolveAck> for ResolveResponse {
+    fn from(a: ResolveAck) -> Self {
+        ResolveResponse {
+            flag_id: a.flag_id,
+            resolution: resolution_name(a.choice).to_owned(),
+            memories: a.memories.into_iter().map(Into::into).collect(),
+            replayed: a.replayed,
+        }
+    }
 }
 
 /// Milliseconds to a storage timestamp.

@@ -1,0 +1,287 @@
+//! In-process tests of the seed-compatible chat answers (the seed's envelope, titles, rows of
+//! messages) and of settling contradictions flagged for review, over the real actors and an
+//! SQLite file.
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use super::security_tests::trail_of;
+use super::tests::{app, post, send, send_as};
+
+fn turn(rid: &str, session: &str, user: &str, assistant: &str) -> Value {
+    json!({"request_id": rid, "session_id": session, "user_text": user, "assistant_text": assistant})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_chat_endpoints_answer_in_the_seed_envelope_with_titles_and_message_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir).await;
+    let first = "What was the GMV of East China last month? Call me on 13812345678 when done";
+    for (rid, user, assistant) in [
+        ("c1", first, "GMV was 1.2 million yuan in dw_orders."),
+        ("c2", "And by week?", "Weekly GMV is in the table below."),
+    ] {
+        let (status, body) = post(
+            &app,
+            "/v1/users/carol/turns",
+            turn(rid, "s1", user, assistant),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
+    let (status, listed) = send(&app, Method::GET, "/chat/sessions?user_id=carol", None).await;
+    assert_eq!(
+        (status, &listed["code"]),
+        (StatusCode::OK, &json!(0)),
+        "{listed}"
+    );
+    let session = &listed["data"][0];
+    assert_eq!(session["session_id"], "s1");
+    assert_eq!(session["message_count"], 4, "two messages a turn");
+    let title = session["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("What was the GMV of East China"),
+        "{title}"
+    );
+    assert!(
+        title.chars().count() <= 50 && title.ends_with('…'),
+        "{title}"
+    );
+    assert!(
+        session["last_activity"].as_str().unwrap().ends_with('Z'),
+        "{session}"
+    );
+    let (_, v1) = send(&app, Method::GET, "/v1/users/carol/sessions", None).await;
+    assert_eq!(
+        v1["sessions"][0]["title"].as_str(),
+        Some(title),
+        "the same title in /v1"
+    );
+
+    let (status, memory) = send(
+        &app,
+        Method::GET,
+        "/chat/sessions/s1/memory?user_id=carol",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &memory["code"]),
+        (StatusCode::OK, &json!(0)),
+        "{memory}"
+    );
+    let rows = memory["data"].as_array().unwrap();
+    let roles: Vec<&str> = rows.iter().map(|r| r["role"].as_str().unwrap()).collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "user", "assistant"],
+        "ascending"
+    );
+    assert_eq!(rows[3]["content"], "Weekly GMV is in the table below.");
+    assert!(
+        !rows[0]["content"].as_str().unwrap().contains("13812345678"),
+        "masked"
+    );
+    for row in rows {
+        assert!(!row["summary"].as_str().unwrap().is_empty(), "{row}");
+        assert!(
+            row["entities"].is_array() && row["created_at"].is_string(),
+            "{row}"
+        );
+    }
+
+    // Errors, whichever layer answers them, in the same envelope with their status.
+    let (status, missing) = send(
+        &app,
+        Method::GET,
+        "/chat/sessions/nope/memory?user_id=carol",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        (&missing["code"], &missing["error"], &missing["data"]),
+        (&json!(404), &json!("not_found"), &Value::Null),
+        "{missing}"
+    );
+    let (status, bad) = send(&app, Method::GET, "/chat/sessions?user=carol", None).await;
+    assert_eq!(
+        (status, &bad["code"]),
+        (StatusCode::BAD_REQUEST, &json!(400)),
+        "{bad}"
+    );
+    assert!(
+        bad["message"].as_str().unwrap().contains("user_id"),
+        "{bad}"
+    );
+    let (status, anonymous) = send_as(
+        &app,
+        "not-a-key",
+        Method::GET,
+        "/chat/sessions?user_id=carol",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &anonymous["code"]),
+        (StatusCode::UNAUTHORIZED, &json!(401)),
+        "{anonymous}"
+    );
+    let (status, v1_error) = send(
+        &app,
+        Method::GET,
+        "/v1/users/carol/sessions/nope/memory",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &v1_error["code"]),
+        (StatusCode::NOT_FOUND, &json!("not_found")),
+        "/v1 keeps its errors"
+    );
+
+    let (status, deleted) = send(
+        &app,
+        Method::DELETE,
+        "/chat/sessions/s1/memory?user_id=carol",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &deleted["code"], &deleted["data"]["deleted"]),
+        (StatusCode::OK, &json!(0), &json!(2)),
+        "{deleted}"
+    );
+}
+
+/// Three turns choosing bar charts after an explicit "I prefer line charts": the inferred
+/// preference contradicts the stated one and is flagged. Returns the flag.
+async fn flagged_contradiction(app: &axum::Router, user: &str) -> Value {
+    let uri = format!("/v1/users/{user}/turns");
+    let (status, _) = post(
+        app,
+        &uri,
+        json!({"request_id": "pref", "user_text": "I prefer line charts"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    for i in 0..3 {
+        let body = json!({"request_id": format!("bar{i}"), "user_text": "show sales", "choices": [{"topic": "chart_type", "value": "bar"}]});
+        let (status, _) = post(app, &uri, body).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (_, flags) = send(
+        app,
+        Method::GET,
+        &format!("/v1/users/{user}/conflicts"),
+        None,
+    )
+    .await;
+    let flags = flags["conflicts"].as_array().unwrap().clone();
+    assert_eq!(flags.len(), 1, "{flags:?}");
+    flags[0].clone()
+}
+
+async fn status_of(app: &axum::Router, user: &str, memory_id: &str) -> String {
+    let (_, memories) = send(
+        app,
+        Method::GET,
+        &format!("/v1/users/{user}/memories"),
+        None,
+    )
+    .await;
+    let found = memories["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["memory_id"] == memory_id);
+    found.map_or("gone".into(), |m| m["status"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flagged_contradiction_is_settled_by_keeping_old_new_or_both_once_and_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir).await;
+    for (user, resolution, new_status, old_status) in [
+        ("keep-old", "keep_old", "suppressed", "active"),
+        ("keep-new", "keep_new", "active", "suppressed"),
+        ("keep-both", "keep_both", "active", "active"),
+    ] {
+        let flag = flagged_contradiction(&app, user).await;
+        let (new, old) = (
+            flag["memory_id"].as_str().unwrap(),
+            flag["conflicts_with"].as_str().unwrap(),
+        );
+        assert_eq!(
+            status_of(&app, user, new).await,
+            "suppressed",
+            "held back until settled"
+        );
+        let uri = format!(
+            "/v1/users/{user}/conflicts/{}/resolve",
+            flag["flag_id"].as_str().unwrap()
+        );
+        let body = json!({"request_id": "settle", "resolution": resolution});
+        let (status, settled) = post(&app, &uri, body.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{settled}");
+        assert_eq!(
+            (&settled["resolution"], &settled["replayed"]),
+            (&json!(resolution), &json!(false))
+        );
+        assert_eq!(
+            (
+                status_of(&app, user, new).await,
+                status_of(&app, user, old).await
+            ),
+            (new_status.to_owned(), old_status.to_owned()),
+            "{resolution}"
+        );
+        let (_, flags) = send(
+            &app,
+            Method::GET,
+            &format!("/v1/users/{user}/conflicts"),
+            None,
+        )
+        .await;
+        assert_eq!(flags["conflicts"], json!([]), "the flag is gone");
+        let (status, again) = post(&app, &uri, body).await;
+        assert_eq!(
+            (status, &again["replayed"]),
+            (StatusCode::OK, &json!(true)),
+            "a retry replays"
+        );
+        let (status, _) = post(
+            &app,
+            &uri,
+            json!({"request_id": "settle-2", "resolution": resolution}),
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::NOT_FOUND,
+            "a settled flag cannot be settled again"
+        );
+        let trail = trail_of(&app, user).await;
+        assert!(
+            trail
+                .iter()
+                .any(|(action, outcome, _)| action == "conflict.resolve" && *outcome == 200),
+            "{trail:?}"
+        );
+    }
+    let (status, bad) = post(
+        &app,
+        "/v1/users/keep-old/conflicts/m1/resolve",
+        json!({"request_id": "x", "resolution": "keep_all"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap()
+            .contains("keep_old, keep_new, keep_both"),
+        "{bad}"
+    );
+}

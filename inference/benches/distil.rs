@@ -13,7 +13,8 @@
 //!
 //! `ENGRAM_BENCH_ALONE` (default 20) is how many messages are timed one at a time;
 //! `ENGRAM_BENCH_RULES_ONLY=1` skips the model; `ENGRAM_BENCH_ANSWERS=<file>` saves the
-//! model's answers there (or reuses them when the file exists).
+//! model's answers there (or reuses them when the file exists); `ENGRAM_BENCH_MODEL=<file>`
+//! runs another GGUF file under the model directory (default: the node's default model).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -251,7 +252,13 @@ async fn run_model(
     set: &[Labelled],
     generation: &dyn Fn(&str) -> Generation,
 ) -> Result<(Vec<Option<Distilled>>, Speed)> {
+    let model = std::env::var_os("ENGRAM_BENCH_MODEL").map_or_else(
+        || GenerationConfig::default().model,
+        std::path::PathBuf::from,
+    );
+    println!("model: {}", model.display());
     let pool = GenerationPool::start(GenerationConfig {
+        model,
         max_batch: 8,
         queue_capacity: 1024,
         tenant_share_percent: 100,

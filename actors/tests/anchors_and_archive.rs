@@ -80,6 +80,7 @@ fn turn(request_id: &str, session: &str, user_text: &str) -> TurnRequest {
         success: true,
         trace_id: None,
         choices: Vec::new(),
+        clarification: None,
     }
 }
 

@@ -85,6 +85,7 @@ async fn append_for(
         success: true,
         trace_id: None,
         choices: Vec::new(),
+        clarification: None,
     };
     node.directory.ask_admin(user, req.clone()).await
 }

@@ -87,6 +87,7 @@ fn turn(request_id: &str) -> TurnRequest {
         success: true,
         trace_id: None,
         choices: Vec::new(),
+        clarification: None,
     }
 }
 

@@ -124,6 +124,7 @@ impl Bench {
                 success: true,
                 trace_id: None,
                 choices: Vec::new(),
+                clarification: None,
             };
             let ack = self
                 .directory

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::policy::Route;
 use crate::model::retrieve::SearchMode;
+use crate::user::api::Clarification;
 
 fn reader() -> Reader {
     Reader {
@@ -28,6 +29,10 @@ fn requests() -> Vec<UserRequest> {
             success: true,
             trace_id: None,
             choices: vec![("chart".into(), "line".into())],
+            clarification: Some(Clarification {
+                question: "GMV with or without refunds?".into(),
+                answer: "without refunds".into(),
+            }),
         }
         .into(),
         ContextQuery {

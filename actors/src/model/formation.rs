@@ -7,6 +7,8 @@
 //! - A dislike with a corrected SQL and a comment becomes a correction candidate with
 //!   confidence 0.8 (as the seed forms it; contexts serve candidates, see [`super::context`]).
 //! - The same choice made three times becomes a profile candidate (counted by the actor).
+//! - A clarification the user accepted (the assistant's question and the chosen answer)
+//!   becomes an active episodic memory: the user confirmed it.
 
 use std::sync::LazyLock;
 
@@ -225,6 +227,30 @@ pub fn profile(p: &Preference, trigger: Trigger) -> NewMemory {
             MemoryStatus::Candidate
         },
         confidence: if explicit { 0.8 } else { 0.6 },
+        salience: 0.6,
+        namespace: DEFAULT_NAMESPACE.into(),
+        scope: DEFAULT_SCOPE.into(),
+    }
+}
+
+/// The episodic memory an accepted clarification forms: active (the user chose the answer),
+/// confidence 0.7, indexed by its own text (not its turn's).
+pub fn from_clarification(question: &str, answer: &str, turn: &Turn) -> NewMemory {
+    NewMemory {
+        kind: MemoryKind::Episodic,
+        summary_text: truncate_chars(
+            &format!("clarified: {} → {}", question.trim(), answer.trim()),
+            200,
+        ),
+        payload: json!({
+            "question": question,
+            "answer": answer,
+            "session": turn.session_id,
+            "turn": turn.seq,
+        }),
+        trigger: Trigger::Clarification,
+        status: MemoryStatus::Active,
+        confidence: 0.7,
         salience: 0.6,
         namespace: DEFAULT_NAMESPACE.into(),
         scope: DEFAULT_SCOPE.into(),

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
+use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Trigger};
 use engram_storage::vector::VectorError;
 
 use super::context::is_live;
@@ -102,7 +102,9 @@ impl Default for MemoryIndex {
 
 fn turn_of(record: &MemoryRecord) -> Option<(String, u64)> {
     match (&record.session_id, record.turn_id) {
-        (Some(session), Some(turn)) if record.kind == MemoryKind::Episodic => {
+        (Some(session), Some(turn))
+            if record.kind == MemoryKind::Episodic && record.trigger != Trigger::Clarification =>
+        {
             Some((session.clone(), turn))
         }
         (Some(_) | None, Some(_) | None) => None,

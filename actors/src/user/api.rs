@@ -29,6 +29,19 @@ pub struct TurnRequest {
     pub trace_id: Option<String>,
     /// Choices the user made in this turn (`topic`, `value`), counted towards preferences.
     pub choices: Vec<(String, String)>,
+    /// A clarification the user accepted in this turn: the assistant's clarifying question
+    /// and the answer the user chose (forms an episodic memory).
+    #[serde(default)]
+    pub clarification: Option<Clarification>,
+}
+
+/// A clarifying question the assistant asked and the answer the user accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Clarification {
+    /// The assistant's question ("GMV with or without refunds?").
+    pub question: String,
+    /// The answer the user accepted ("without refunds").
+    pub answer: String,
 }
 
 /// A memory formed or touched by a write.

@@ -23,7 +23,8 @@ pub use super::prepare::{Prepared, topic_phrase};
 use crate::error::Error;
 use crate::model::conflict::{Resolution, resolve};
 use crate::model::formation::{
-    Feedback, NewMemory, Preference, from_feedback, from_turn, normalise_preference, profile,
+    Feedback, NewMemory, Preference, from_clarification, from_feedback, from_turn,
+    normalise_preference, profile,
 };
 use crate::model::pii;
 use crate::model::policy::{
@@ -124,7 +125,11 @@ pub fn append_turn(
     let origin = Origin::of_turn(&turn);
     let mut changes = Vec::new();
     let mut changed = Vec::new();
-    for new in from_turn(&turn, true) {
+    let clarified = req
+        .clarification
+        .as_ref()
+        .map(|c| from_clarification(&c.question, &c.answer, &turn));
+    for new in from_turn(&turn, true).into_iter().chain(clarified) {
         let (change, records) = apply(u, scope, &origin, new)?;
         changes.push(change);
         changed.extend(records);
@@ -575,8 +580,13 @@ fn apply(
         }
     };
     u.put_record(&record)?;
+    // A turn's episodic memory is indexed by the turn's text; everything else by its own.
     let text = match &origin.text {
-        Some(turn) if record.kind == MemoryKind::Episodic => turn.as_str(),
+        Some(turn)
+            if record.kind == MemoryKind::Episodic && record.trigger == Trigger::SuccessfulTurn =>
+        {
+            turn.as_str()
+        }
         Some(_) | None => record.summary_text.as_str(),
     };
     scope

@@ -15,7 +15,7 @@ use super::ops::choice_preference;
 use crate::embed::{Fallback, QueryVector};
 use crate::error::Result;
 use crate::model::conflict::record_topic;
-use crate::model::formation::{from_turn, profile};
+use crate::model::formation::{from_clarification, from_turn, profile};
 use crate::model::policy::REPEATED_CHOICE_THRESHOLD;
 
 /// What a write computed before its transaction: embeddings of the texts it may store and of
@@ -201,6 +201,9 @@ impl UserState {
                     ));
                 }
             }
+        }
+        if let Some(c) = &req.clarification {
+            formed.push(from_clarification(&c.question, &c.answer, &provisional));
         }
         for memory in formed {
             texts.push(memory.summary_text.clone());

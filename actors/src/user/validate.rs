@@ -23,6 +23,8 @@ const MAX_PAYLOAD: usize = 16 * 1024;
 const MAX_QUERY: usize = 4_000;
 /// Largest token budget of a context.
 const MAX_BUDGET: usize = 32_000;
+/// Longest clarifying question or accepted answer, in characters.
+pub const MAX_CLARIFICATION_TEXT: usize = 500;
 /// Most choices in one turn.
 const MAX_CHOICES: usize = 16;
 
@@ -106,6 +108,20 @@ pub(super) fn turn(req: &TurnRequest) -> Result<()> {
     for (topic, value) in &req.choices {
         check_text("choices.topic", topic, 64, false)?;
         check_text("choices.value", value, 200, true)?;
+    }
+    if let Some(c) = &req.clarification {
+        check_text(
+            "clarification.question",
+            &c.question,
+            MAX_CLARIFICATION_TEXT,
+            true,
+        )?;
+        check_text(
+            "clarification.answer",
+            &c.answer,
+            MAX_CLARIFICATION_TEXT,
+            true,
+        )?;
     }
     Ok(())
 }

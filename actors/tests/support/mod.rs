@@ -172,6 +172,7 @@ pub async fn turn_of(node: &Node, key: &UserKey, id: &str, session: &str, text: 
         success: true,
         trace_id: None,
         choices: Vec::new(),
+        clarification: None,
     };
     let ack = node.directory.ask_admin(key, req.clone()).await.unwrap();
     assert!(ack.written);

@@ -285,3 +285,66 @@ async fn a_flagged_contradiction_is_settled_by_keeping_old_new_or_both_once_and_
         "{bad}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accepted_clarification_in_a_turn_forms_an_episodic_memory_served_in_contexts() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir).await;
+    let mut body = turn(
+        "q1",
+        "s1",
+        "GMV last month?",
+        "Without refunds: 1.1 million yuan.",
+    );
+    body["clarification"] =
+        json!({"question": "GMV with or without refunds?", "answer": "without refunds"});
+    let (status, ack) = post(&app, "/v1/users/dana/turns", body).await;
+    assert_eq!(status, StatusCode::OK, "{ack}");
+    let (_, memories) = send(
+        &app,
+        Method::GET,
+        "/v1/users/dana/memories?kind=episodic",
+        None,
+    )
+    .await;
+    let clarified: Vec<&Value> = memories["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["trigger"] == "Clarification")
+        .collect();
+    assert_eq!(clarified.len(), 1, "{memories}");
+    assert_eq!(
+        (&clarified[0]["status"], &clarified[0]["text"]),
+        (
+            &json!("active"),
+            &json!("clarified: GMV with or without refunds? → without refunds")
+        )
+    );
+    // The turn is still in the window, so its own episodic memory is left out; the
+    // clarification is knowledge of its own and is shown.
+    let (_, ctx) = post(
+        &app,
+        "/v1/users/dana/context",
+        json!({"session_id": "s1", "query": "GMV refunds", "route": "deep_analysis_workflow"}),
+    )
+    .await;
+    assert!(
+        ctx["text"]
+            .as_str()
+            .unwrap()
+            .contains("clarified: GMV with or without refunds?"),
+        "{ctx}"
+    );
+    let mut empty = turn("q2", "s1", "and now?", "");
+    empty["clarification"] = json!({"question": "", "answer": "x"});
+    let (status, bad) = post(&app, "/v1/users/dana/turns", empty).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap()
+            .contains("clarification.question"),
+        "{bad}"
+    );
+}

@@ -100,7 +100,7 @@ static ROUTES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
     routes
 });
 
-const FIELDS: [&str; 17] = [
+const FIELDS: [&str; 18] = [
     "request_id",
     "session_id",
     "user_text",
@@ -118,6 +118,7 @@ const FIELDS: [&str; 17] = [
     "mode",
     "user_id",
     "resolution",
+    "clarification",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {

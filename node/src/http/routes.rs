@@ -7,9 +7,9 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use engram_actors::placement::UserKey;
 use engram_actors::user::api::{
-    ClearSession, ContextQuery, FeedbackRequest, Forget, ListFlags, ListMemories, ListSessions,
-    MemoryWrite, ResolveConflict, SearchQuery, SessionMemory, SessionQuery, StatusChange,
-    TurnRequest,
+    Clarification, ClearSession, ContextQuery, FeedbackRequest, Forget, ListFlags, ListMemories,
+    ListSessions, MemoryWrite, ResolveConflict, SearchQuery, SessionMemory, SessionQuery,
+    StatusChange, TurnRequest,
 };
 use engram_storage::model::PiiLevel;
 use serde::Deserialize;
@@ -60,6 +60,10 @@ pub async fn append_turn(
             .into_iter()
             .map(|c| (c.topic, c.value))
             .collect(),
+        clarification: body.clarification.map(|c| Clarification {
+            question: c.question,
+            answer: c.answer,
+        }),
     };
     let ack = s.ask(&caller, &key, req).await?;
     Ok(ok(TurnResponse::from(ack)))

@@ -108,6 +108,18 @@ pub struct TurnBody {
     /// Choices the user made.
     #[serde(default)]
     pub choices: Vec<ChoiceBody>,
+    /// A clarification the user accepted in this turn (forms an active episodic memory).
+    pub clarification: Option<ClarificationBody>,
+}
+
+/// A clarifying question the assistant asked and the answer the user accepted.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClarificationBody {
+    /// The assistant's question (at most 500 characters).
+    pub question: String,
+    /// The answer the user accepted (at most 500 characters).
+    pub answer: String,
 }
 
 fn yes() -> bool {

@@ -125,3 +125,25 @@ fn a_dislike_with_sql_and_comment_forms_a_correction_candidate_with_confidence_0
     );
     assert!(from_feedback(&Feedback { liked: true, ..fb }, None).is_empty());
 }
+
+#[test]
+fn an_accepted_clarification_forms_an_active_episodic_memory_of_question_and_answer() {
+    let formed = from_clarification(
+        "GMV with or without refunds?",
+        "without refunds",
+        &turn("GMV last month"),
+    );
+    assert_eq!(
+        (formed.kind, formed.status, formed.trigger),
+        (
+            MemoryKind::Episodic,
+            MemoryStatus::Active,
+            Trigger::Clarification
+        )
+    );
+    assert_eq!(
+        formed.summary_text,
+        "clarified: GMV with or without refunds? → without refunds"
+    );
+    assert_eq!(formed.payload["answer"], "without refunds");
+}

@@ -9,6 +9,7 @@
 //! one, are computed before the write's transaction starts). An actor idle
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
+mod access;
 pub mod api;
 mod distil;
 pub mod intents;
@@ -132,6 +133,8 @@ pub struct UserState {
     has_data: bool,
     /// The records this actor adds to the node's gauge of cached records.
     counted_records: usize,
+    /// Memories served whose `last_accessed_at` is not written yet.
+    accessed: access::Accessed,
 }
 
 /// Acknowledgements that can be replayed for a retried request id.
@@ -192,6 +195,7 @@ impl Actor for UserActor {
             ticker: Some(ticker),
             has_data,
             counted_records: 0,
+            accessed: access::Accessed::default(),
         };
         state.count_records();
         Ok(state)
@@ -233,6 +237,11 @@ impl Actor for UserActor {
                 let _ = reply.send(result);
                 state.count_records();
                 if forgotten {
+                    state.accessed.clear();
+                } else if state.accessed.len() >= access::FLUSH_AT {
+                    state.flush_access().await;
+                }
+                if forgotten {
                     // Nothing of the user may stay cached: leave the directory and stop.
                     state.leave(&myself, "forgotten");
                 } else if !state.has_data {
@@ -242,6 +251,7 @@ impl Actor for UserActor {
                 }
             }
             UserMsg::Sweep(what, reply) => {
+                state.flush_access().await;
                 let result = state.sweep(what).await;
                 let _ = reply.send(result);
             }
@@ -249,6 +259,7 @@ impl Actor for UserActor {
                 // Chosen as the least recently used when the node was full; a request that
                 // came in since keeps it.
                 if state.args.directory.evictable(&state.args.key) {
+                    state.flush_access().await;
                     state
                         .args
                         .services
@@ -266,6 +277,7 @@ impl Actor for UserActor {
             }
             UserMsg::Embedded(vectors) => state.attach(vectors),
             UserMsg::Tick => {
+                state.flush_access().await;
                 if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
                     state
                         .args

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_actors::Error;
-use engram_actors::clock::{ManualClock, SharedClock};
+use engram_actors::clock::{Clock, ManualClock, SharedClock};
 use engram_actors::directory::Directory;
 use engram_actors::jobs::{self, Job};
 use engram_actors::model::entities::EntityExtractor;
@@ -18,6 +18,7 @@ use engram_actors::user::api::{
     ContextQuery, FeedbackRequest, Forget, ListMemories, MemoryWrite, StatusChange, SweepScope,
     TurnRequest,
 };
+use engram_storage::data::UserData;
 use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Keyspace, RangeOptions, Store};
@@ -415,11 +416,18 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
             .recent_turns
             .is_empty()
     );
-    node.clock.advance(31 * DAY_MS);
+    node.clock.advance(20 * DAY_MS);
     assert_eq!(
         expiry().await.unwrap().users,
         0,
-        "no memory is due at 31 days"
+        "no memory is due at 21 days"
+    );
+    node.clock.advance(11 * DAY_MS);
+    let report = expiry().await.unwrap();
+    assert_eq!(
+        (report.users, report.expired),
+        (1, 1),
+        "the turn's episodic candidate faded away at 25 days (salience 0.5, 0.02 a day)"
     );
     let kept = retention().await.unwrap();
     assert_eq!(
@@ -427,20 +435,13 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
         (1, 1),
         "the raw turn is past 30 days"
     );
-    node.clock.advance(60 * DAY_MS);
-    let report = expiry().await.unwrap();
-    assert_eq!(
-        (report.users, report.expired),
-        (1, 1),
-        "the episodic memory expired at 90 days"
-    );
     node.clock.advance(8 * DAY_MS);
     assert_eq!(
         expiry().await.unwrap().purged,
         1,
         "and was purged a week later"
     );
-    node.clock.advance(150 * DAY_MS);
+    node.clock.advance(210 * DAY_MS);
     let report = node
         .directory
         .call(&key, |r| UserMsg::Sweep(SweepScope::ALL, r))
@@ -458,6 +459,59 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
         .unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].status, MemoryStatus::Expired);
+}
+
+/// When alice's stored profile memories were last served, as storage has them.
+async fn stored_access_times(node: &Node) -> Vec<Option<Timestamp>> {
+    let ks = Keyspace::new("engram");
+    let records = node
+        .store
+        .run(move |txn| UserData::new(txn, &ks, "acme", "alice").records(MemoryKind::Profile))
+        .await
+        .unwrap();
+    records.into_iter().map(|r| r.last_accessed_at).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn served_memories_get_last_accessed_at_in_one_batched_write_not_one_per_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&dir, Settings::default());
+    let key = alice();
+    append(&node, &key, turn("r1", "s1", "I prefer line charts"))
+        .await
+        .unwrap();
+    node.clock.advance(1_000);
+    let served_at = node.clock.now();
+    for _ in 0..3 {
+        let ctx = context(&node, &key, "s2", "line charts").await;
+        assert_eq!(ctx.profile.len(), 1, "the preference is served");
+    }
+    assert_eq!(
+        stored_access_times(&node).await,
+        [None],
+        "reads wrote nothing"
+    );
+    // The actor writes what it noted at its next tick, sweep, passivation or eviction.
+    node.directory
+        .call(&key, |r| UserMsg::Sweep(SweepScope::ALL, r))
+        .await
+        .unwrap();
+    assert_eq!(stored_access_times(&node).await, [Some(served_at)]);
+    let listed = node
+        .directory
+        .ask_admin(
+            &key,
+            ListMemories {
+                kind: Some(MemoryKind::Profile),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        listed[0].last_accessed_at,
+        Some(served_at),
+        "and in the cache"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,7 @@ use engram_storage::vector::VectorError;
 
 use super::context::is_live;
 use super::entities::EntityExtractor;
+use super::policy::kind_policy;
 use super::retrieve::{DocFeatures, Query, Retriever, RetrieverParams, SearchMode};
 
 /// Tuning of a [`MemoryIndex`].
@@ -136,6 +137,13 @@ impl MemoryIndex {
     /// A cached record.
     pub fn get(&self, memory_id: &str) -> Option<&MemoryRecord> {
         self.records.get(memory_id)
+    }
+
+    /// Sets a cached record's `last_accessed_at` (no ranking input changes).
+    pub fn mark_accessed(&mut self, memory_id: &str, at: Timestamp) {
+        if let Some(record) = self.records.get_mut(memory_id) {
+            record.last_accessed_at = Some(at);
+        }
     }
 
     /// Every cached record, by memory id.
@@ -352,6 +360,7 @@ impl MemoryIndex {
         let features = DocFeatures {
             seen_at: record.last_seen_at,
             salience: record.salience,
+            decay_per_day: kind_policy(record.kind).decay_per_day,
         };
         self.retriever
             .index(extractor, id.to_owned(), &text, vector.as_deref(), features)

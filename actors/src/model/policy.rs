@@ -1,7 +1,7 @@
 //! The fixed policies of the memory model (DESIGN.md section 1): TTLs and salience decay per
 //! layer, the per-route slot budgets of the context, and the working-memory limits.
 
-use engram_storage::model::{MemoryKind, Timestamp};
+use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
 
 /// One day in milliseconds.
 pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -55,6 +55,25 @@ pub fn expires_at(kind: MemoryKind, seen: Timestamp) -> Option<Timestamp> {
     kind_policy(kind).ttl_ms.map(|ttl| seen.plus_millis(ttl))
 }
 
+/// When a memory last seen at `seen` expires: its layer's TTL from then; a candidate (never
+/// confirmed) also expires once its salience has decayed to zero, if that comes first. An
+/// active memory fades in ranking ([`decayed_salience`]) but lives its whole TTL.
+pub fn expiry(
+    kind: MemoryKind,
+    status: MemoryStatus,
+    salience: f32,
+    seen: Timestamp,
+) -> Option<Timestamp> {
+    let ttl = expires_at(kind, seen);
+    let per_day = kind_policy(kind).decay_per_day;
+    if status != MemoryStatus::Candidate || per_day <= 0.0 {
+        return ttl;
+    }
+    let days = f64::from(salience.max(0.0)) / f64::from(per_day);
+    let faded = seen.plus_millis((days * DAY_MS as f64).ceil() as i64);
+    Some(ttl.map_or(faded, |ttl| ttl.min(faded)))
+}
+
 /// Salience after linear decay from `last_seen` to `now`, never below zero.
 pub fn decayed_salience(
     kind: MemoryKind,
@@ -62,8 +81,16 @@ pub fn decayed_salience(
     last_seen: Timestamp,
     now: Timestamp,
 ) -> f32 {
-    let days = (now.0 - last_seen.0).max(0) as f32 / DAY_MS as f32;
-    (salience - kind_policy(kind).decay_per_day * days).max(0.0)
+    decay(
+        salience,
+        kind_policy(kind).decay_per_day,
+        now.0 - last_seen.0,
+    )
+}
+
+/// `salience` after `per_day` of linear decay for `age_ms`, never below zero.
+pub fn decay(salience: f32, per_day: f32, age_ms: i64) -> f32 {
+    (salience - per_day * age_ms.max(0) as f32 / DAY_MS as f32).max(0.0)
 }
 
 /// The routes a gateway may name, each with its slot budget.
@@ -177,5 +204,38 @@ mod tests {
             }
         );
         assert_eq!(Route::DeepAnalysisWorkflow.budget().episodic, 8);
+    }
+
+    #[test]
+    fn a_candidate_expires_once_its_salience_decayed_away_and_an_active_one_at_its_ttl() {
+        let t0 = Timestamp(1_000);
+        // Within a second of `t0` + `days` (salience and decay are f32).
+        let about = |at: Option<Timestamp>, days: i64| {
+            let want = t0.plus_millis(days * DAY_MS).0;
+            at.is_some_and(|at| (at.0 - want).abs() < 1_000)
+        };
+        // Episodic: 0.5 / 0.02 a day = 25 days, before the 90-day TTL.
+        assert!(about(
+            expiry(MemoryKind::Episodic, MemoryStatus::Candidate, 0.5, t0),
+            25
+        ));
+        assert!(about(
+            expiry(MemoryKind::Episodic, MemoryStatus::Active, 0.5, t0),
+            90
+        ));
+        // Profile: 0.6 / 0.005 = 120 days, before the 365-day TTL; a salient candidate
+        // lives its TTL; corrections do not decay.
+        assert!(about(
+            expiry(MemoryKind::Profile, MemoryStatus::Candidate, 0.6, t0),
+            120
+        ));
+        assert!(about(
+            expiry(MemoryKind::Profile, MemoryStatus::Candidate, 1.0, t0),
+            200
+        ));
+        assert!(about(
+            expiry(MemoryKind::Correction, MemoryStatus::Candidate, 0.8, t0),
+            180
+        ));
     }
 }

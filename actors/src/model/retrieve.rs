@@ -27,7 +27,7 @@ use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
 
 use self::bm25::Bm25Index;
 use super::entities::EntityExtractor;
-use super::policy::DAY_MS;
+use super::policy::{DAY_MS, decay};
 
 /// Which signals rank the documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -107,8 +107,11 @@ impl Default for RetrieverParams {
 pub struct DocFeatures {
     /// When the document was last seen (written or confirmed).
     pub seen_at: Timestamp,
-    /// Its salience, already decayed by the caller, 0 to 1.
+    /// Its salience when last seen, 0 to 1.
     pub salience: f32,
+    /// Salience it loses a day after `seen_at` (its layer's decay): the prior ranks by the
+    /// salience left at the query's time.
+    pub decay_per_day: f32,
 }
 
 impl Default for DocFeatures {
@@ -116,6 +119,7 @@ impl Default for DocFeatures {
         DocFeatures {
             seen_at: Timestamp(0),
             salience: 0.5,
+            decay_per_day: 0.0,
         }
     }
 }
@@ -411,9 +415,10 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
         let half_life_ms = (p.recency_half_life_days * DAY_MS as f32).max(1.0);
         let prior = |slot: usize| {
             let f = &self.docs[slot].features;
-            let age = (now.0 - f.seen_at.0).max(0) as f32;
-            p.recency_weight * 0.5f32.powf(age / half_life_ms)
-                + p.salience_weight * f.salience.clamp(0.0, 1.0)
+            let age_ms = now.0 - f.seen_at.0;
+            let salience = decay(f.salience, f.decay_per_day, age_ms);
+            p.recency_weight * 0.5f32.powf(age_ms.max(0) as f32 / half_life_ms)
+                + p.salience_weight * salience.clamp(0.0, 1.0)
         };
         let mut fused: HashMap<usize, f32> = HashMap::with_capacity(dense.len() + lexical.len());
         match p.fusion {

@@ -29,7 +29,7 @@ use crate::model::formation::{
 use crate::model::pii;
 use crate::model::policy::{
     ASSISTANT_TEXT_CAP, DAY_MS, REPEATED_CHOICE_THRESHOLD, SESSION_IDLE_MS, SESSION_MAX_TURNS,
-    expires_at,
+    expiry,
 };
 use crate::model::text::truncate_chars;
 
@@ -274,7 +274,7 @@ pub fn write_memory(
         record.valid_from = req.valid_from.or(record.valid_from);
         record.valid_to = req.valid_to;
         record.last_seen_at = scope.now;
-        record.expires_at = expires_at(record.kind, scope.now);
+        record.expires_at = expiry(record.kind, record.status, record.salience, scope.now);
         classify(&mut record);
         u.put_record(&record)?;
         // The same text keeps its vector (with the pipeline, it is not embedded again).
@@ -383,7 +383,7 @@ pub(super) fn apply_status(
         MemoryStatus::Suppressed => record.valid_to = Some(now),
         MemoryStatus::Active => {
             record.last_seen_at = now;
-            record.expires_at = expires_at(record.kind, now);
+            record.expires_at = expiry(record.kind, MemoryStatus::Active, record.salience, now);
         }
         MemoryStatus::Candidate | MemoryStatus::Expired => {}
     }
@@ -508,7 +508,7 @@ fn apply(
         if record.status == MemoryStatus::Candidate && record.confidence >= 0.7 {
             record.status = MemoryStatus::Active;
         }
-        record.expires_at = expires_at(record.kind, scope.now);
+        record.expires_at = expiry(record.kind, record.status, record.salience, scope.now);
         u.put_record(&record)?;
         let change = MemoryChange {
             memory_id: record.memory_id.clone(),
@@ -544,7 +544,7 @@ fn apply(
         created_at: scope.now,
         last_seen_at: scope.now,
         last_accessed_at: None,
-        expires_at: expires_at(new.kind, scope.now),
+        expires_at: expiry(new.kind, new.status, new.salience, scope.now),
         valid_from: Some(origin.valid.0.unwrap_or(scope.now)),
         valid_to: origin.valid.1,
     };

@@ -17,7 +17,7 @@ use super::api::{
 };
 use super::ops::{self, Prepared};
 use super::validate::check_id;
-use super::{UserState, intents, redact};
+use super::{UserState, access, intents, redact};
 use crate::breaker::{Counter, Counts, Verdict};
 use crate::error::{Error, Result};
 use crate::front::{Reader, UserReply, UserRequest};
@@ -35,9 +35,17 @@ impl UserState {
         Ok(match request {
             UserRequest::Turn(req) => UserReply::Turn(self.turn(req).await?),
             UserRequest::Feedback(req) => UserReply::Feedback(self.feedback(req).await?),
-            UserRequest::Context(query) => UserReply::Context(self.context(reader, query).await?),
+            UserRequest::Context(query) => {
+                let ctx = self.context(reader, query).await?;
+                let now = self.args.services.clock.now();
+                self.accessed.note(access::shown_in(&ctx), now);
+                UserReply::Context(ctx)
+            }
             UserRequest::Search(query) => {
                 let mut result = self.search(query).await?;
+                let now = self.args.services.clock.now();
+                self.accessed
+                    .note(result.hits.iter().map(|h| h.memory.memory_id.as_str()), now);
                 let sensitive = result
                     .hits
                     .iter()

@@ -190,6 +190,7 @@ fn filters_apply_before_ranking() {
         let features = DocFeatures {
             seen_at: Timestamp(i as i64 * 1000),
             salience: 0.5,
+            ..DocFeatures::default()
         };
         r.index(
             &EXTRACTOR,
@@ -225,6 +226,7 @@ fn recency_and_salience_break_ties_in_hybrid_search() {
         DocFeatures {
             seen_at: Timestamp(0),
             salience: 0.5,
+            ..DocFeatures::default()
         },
     )
     .unwrap();
@@ -236,6 +238,7 @@ fn recency_and_salience_break_ties_in_hybrid_search() {
         DocFeatures {
             seen_at: Timestamp(60 * day),
             salience: 0.5,
+            ..DocFeatures::default()
         },
     )
     .unwrap();
@@ -247,6 +250,7 @@ fn recency_and_salience_break_ties_in_hybrid_search() {
         DocFeatures {
             seen_at: Timestamp(0),
             salience: 1.0,
+            ..DocFeatures::default()
         },
     )
     .unwrap();
@@ -300,4 +304,30 @@ fn stemming_conflates_common_english_forms() {
     assert_eq!(s("running"), s("run"));
     assert_eq!(s("stories"), s("story"));
     assert_eq!(s("华东地区"), "华东地区");
+}
+
+#[test]
+fn the_salience_prior_ranks_by_the_salience_left_at_the_querys_time() {
+    let mut r = Retriever::new(RetrieverParams::default());
+    let day = DAY_MS;
+    // Same words, same time seen: only salience tells them apart.
+    for (id, salience, decay_per_day) in [("fading", 0.6, 0.02), ("steady", 0.5, 0.0)] {
+        let features = DocFeatures {
+            seen_at: Timestamp(0),
+            salience,
+            decay_per_day,
+        };
+        r.index(&EXTRACTOR, id, "prefers line charts", None, features)
+            .unwrap();
+    }
+    let first_at = |now: i64| {
+        let query = Query::new("line charts", 2, SearchMode::Hybrid).now(Timestamp(now));
+        r.search(&EXTRACTOR, &query).unwrap()[0].0.to_owned()
+    };
+    assert_eq!(first_at(0), "fading", "0.6 against 0.5 when both are fresh");
+    assert_eq!(
+        first_at(30 * day),
+        "steady",
+        "0.6 - 30 x 0.02 = 0 against 0.5"
+    );
 }

@@ -54,7 +54,7 @@ use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitiv
 use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::{MemoryIndex, MemoryQuery};
 use crate::model::pii;
-use crate::model::policy::{ASSISTANT_TEXT_CAP, SESSION_IDLE_MS};
+use crate::model::policy::ASSISTANT_TEXT_CAP;
 use crate::model::retrieve::SearchMode;
 use crate::model::text::truncate_chars;
 use crate::placement::UserKey;
@@ -469,24 +469,20 @@ impl UserState {
             .clone()
             .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
         let now = self.args.services.clock.now();
-        let (turns, summaries, key_intents) = self
+        let retention_ms = self.args.services.settings.retention_ms;
+        let (working, summaries, key_intents) = self
             .read(move |u| {
-                let (turns, summaries) = match u.session(&session)? {
-                    Some(row) if now.0 - row.last_turn_at.0 <= SESSION_IDLE_MS => {
-                        let turns = u.turns_from(&session, row.window_start_seq)?;
-                        // Stored summaries exist only for windows longer than the raw part.
-                        let summaries = if turns.len() > crate::model::policy::RAW_TURNS {
-                            u.summaries(&session)?
-                        } else {
-                            Vec::new()
-                        };
-                        (turns, summaries)
-                    }
-                    Some(_) | None => (Vec::new(), Vec::new()),
+                let working = summaries::working(u, &session, now, retention_ms)?;
+                // Stored summaries exist only for turns shown as summaries.
+                let summaries = if working.raw_from > 0 {
+                    u.summaries(&session)?
+                } else {
+                    Vec::new()
                 };
-                Ok((turns, summaries, intents::key_intents(u, now)?))
+                Ok((working, summaries, intents::key_intents(u, now)?))
             })
             .await?;
+        let turns = working.turns;
         let summaries: Vec<(u64, String)> = summaries
             .into_iter()
             .map(|(seq, s)| (seq, s.text))
@@ -504,6 +500,7 @@ impl UserState {
             withhold_sensitive: false,
             intents: &key_intents,
             summaries: &summaries,
+            raw_from: Some(working.raw_from),
         };
         let extractor = &self.args.services.extractor;
         let ranked = |request: &ContextRequest<'_>| {

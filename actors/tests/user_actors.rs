@@ -461,6 +461,49 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
     assert_eq!(all[0].status, MemoryStatus::Expired);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earlier_windows_of_a_session_stay_in_the_context_as_summaries_within_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = node(&dir, Settings::default());
+    let key = alice();
+    for i in 0..3 {
+        let text = format!("question {i} about GMV in dw_orders");
+        append(&node, &key, turn(&format!("a{i}"), "s1", &text))
+            .await
+            .unwrap();
+    }
+    let seqs = |ctx: &engram_actors::model::context::MemoryContext| {
+        (
+            ctx.recent_turns.iter().map(|t| t.seq).collect::<Vec<_>>(),
+            ctx.summaries.iter().map(|s| s.seq).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(
+        seqs(&context(&node, &key, "s1", "GMV").await),
+        (vec![0, 1, 2], vec![])
+    );
+    // Idle for a day: the window closed, and its turns are summaries now, not gone.
+    node.clock.advance(DAY_MS + 1);
+    assert_eq!(
+        seqs(&context(&node, &key, "s1", "GMV").await),
+        (vec![], vec![0, 1, 2])
+    );
+    // The next turn opens a new window: it is raw, the earlier window summarised.
+    append(&node, &key, turn("b0", "s1", "and by week?"))
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs(&context(&node, &key, "s1", "GMV").await),
+        (vec![3], vec![0, 1, 2])
+    );
+    // Past the retention period (30 days) a turn leaves the working memory.
+    node.clock.advance(29 * DAY_MS + 1);
+    assert_eq!(
+        seqs(&context(&node, &key, "s1", "GMV").await),
+        (vec![], vec![3])
+    );
+}
+
 /// When alice's stored profile memories were last served, as storage has them.
 async fn stored_access_times(node: &Node) -> Vec<Option<Timestamp>> {
     let ks = Keyspace::new("engram");

@@ -49,6 +49,9 @@ pub struct ContextRequest<'a> {
     pub intents: &'a [Intent],
     /// The model's stored summaries of the session's turns, by sequence number.
     pub summaries: &'a [(u64, String)],
+    /// Where the raw turns start among the turns (earlier ones are summarised); `None`: the
+    /// last [`RAW_TURNS`].
+    pub raw_from: Option<usize>,
 }
 
 /// The text standing in for a withheld high-PII item.
@@ -156,7 +159,10 @@ pub fn assemble(
     extractor: &EntityExtractor,
 ) -> Result<MemoryContext, VectorError> {
     let withheld = |level: PiiLevel| request.withhold_sensitive && level == PiiLevel::High;
-    let split = turns.len().saturating_sub(RAW_TURNS);
+    let split = request
+        .raw_from
+        .unwrap_or_else(|| turns.len().saturating_sub(RAW_TURNS))
+        .min(turns.len());
     let (older, recent) = turns.split_at(split);
     let summaries: Vec<ContextSummary> = older
         .iter()

@@ -261,11 +261,12 @@ async fn due_summaries(
 ) -> crate::error::Result<(Vec<summaries::DueTurn>, bool)> {
     let services = directory.services();
     let (ks, key, session) = (services.keyspace.clone(), key.clone(), session.to_owned());
+    let (now, retention_ms) = (services.clock.now(), services.settings.retention_ms);
     Ok(services
         .store
         .read(move |txn| {
             let mut u = engram_storage::data::UserData::new(txn, &ks, &key.tenant, &key.user);
-            summaries::due(&mut u, &session)
+            summaries::due(&mut u, &session, now, retention_ms)
         })
         .await?)
 }

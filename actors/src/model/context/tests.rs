@@ -85,6 +85,7 @@ fn request(budget: usize) -> ContextRequest<'static> {
         withhold_sensitive: false,
         intents: &[],
         summaries: &[],
+        raw_from: None,
     }
 }
 

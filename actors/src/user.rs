@@ -54,7 +54,7 @@ use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitiv
 use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::{MemoryIndex, MemoryQuery};
 use crate::model::pii;
-use crate::model::policy::ASSISTANT_TEXT_CAP;
+use crate::model::policy::{ASSISTANT_TEXT_CAP, Route};
 use crate::model::retrieve::SearchMode;
 use crate::model::text::truncate_chars;
 use crate::placement::UserKey;
@@ -470,7 +470,8 @@ impl UserState {
             .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
         let now = self.args.services.clock.now();
         let retention_ms = self.args.services.settings.retention_ms;
-        let (working, summaries, key_intents) = self
+        let nl2sql = query.route == Route::Nl2sqlQuery;
+        let (working, summaries, key_intents, tables) = self
             .read(move |u| {
                 let working = summaries::working(u, &session, now, retention_ms)?;
                 // Stored summaries exist only for turns shown as summaries.
@@ -479,7 +480,12 @@ impl UserState {
                 } else {
                     Vec::new()
                 };
-                Ok((working, summaries, intents::key_intents(u, now)?))
+                let tables = if nl2sql {
+                    u.tenant_schema(now)?
+                } else {
+                    Vec::new()
+                };
+                Ok((working, summaries, intents::key_intents(u, now)?, tables))
             })
             .await?;
         let turns = working.turns;
@@ -501,6 +507,7 @@ impl UserState {
             intents: &key_intents,
             summaries: &summaries,
             raw_from: Some(working.raw_from),
+            tables: &tables,
         };
         let extractor = &self.args.services.extractor;
         let ranked = |request: &ContextRequest<'_>| {

@@ -16,6 +16,7 @@ mod error;
 mod fidelity_tests;
 #[cfg(test)]
 mod fuzz;
+mod metadata;
 pub mod middleware;
 mod openapi;
 mod operations;

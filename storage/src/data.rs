@@ -230,6 +230,11 @@ impl<'t> UserData<'t> {
         Ok(true)
     }
 
+    /// The user's tenant's cached schema metadata live at `now` ([`crate::schema`]).
+    pub fn tenant_schema(&mut self, now: Timestamp) -> Result<Vec<crate::schema::SchemaEntry>> {
+        crate::schema::live(self.txn, self.keyspace, self.tenant, now)
+    }
+
     /// The oldest turn still stored of a session (its first, unless retention removed it).
     pub fn first_turn(&mut self, session: &str) -> Result<Option<Turn>> {
         let range = self.keys.turns(session);

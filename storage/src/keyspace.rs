@@ -310,6 +310,16 @@ impl Keyspace {
         KeyRange::of(&self.root.subspace(&("key",)))
     }
 
+    /// A tenant's cached schema metadata entry (a table's, by name).
+    pub fn schema_entry(&self, tenant: &str, name: &str) -> Vec<u8> {
+        self.root.pack(&("schema", tenant, name))
+    }
+
+    /// Every cached schema metadata entry of `tenant`.
+    pub fn schema_entries(&self, tenant: &str) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("schema", tenant)))
+    }
+
     /// An audit entry of `tenant`, ordered by time.
     pub fn audit(&self, tenant: &str, at: Timestamp, entry_id: &str) -> Vec<u8> {
         self.root.pack(&("audit", tenant, at.0, entry_id))

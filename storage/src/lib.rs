@@ -29,6 +29,7 @@ pub mod fdb;
 pub mod keyspace;
 pub mod kv;
 pub mod model;
+pub mod schema;
 pub mod sqlite;
 mod store;
 pub mod vector;

@@ -12,6 +12,7 @@
 use engram_storage::model::{
     Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
 };
+use engram_storage::schema::SchemaEntry;
 use engram_storage::vector::VectorError;
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +21,7 @@ use super::index::{MemoryIndex, MemoryQuery};
 use super::pii;
 use super::policy::{RAW_TURNS, Route};
 use super::retrieve::SearchMode;
-use super::text::{count_tokens, extractive_summary};
+use super::text::{count_tokens, extractive_summary, truncate_chars};
 
 /// Corrections a context shows at most, newest first: of the route's most relevant ones
 /// (its correction budget), the newest.
@@ -52,6 +53,9 @@ pub struct ContextRequest<'a> {
     /// Where the raw turns start among the turns (earlier ones are summarised); `None`: the
     /// last [`RAW_TURNS`].
     pub raw_from: Option<usize>,
+    /// The tenant's cached schema metadata (shown in nl2sql contexts for the tables
+    /// mentioned).
+    pub tables: &'a [SchemaEntry],
 }
 
 /// The text standing in for a withheld high-PII item.
@@ -147,7 +151,23 @@ pub struct MemoryContext {
     /// Why a query was ranked without its vector (by words and priors), if it was.
     #[serde(default)]
     pub fallback: Option<crate::embed::Fallback>,
+    /// nl2sql contexts: the tenant's cached metadata of the tables the query or the session
+    /// mentions.
+    #[serde(default)]
+    pub tables: Vec<ContextTable>,
 }
+
+/// A table's cached metadata in a context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextTable {
+    /// The table.
+    pub name: String,
+    /// Its metadata as the gateway cached it (JSON), at most [`TABLE_METADATA_CHARS`].
+    pub metadata: String,
+}
+
+/// Characters of a table's cached metadata a context shows at most.
+pub const TABLE_METADATA_CHARS: usize = 600;
 
 /// Assembles the context of a session. `turns` are the session's current window, oldest
 /// first; `index` holds the user's memory records of every kind (filtered here by status,
@@ -261,6 +281,24 @@ pub fn assemble(
         }
     }
 
+    let tables = if request.route == Route::Nl2sqlQuery {
+        let query = request.query.unwrap_or("").to_lowercase();
+        request
+            .tables
+            .iter()
+            .filter(|t| {
+                let name = t.name.to_lowercase();
+                query.contains(&name) || entities.iter().any(|e| e.to_lowercase() == name)
+            })
+            .map(|t| ContextTable {
+                name: t.name.clone(),
+                metadata: truncate_chars(&t.content, TABLE_METADATA_CHARS),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+
     let intents = request
         .intents
         .iter()
@@ -288,17 +326,21 @@ pub fn assemble(
         sensitive: false,
         query_embedded: request.query_vector.is_some(),
         fallback: None,
+        tables,
     };
     let mut dropped_summaries = 0;
     ctx.text = render(&ctx, &[]);
-    // Over budget: the oldest summaries go first, then the lowest-ranked memories (episodic,
-    // then profile), then the oldest intents, then corrections, then the oldest raw turns.
+    // Over budget: the oldest summaries go first, then the lowest-ranked episodic memories,
+    // then tables' metadata, then profile memories, then the oldest intents, then
+    // corrections, then the oldest raw turns.
     while count_tokens(&ctx.text) > request.token_budget {
         if !ctx.summaries.is_empty() {
             ctx.summaries.remove(0);
             dropped_summaries += 1;
         } else if ctx.episodic.pop().is_some() {
             ctx.dropped.push("an episodic memory".to_owned());
+        } else if ctx.tables.pop().is_some() {
+            ctx.dropped.push("a table's metadata".to_owned());
         } else if ctx.profile.pop().is_some() {
             ctx.dropped.push("a profile memory".to_owned());
         } else if ctx.intents.pop().is_some() {
@@ -437,6 +479,13 @@ fn render(ctx: &MemoryContext, notes: &[String]) -> String {
                 format!("{}: {}{priority}", i.intent_type, i.target)
             }
         }),
+    );
+    section(
+        "Table metadata (cached)",
+        &mut ctx
+            .tables
+            .iter()
+            .map(|t| format!("{}: {}", t.name, t.metadata)),
     );
     section(
         "Past interactions",

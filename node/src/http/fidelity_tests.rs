@@ -348,3 +348,67 @@ async fn an_accepted_clarification_in_a_turn_forms_an_episodic_memory_served_in_
         "{bad}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_table_metadata_is_served_in_nl2sql_contexts_until_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir).await;
+    let metadata = json!({"content": {"columns": {"gmv": "decimal, refunds included", "region": "text"}}, "ttl_seconds": 3600});
+    let (status, stored) = send(
+        &app,
+        Method::PUT,
+        "/v1/metadata/dw_orders",
+        Some(axum::body::Body::from(metadata.to_string())),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{stored}");
+    let ttl = stored["expires_at"].as_i64().unwrap() - stored["stored_at"].as_i64().unwrap();
+    assert_eq!(ttl, 3_600_000);
+    let (_, listed) = send(&app, Method::GET, "/v1/metadata", None).await;
+    assert_eq!(listed["entries"][0]["name"], "dw_orders");
+    post(
+        &app,
+        "/v1/users/erin/turns",
+        turn("m1", "s1", "hello", "hi"),
+    )
+    .await;
+    let ask = json!({"session_id": "s1", "query": "GMV by region from dw_orders", "route": "nl2sql_query"});
+    let (_, ctx) = post(&app, "/v1/users/erin/context", ask.clone()).await;
+    assert_eq!(ctx["tables"][0]["name"], "dw_orders", "{ctx}");
+    assert!(
+        ctx["text"].as_str().unwrap().contains("refunds included"),
+        "{ctx}"
+    );
+    let (_, other) = post(
+        &app,
+        "/v1/users/erin/context",
+        json!({"session_id": "s1", "query": "GMV by region", "route": "nl2sql_query"}),
+    )
+    .await;
+    assert_eq!(
+        other["tables"],
+        json!([]),
+        "a table not mentioned is not shown"
+    );
+
+    for (body, field) in [
+        (json!({"content": {}, "ttl_seconds": 0}), "ttl_seconds"),
+        (json!({"content": "x".repeat(20_000)}), "content"),
+    ] {
+        let (status, bad) = send(
+            &app,
+            Method::PUT,
+            "/v1/metadata/dw_orders",
+            Some(axum::body::Body::from(body.to_string())),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(bad["message"].as_str().unwrap().contains(field), "{bad}");
+    }
+    let (status, _) = send(&app, Method::DELETE, "/v1/metadata/dw_orders", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, ctx) = post(&app, "/v1/users/erin/context", ask).await;
+    assert_eq!(ctx["tables"], json!([]), "deleted");
+    let (status, _) = send(&app, Method::DELETE, "/v1/metadata/dw_orders", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

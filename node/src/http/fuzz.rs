@@ -93,6 +93,7 @@ static ROUTES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
                 .replace("{memory_id}", "{q}")
                 .replace("{session_id}", "{q}")
                 .replace("{flag_id}", "{q}")
+                .replace("{name}", "{q}")
                 .replace("{key_id}", "{q}");
             routes.push((method.as_str().to_owned(), uri));
         }
@@ -100,7 +101,7 @@ static ROUTES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
     routes
 });
 
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 20] = [
     "request_id",
     "session_id",
     "user_text",
@@ -119,6 +120,8 @@ const FIELDS: [&str; 18] = [
     "user_id",
     "resolution",
     "clarification",
+    "content",
+    "ttl_seconds",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {

@@ -22,7 +22,7 @@ use utoipa::openapi::{RefOr, schema::Schema};
 use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
-use super::{ApiError, AppState, Limits, admin, openapi, operations, routes as v1, seed};
+use super::{ApiError, AppState, Limits, admin, metadata, openapi, operations, routes as v1, seed};
 use crate::auth::Access::{self, Admin, Gateway, Operator, Public};
 
 /// The path of the OpenAPI document, served beside the table's routes (public, not audited,
@@ -47,6 +47,9 @@ pub fn table() -> Vec<Route> {
         Route::new(routes!(v1::resolve_conflict), Gateway, "conflict.resolve"),
         Route::new(routes!(v1::forget), Admin, "user.forget"),
         Route::new(routes!(admin::match_anchor), Gateway, "anchor.match"),
+        Route::new(routes!(metadata::put), Gateway, "metadata.write"),
+        Route::new(routes!(metadata::list), Gateway, "metadata.list"),
+        Route::new(routes!(metadata::remove), Gateway, "metadata.delete"),
         Route::new(routes!(seed::sessions), Gateway, "session.list"),
         Route::new(routes!(seed::session_memory), Gateway, "session.read"),
         Route::new(routes!(seed::clear_session), Gateway, "session.clear"),

@@ -474,6 +474,19 @@ pub struct ContextResponse {
     /// embed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+    /// nl2sql contexts: the tenant's cached metadata (`PUT /v1/metadata/{name}`) of the tables
+    /// the query or the session mentions.
+    #[serde(default)]
+    pub tables: Vec<ContextTableView>,
+}
+
+/// A table's cached metadata in a context.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ContextTableView {
+    /// The table.
+    pub name: String,
+    /// Its metadata as cached (JSON text, at most 600 characters).
+    pub metadata: String,
 }
 
 fn memory_views(m: Vec<ContextMemory>) -> Vec<ContextMemoryView> {
@@ -530,6 +543,14 @@ impl From<MemoryContext> for ContextResponse {
             text: c.text,
             query_embedded: c.query_embedded,
             fallback: c.fallback.map(|f| f.as_str().to_owned()),
+            tables: c
+                .tables
+                .into_iter()
+                .map(|t| ContextTableView {
+                    name: t.name,
+                    metadata: t.metadata,
+                })
+                .collect(),
         }
     }
 }

@@ -86,6 +86,7 @@ fn request(budget: usize) -> ContextRequest<'static> {
         intents: &[],
         summaries: &[],
         raw_from: None,
+        tables: &[],
     }
 }
 
@@ -373,4 +374,48 @@ fn the_correction_slot_shows_at_most_three_corrections_newest_first() {
     let at = |needle: &str| ctx.text.find(needle).unwrap();
     assert!(at("rule 5") < at("rule 4") && at("rule 4") < at("rule 3"));
     assert!(!ctx.text.contains("rule 2"), "{}", ctx.text);
+}
+
+#[test]
+fn nl2sql_contexts_show_the_cached_metadata_of_the_tables_mentioned_only() {
+    let entry = |name: &str| engram_storage::schema::SchemaEntry {
+        name: name.into(),
+        content: format!("{{\"table\":\"{name}\",\"columns\":[\"gmv\",\"region\"]}}"),
+        stored_at: Timestamp(0),
+        expires_at: Timestamp(i64::MAX),
+    };
+    let tables = [entry("dw_orders"), entry("dim_customer")];
+    // The turns mention dw_orders; nothing mentions dim_customer.
+    let ctx = assemble(
+        &ContextRequest {
+            tables: &tables,
+            ..request(5_000)
+        },
+        &turns(2),
+        &MemoryIndex::default(),
+        &EXTRACTOR,
+    )
+    .unwrap();
+    let names: Vec<&str> = ctx.tables.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["dw_orders"]);
+    assert!(
+        ctx.text.contains("dw_orders: {\"table\":\"dw_orders\""),
+        "{}",
+        ctx.text
+    );
+    let kpi = assemble(
+        &ContextRequest {
+            tables: &tables,
+            route: Route::KpiLookup,
+            ..request(5_000)
+        },
+        &turns(2),
+        &MemoryIndex::default(),
+        &EXTRACTOR,
+    )
+    .unwrap();
+    assert!(
+        kpi.tables.is_empty(),
+        "only nl2sql contexts show table metadata"
+    );
 }

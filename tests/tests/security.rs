@@ -74,8 +74,13 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
                 "status": "active"}),
     )
     .await;
+    // B's cached table metadata.
+    let schema = json!({"content": {"columns": "SCHEMA-B-7731"}});
+    let (code, text) = status(&b, Method::PUT, "/v1/metadata/b_table", Some(&schema)).await;
+    assert_eq!(code, 200, "{text}");
     // B's state in full, as B sees it (the memory list is B's first sensitive read).
     let before = b.must_get("/v1/users/bob/memories").await;
+    let metadata_before = b.must_get("/v1/metadata").await;
     let turns_before = b.must_session_turns("bob", "b-session").await;
     let recall_before = b.must_get("/recall?user_id=bob&intent_type=vault").await;
     let keys_before = b_adm.must_get("/v1/admin/keys").await;
@@ -85,7 +90,13 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         .to_owned();
     // What only B's data holds (A may use the same user, session and memory ids for its
     // own data: those are names, not B's data).
-    let b_markers = [secret, "QX93ZK", &b_gateway_id, &b_admin_id];
+    let b_markers = [
+        secret,
+        "QX93ZK",
+        "SCHEMA-B-7731",
+        &b_gateway_id,
+        &b_admin_id,
+    ];
 
     let turn_body = turn("a-1", "b-session", "hello", "hi");
     let memory_body =
@@ -138,6 +149,18 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
             None,
         ),
         (Method::GET, "/v1/users/bob/conflicts".into(), None),
+        (
+            Method::POST,
+            "/v1/users/bob/conflicts/m00000000/resolve".into(),
+            Some(json!({"request_id": "a-r", "resolution": "keep_new"})),
+        ),
+        (Method::GET, "/v1/metadata".into(), None),
+        (
+            Method::PUT,
+            "/v1/metadata/b_table".into(),
+            Some(json!({"content": {"columns": "a"}})),
+        ),
+        (Method::DELETE, "/v1/metadata/b_table".into(), None),
         (Method::GET, "/chat/sessions?user_id=bob".into(), None),
         (
             Method::GET,
@@ -314,6 +337,7 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         recall_before
     );
     assert_eq!(b_adm.must_get("/v1/admin/keys").await, keys_before);
+    assert_eq!(b.must_get("/v1/metadata").await, metadata_before);
     for _ in 0..3 {
         b.must_get("/v1/users/bob/memories").await;
     }

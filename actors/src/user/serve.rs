@@ -43,14 +43,15 @@ impl UserState {
             }
             UserRequest::Search(query) => {
                 let mut result = self.search(query).await?;
-                let now = self.args.services.clock.now();
-                self.accessed
-                    .note(result.hits.iter().map(|h| h.memory.memory_id.as_str()), now);
                 let sensitive = result
                     .hits
                     .iter()
                     .any(|h| h.memory.pii_level == PiiLevel::High);
                 self.guard(reader, sensitive).await?;
+                // Served (not refused by the breaker): their access times follow in a batch.
+                let now = self.args.services.clock.now();
+                self.accessed
+                    .note(result.hits.iter().map(|h| h.memory.memory_id.as_str()), now);
                 result.hits = result
                     .hits
                     .into_iter()

@@ -38,8 +38,8 @@ use tokio::time::Instant;
 
 use self::api::{
     ClearAck, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck,
-    IntentWrite, MemoryAck, MemoryWrite, ResolveAck, ResolveConflict, SearchHit, SearchQuery,
-    SearchResult, SessionMemory, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    IntentWrite, MemoryAck, MemoryWrite, ResolveAck, SearchHit, SearchQuery, SearchResult,
+    StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
 use self::ops::{DEFAULT_SESSION, Prepared, turn_text};
@@ -435,16 +435,7 @@ impl UserState {
         validate::status_change(&req)?;
         let request_id = req.request_id.clone();
         self.write(&request_id, Prepared::default(), None, move |u, scope| {
-            ops::set_status(u, scope, &req)
-        })
-        .await
-    }
-
-    async fn resolve_conflict(&mut self, req: ResolveConflict) -> Result<ResolveAck> {
-        validate::resolve_conflict(&req)?;
-        let request_id = req.request_id.clone();
-        self.write(&request_id, Prepared::default(), None, move |u, scope| {
-            review::resolve_conflict(u, scope, &req)
+            review::set_status(u, scope, &req)
         })
         .await
     }
@@ -556,33 +547,6 @@ impl UserState {
             hits,
             embedded: vector.is_some(),
             fallback,
-        })
-    }
-
-    async fn session_memory(&self, session: String, limit: usize) -> Result<SessionMemory> {
-        check_id("session_id", &session)?;
-        let wanted = session.clone();
-        let found = self
-            .read(move |u| match u.session(&wanted)? {
-                Some(row) => {
-                    let turns = u.last_turns(&wanted, limit)?;
-                    let summaries = u
-                        .summaries(&wanted)?
-                        .into_iter()
-                        .filter(|(seq, _)| turns.iter().any(|t| t.seq == *seq))
-                        .map(|(seq, s)| (seq, s.text))
-                        .collect();
-                    Ok(Some(SessionMemory {
-                        turns,
-                        summaries,
-                        session: row,
-                    }))
-                }
-                None => Ok(None),
-            })
-            .await?;
-        found.ok_or(Error::NotFound {
-            what: format!("session {session}"),
         })
     }
 

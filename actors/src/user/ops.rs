@@ -17,7 +17,7 @@ use serde_json::json;
 
 use super::api::{
     ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
-    MemoryWrite, StatusChange, TurnAck, TurnRequest,
+    MemoryWrite, TurnAck, TurnRequest,
 };
 pub use super::prepare::{Prepared, topic_phrase};
 use crate::error::Error;
@@ -332,62 +332,6 @@ pub fn write_memory(
         },
         records,
     )))
-}
-
-/// Activates, suppresses or deletes a memory. Deleted memories are purged after a grace
-/// period; their embedding goes at once.
-pub fn set_status(
-    u: &mut UserData<'_>,
-    scope: &WriteScope<'_>,
-    req: &StatusChange,
-) -> Outcome<MemoryAck> {
-    let Some(mut record) = find_record(u, &req.memory_id)? else {
-        return Ok(Err(Error::NotFound {
-            what: format!("memory {}", req.memory_id),
-        }));
-    };
-    apply_status(u, &mut record, req.status, scope.now)?;
-    let action = match req.status {
-        MemoryStatus::Active => "activated",
-        MemoryStatus::Suppressed => "suppressed",
-        MemoryStatus::Deleted => "deleted",
-        MemoryStatus::Candidate => "demoted",
-        MemoryStatus::Expired => "expired",
-    };
-    Ok(Ok((
-        MemoryAck {
-            memory: record.clone(),
-            action: action.into(),
-            replayed: false,
-        },
-        vec![record],
-    )))
-}
-
-/// Gives `record` `status` at `now` and stores it: a deleted record is purged after the grace
-/// period (its embedding goes at once), a suppressed one stops holding (`valid_to`), an
-/// activated one is seen now and its TTL starts again.
-pub(super) fn apply_status(
-    u: &mut UserData<'_>,
-    record: &mut MemoryRecord,
-    status: MemoryStatus,
-    now: Timestamp,
-) -> StorageResult<()> {
-    record.status = status;
-    match status {
-        MemoryStatus::Deleted => {
-            record.expires_at = Some(now.plus_millis(PURGE_GRACE_MS));
-            record.valid_to = Some(now);
-            u.remove_embedding(&record.memory_id)?;
-        }
-        MemoryStatus::Suppressed => record.valid_to = Some(now),
-        MemoryStatus::Active => {
-            record.last_seen_at = now;
-            record.expires_at = expiry(record.kind, MemoryStatus::Active, record.salience, now);
-        }
-        MemoryStatus::Candidate | MemoryStatus::Expired => {}
-    }
-    u.put_record(record)
 }
 
 /// Records a new version of an intent written by the gateway

@@ -1,13 +1,73 @@
-//! Review of contradictions the memory model could not resolve on its own
+//! Decisions about a memory's status taken outside the memory model: a status set through
+//! the API, and the review of contradictions the model could not resolve on its own
 //! ([`crate::model::conflict::Resolution::Flag`]): a reviewer keeps the old memory, the new
 //! one, or both, and the flag goes in the same transaction.
 
+use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::MemoryStatus;
+use engram_storage::model::{MemoryRecord, MemoryStatus, Timestamp};
 
-use super::api::{ConflictChoice, ResolveAck, ResolveConflict};
-use super::ops::{Outcome, WriteScope, apply_status, find_record};
-use crate::error::Error;
+use super::api::{ConflictChoice, MemoryAck, ResolveAck, ResolveConflict, StatusChange};
+use super::ops::{Outcome, PURGE_GRACE_MS, Prepared, WriteScope, find_record};
+use super::{UserState, validate};
+use crate::error::{Error, Result};
+use crate::model::policy::expiry;
+
+/// Activates, suppresses or deletes a memory. Deleted memories are purged after a grace
+/// period; their embedding goes at once.
+pub fn set_status(
+    u: &mut UserData<'_>,
+    scope: &WriteScope<'_>,
+    req: &StatusChange,
+) -> Outcome<MemoryAck> {
+    let Some(mut record) = find_record(u, &req.memory_id)? else {
+        return Ok(Err(Error::NotFound {
+            what: format!("memory {}", req.memory_id),
+        }));
+    };
+    apply_status(u, &mut record, req.status, scope.now)?;
+    let action = match req.status {
+        MemoryStatus::Active => "activated",
+        MemoryStatus::Suppressed => "suppressed",
+        MemoryStatus::Deleted => "deleted",
+        MemoryStatus::Candidate => "demoted",
+        MemoryStatus::Expired => "expired",
+    };
+    Ok(Ok((
+        MemoryAck {
+            memory: record.clone(),
+            action: action.into(),
+            replayed: false,
+        },
+        vec![record],
+    )))
+}
+
+/// Gives `record` `status` at `now` and stores it: a deleted record is purged after the grace
+/// period (its embedding goes at once), a suppressed one stops holding (`valid_to`), an
+/// activated one is seen now and its TTL starts again.
+pub(super) fn apply_status(
+    u: &mut UserData<'_>,
+    record: &mut MemoryRecord,
+    status: MemoryStatus,
+    now: Timestamp,
+) -> StorageResult<()> {
+    record.status = status;
+    match status {
+        MemoryStatus::Deleted => {
+            record.expires_at = Some(now.plus_millis(PURGE_GRACE_MS));
+            record.valid_to = Some(now);
+            u.remove_embedding(&record.memory_id)?;
+        }
+        MemoryStatus::Suppressed => record.valid_to = Some(now),
+        MemoryStatus::Active => {
+            record.last_seen_at = now;
+            record.expires_at = expiry(record.kind, MemoryStatus::Active, record.salience, now);
+        }
+        MemoryStatus::Candidate | MemoryStatus::Expired => {}
+    }
+    u.put_record(record)
+}
 
 /// Settles the flag `req` names (404 when there is none): the memory held back (stored
 /// suppressed when it was flagged) becomes active for `keep_new` and `keep_both`, and the
@@ -52,4 +112,15 @@ pub fn resolve_conflict(
         },
         changed,
     )))
+}
+
+impl UserState {
+    pub(super) async fn resolve_conflict(&mut self, req: ResolveConflict) -> Result<ResolveAck> {
+        validate::resolve_conflict(&req)?;
+        let request_id = req.request_id.clone();
+        self.write(&request_id, Prepared::default(), None, move |u, scope| {
+            resolve_conflict(u, scope, &req)
+        })
+        .await
+    }
 }

@@ -328,3 +328,37 @@ impl UserState {
         Ok(intents)
     }
 }
+
+impl UserState {
+    /// A session's newest `limit` turns with their stored summaries.
+    pub(super) async fn session_memory(
+        &self,
+        session: String,
+        limit: usize,
+    ) -> Result<SessionMemory> {
+        check_id("session_id", &session)?;
+        let wanted = session.clone();
+        let found = self
+            .read(move |u| match u.session(&wanted)? {
+                Some(row) => {
+                    let turns = u.last_turns(&wanted, limit)?;
+                    let summaries = u
+                        .summaries(&wanted)?
+                        .into_iter()
+                        .filter(|(seq, _)| turns.iter().any(|t| t.seq == *seq))
+                        .map(|(seq, s)| (seq, s.text))
+                        .collect();
+                    Ok(Some(SessionMemory {
+                        turns,
+                        summaries,
+                        session: row,
+                    }))
+                }
+                None => Ok(None),
+            })
+            .await?;
+        found.ok_or(Error::NotFound {
+            what: format!("session {session}"),
+        })
+    }
+}

@@ -94,12 +94,17 @@ impl Encoder {
     /// One L2-normalised embedding of [`Encoder::dim`] values per text, in order.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S], role: TextRole) -> Result<Vec<Vec<f32>>> {
         let ids = self.tokenize(texts, role)?;
-        Ok(self.embed_ids(&ids)?.0)
+        Ok(self.embed_ids(&ids, None)?.0)
     }
 
     /// Embeds already tokenized texts (any mix of roles), in order, and says how many forward
     /// passes that took. The pool's workers use it to run a whole batch of requests at once.
-    pub(crate) fn embed_ids(&self, ids: &[Vec<u32>]) -> Result<(Vec<Vec<f32>>, usize)> {
+    /// Once `cancel` is set, it stops before the next pass with [`Error::PoolClosed`].
+    pub(crate) fn embed_ids(
+        &self,
+        ids: &[Vec<u32>],
+        cancel: Option<&std::sync::atomic::AtomicBool>,
+    ) -> Result<(Vec<Vec<f32>>, usize)> {
         let dim = self.dim();
         let mut order: Vec<usize> = (0..ids.len()).collect();
         order.sort_by_key(|&i| ids[i].len());
@@ -110,6 +115,9 @@ impl Encoder {
         let mut start = 0;
         let mut passes = 0;
         while start < order.len() {
+            if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire)) {
+                return Err(Error::PoolClosed);
+            }
             // Sorted by length, so a pass is padded to the length of its last text.
             let mut end = start + 1;
             let mut real = ids[order[start]].len();

@@ -14,7 +14,10 @@
 //! Admission: at most `queue-capacity` requests wait, each key at most
 //! `tenant-share-percent` of them; more are refused with [`Error::Overloaded`]. A request
 //! past its deadline is answered [`Error::Expired`], waiting or running. Closing refuses new
-//! requests and answers the waiting ones [`Error::PoolClosed`]; running ones finish.
+//! requests and answers the waiting ones [`Error::PoolClosed`], and the running ones too at
+//! the next step (their callers keep the work pending in storage); the decoding thread then
+//! ends, and [`GenerationPool::join`] waits for it, which a process does before it exits
+//! (libtorch's static destructors must not run under a decoding step).
 //!
 //! Generation is slow on CPU (a few tokens per second per sequence on two cores), so the
 //! node calls it only from the background pipeline, never on a request's path; the thread
@@ -183,6 +186,8 @@ struct Shared {
 pub struct GenerationPool {
     shared: Arc<Shared>,
     model: Arc<str>,
+    /// The decoding thread, until joined.
+    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
 }
 
 impl std::fmt::Debug for GenerationPool {
@@ -238,7 +243,7 @@ impl GenerationPool {
             max_batch: config.max_batch.max(1),
         };
         let idle = config.priority == BackgroundPriority::Idle;
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("engram-generate".into())
             .spawn(move || {
                 if idle {
@@ -254,6 +259,7 @@ impl GenerationPool {
         Ok(GenerationPool {
             shared,
             model: model.into(),
+            thread: Arc::new(Mutex::new(Some(thread))),
         })
     }
 
@@ -326,7 +332,7 @@ impl GenerationPool {
     }
 
     /// Refuses new requests and answers the waiting ones [`Error::PoolClosed`]; the running
-    /// ones finish, then the decoding thread ends.
+    /// ones get it at the next step, then the decoding thread ends.
     pub fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
         let waiting: Vec<Request> = {
@@ -338,6 +344,16 @@ impl GenerationPool {
             let _ = request.reply.send(Err(Error::PoolClosed));
         }
         self.shared.wake.notify_all();
+    }
+
+    /// Closes the pool and waits until its decoding thread has ended (the end of the step it
+    /// is in).
+    pub async fn join(&self) {
+        self.close();
+        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
     }
 }
 

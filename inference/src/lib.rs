@@ -43,5 +43,5 @@ pub use error::{Error, Result};
 pub use generate::{Generation, GenerationConfig, GenerationPool, GenerationStats};
 pub use pool::{
     BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority,
-    leave_idle_class,
+    exit_without_teardown, leave_idle_class,
 };

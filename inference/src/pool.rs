@@ -23,7 +23,10 @@
 //! at its rate limit neither fills the queue for the rest nor makes them wait behind its
 //! backlog. Shutdown closes admission, runs what is queued for a caller who waits, answers the
 //! queued background requests [`Error::PoolClosed`] without running them, and does not wait
-//! for a background batch already running (nobody waits for it; its texts stay pending).
+//! for a background batch already running (nobody waits for it; its texts stay pending): that
+//! batch stops before its next forward pass. [`EmbeddingPool::join`] then waits until every
+//! thread of the pool has ended, which a process does before it exits (libtorch's static
+//! destructors must not run under a forward pass).
 //!
 //! This module does no I/O of its own, and it logs counts, never texts or vectors.
 
@@ -42,7 +45,8 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use self::fair::Shares;
-pub use self::lanes::{BackgroundPriority, leave_idle_class};
+use self::lanes::Threads;
+pub use self::lanes::{BackgroundPriority, exit_without_teardown, leave_idle_class};
 use self::router::{Request, Router, RouterArgs, RouterMsg};
 use self::stats::Metrics;
 pub use self::stats::{BATCH_BUCKETS, PoolStats};
@@ -113,6 +117,7 @@ struct Inner {
     metrics: Arc<Metrics>,
     shares: Arc<Shares>,
     closed: Arc<AtomicBool>,
+    threads: Threads,
     capacity: usize,
     dim: usize,
 }
@@ -138,6 +143,7 @@ impl EmbeddingPool {
             config.tenant_share_percent,
         ));
         let closed = Arc::new(AtomicBool::new(false));
+        let threads = Threads::default();
         let args = RouterArgs {
             encoders,
             background: config.background_priority,
@@ -146,6 +152,7 @@ impl EmbeddingPool {
             metrics: Arc::clone(&metrics),
             shares: Arc::clone(&shares),
             closed: Arc::clone(&closed),
+            threads: threads.clone(),
         };
         let (router, handle) =
             Actor::spawn(None, Router, args)
@@ -168,6 +175,7 @@ impl EmbeddingPool {
                 metrics,
                 shares,
                 closed,
+                threads,
                 capacity: config.queue_capacity,
                 dim,
             }),
@@ -319,5 +327,13 @@ impl EmbeddingPool {
             let _ = handle.await;
         }
         tracing::info!("embedding pool stopped");
+    }
+
+    /// Waits until every thread of the pool has ended: after [`EmbeddingPool::shutdown`], that
+    /// is the end of a background batch's current forward pass. Call it before the process
+    /// exits (bounded by a timeout: a background thread in the idle class may get little CPU
+    /// on a busy machine, see [`leave_idle_class`]).
+    pub async fn join(&self) {
+        self.inner.threads.join().await;
     }
 }

@@ -1,8 +1,9 @@
 //! The generation pool on the pinned Qwen2 GGUF: concurrent requests share decoding steps
 //! (continuous batching) and each gets the answer it gets alone; every answer is valid under
 //! the intent schema; one tenant past its share of the queue is refused while another is
-//! still admitted; a request past its deadline is answered `Expired`. The model must be
-//! installed; this test fails, never skips, without it. One test: the model loads once.
+//! still admitted; a request past its deadline is answered `Expired`; closing answers a
+//! running request `PoolClosed` at the next step and the decoding thread ends. The model must
+//! be installed; this test fails, never skips, without it. One test: the model loads once.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -113,7 +114,31 @@ async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
         .generate("a", generation("hello"), Some(Instant::now()))
         .await;
     assert!(matches!(expired, Err(Error::Expired)), "{expired:?}");
-    pool.close();
+
+    // Closing while a request decodes: it is answered at the next step, not run to its end,
+    // and the decoding thread ends (what a stopping node waits for before it exits).
+    let running = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            pool.generate("a", generation("Book me a haircut on Friday at 3pm"), None)
+                .await
+        }
+    });
+    let tokens_before = pool.stats().tokens;
+    let deadline = Instant::now() + std::time::Duration::from_secs(300);
+    while pool.stats().tokens == tokens_before {
+        assert!(
+            Instant::now() < deadline,
+            "the request never started decoding"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    pool.join().await;
+    let answered = running.await.unwrap();
+    assert!(
+        matches!(answered, Err(Error::PoolClosed)),
+        "a request running at the close is not run to its end: {answered:?}"
+    );
     let closed = pool.generate("a", generation("hello"), None).await;
     assert!(matches!(closed, Err(Error::PoolClosed)), "{closed:?}");
 }

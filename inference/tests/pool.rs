@@ -257,11 +257,17 @@ async fn a_background_batch_still_running_holds_up_neither_an_interactive_reques
     );
     // The shutdown does not wait for it: its caller is told the pool closed (its texts stay
     // pending with whoever queued them).
-    pool.shutdown().await;
+    pool.clone().shutdown().await;
     match background.await? {
         Err(Error::PoolClosed) => {}
         other => bail!("the shutdown waited for the background batch: {other:?}"),
     }
+    // Before the process may exit, the batch stops at its next pass and every thread of the
+    // pool ends (an exit under a forward pass is a segmentation fault in libtorch's
+    // destructors): the join returns once each thread's handle has joined. Out of the idle
+    // class first, as a node does, so a busy machine does not starve that last pass.
+    let _ = engram_inference::leave_idle_class();
+    pool.join().await;
     Ok(())
 }
 

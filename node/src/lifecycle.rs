@@ -46,7 +46,7 @@ use crate::metrics::NodeMetrics;
 /// Runs the node until a shutdown signal, then leaves the cluster cleanly. Each step is one
 /// concern below: secrets, storage, listeners and membership, the memory services, the
 /// leases, the gateway, serving, and the ordered shutdown.
-pub async fn run(config: Config) -> Result<()> {
+pub async fn run(config: Config) -> Result<Stopped> {
     // Before anything else, so that a signal sent during start-up is not fatal.
     let shutdown = Shutdown::install()?;
     // Secrets and certificates next: a bad file stops the node before it touches the store.
@@ -120,29 +120,36 @@ pub async fn run(config: Config) -> Result<()> {
     if let Some(pipeline) = &directory.services().pipeline {
         pipeline.stop();
     }
-    if let Some(distillation) = &directory.services().distillation {
-        // Queued messages stay in storage for the next owner; a running batch finishes.
-        if let Some(lane) = &distillation.pipeline {
-            lane.stop();
-        }
-        if let Some(pool) = &distillation.generator {
-            pool.close();
-        }
+    let generator = directory
+        .services()
+        .distillation
+        .as_ref()
+        .and_then(|distillation| {
+            // Queued messages stay in storage for the next owner; running ones are answered
+            // "closed" at the next step and stay pending too.
+            if let Some(lane) = &distillation.pipeline {
+                lane.stop();
+            }
+            distillation.generator.clone()
+        });
+    if let Some(pool) = &generator {
+        pool.close();
     }
-    if let Some(embedder) = embedder {
+    let grace = config.http.shutdown_grace;
+    if let Some(embedder) = &embedder {
         // The pool waits for interactive batches only (none is left once the gateway has
-        // drained); a background batch still running is left to the exit.
-        let grace = config.http.shutdown_grace;
+        // drained); a background batch still running stops before its next forward pass.
         if tokio::time::timeout(grace, embedder.pool().clone().shutdown())
             .await
             .is_err()
         {
-            warn!(node = %node, ?grace, "embedding pool still running a batch at shutdown; its texts stay pending");
+            warn!(node = %node, ?grace, "embedding pool still running an interactive batch at shutdown");
         }
     }
     crate::store::close(store, config.storage.backend);
     // A background batch may still be running in the idle class: at the CPU share a busy
-    // machine leaves it, the process's exit (the last thread frees the memory) would crawl.
+    // machine leaves it, its last forward pass (and the process's exit: the last thread frees
+    // the memory) would crawl.
     match engram_inference::leave_idle_class() {
         Ok(0) => {}
         Ok(threads) => {
@@ -152,8 +159,36 @@ pub async fn run(config: Config) -> Result<()> {
             warn!(node = %node, error = %err, "background threads stay in the idle class (leaving it needs CAP_SYS_NICE); on a busy machine the exit may take a while")
         }
     }
+    // No inference thread may be inside libtorch when the process exits: `exit` runs
+    // libtorch's static destructors, and a forward pass under them ends in a segmentation
+    // fault. Each thread ends at the end of its current pass or step.
+    let joined = tokio::time::timeout(grace, async {
+        if let Some(embedder) = &embedder {
+            embedder.pool().join().await;
+        }
+        if let Some(pool) = &generator {
+            pool.join().await;
+        }
+    })
+    .await
+    .is_ok();
+    if !joined {
+        warn!(node = %node, ?grace, "inference threads still running at exit; the process ends without libtorch's teardown");
+    }
     info!(node = %node, "node stopped");
-    Ok(())
+    Ok(Stopped {
+        inference_threads_ended: joined,
+    })
+}
+
+/// How a node's run ended.
+#[derive(Debug, Clone, Copy)]
+#[must_use]
+pub struct Stopped {
+    /// Whether every inference thread ended before the timeout. When one did not, the
+    /// process must end without running libtorch's static destructors
+    /// ([`engram_inference::exit_without_teardown`]).
+    pub inference_threads_ended: bool,
 }
 
 /// The secrets and certificates a node needs, read before anything else.

@@ -216,6 +216,11 @@ fn run(path: &Path) -> anyhow::Result<()> {
         .thread_name("engram-node")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(lifecycle::run(config))?;
+    let stopped = runtime.block_on(lifecycle::run(config))?;
+    if !stopped.inference_threads_ended {
+        // Before the runtime is dropped (it would wait for them) and before `exit` runs
+        // libtorch's destructors under them; the store is closed already.
+        engram_inference::exit_without_teardown(0);
+    }
     Ok(())
 }

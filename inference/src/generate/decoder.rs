@@ -156,6 +156,13 @@ impl Decoder {
             return running;
         }
         let counters = &self.shared.counters;
+        if self.shared.closed.load(Ordering::Acquire) {
+            // Closing: nobody is to wait for these; their callers keep the work pending.
+            for seq in running {
+                let _ = seq.request.reply.send(Err(Error::PoolClosed));
+            }
+            return Vec::new();
+        }
         let now = Instant::now();
         let (expired, mut running): (Vec<Sequence>, Vec<Sequence>) = running
             .into_iter()

@@ -6,8 +6,14 @@
 //! The encoder moves to the thread of each batch and back (one batch at a time, so it is never
 //! shared). libtorch's intra-op threads are created by the thread that first runs a parallel
 //! operator and inherit its scheduling class, so each lane has its own, of its own class.
+//!
+//! A lane's thread ends once its lane is dropped and its last job has returned. Every lane of
+//! a pool registers its thread in the pool's [`Threads`], which a stopping pool joins: a
+//! process must not exit while one of these threads is inside libtorch, since `exit` runs
+//! libtorch's static destructors under it (a segmentation fault at the end of a clean stop).
 
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +30,35 @@ pub enum BackgroundPriority {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// The threads a pool started, to join when it stops.
+#[derive(Clone, Default)]
+pub(crate) struct Threads(Arc<Mutex<Vec<JoinHandle<()>>>>);
+
+impl Threads {
+    pub(crate) fn push(&self, thread: JoinHandle<()>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(thread);
+    }
+
+    /// Waits, off the async threads, until every thread registered so far has ended.
+    pub(crate) async fn join(&self) {
+        let threads: Vec<JoinHandle<()>> =
+            std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        if threads.is_empty() {
+            return;
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                // A thread that panicked has ended too.
+                let _ = thread.join();
+            }
+        })
+        .await;
+    }
+}
+
 /// One thread that runs jobs in order.
 pub(crate) struct Lane {
     jobs: mpsc::Sender<Job>,
@@ -31,10 +66,10 @@ pub(crate) struct Lane {
 
 impl Lane {
     /// Starts a thread named `name`, in the idle class when `idle` (it logs, and runs at normal
-    /// priority, where the class cannot be set).
-    pub(crate) fn start(name: String, idle: bool) -> std::io::Result<Lane> {
+    /// priority, where the class cannot be set), registered in `threads`.
+    pub(crate) fn start(name: String, idle: bool, threads: &Threads) -> std::io::Result<Lane> {
         let (jobs, queue) = mpsc::channel::<Job>();
-        std::thread::Builder::new().name(name).spawn(move || {
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
             if idle {
                 lower_priority();
             }
@@ -42,6 +77,7 @@ impl Lane {
                 job();
             }
         })?;
+        threads.push(thread);
         Ok(Lane { jobs })
     }
 
@@ -105,6 +141,21 @@ pub fn leave_idle_class() -> std::io::Result<usize> {
     Ok(moved)
 }
 
+/// Ends the process with `code` at once, without running `atexit` handlers or static
+/// destructors (libtorch's among them), after flushing standard output and error. For a
+/// process whose inference threads may still be inside libtorch: a normal exit would destroy
+/// libtorch's globals under them. Everything durable must be closed before.
+// `_exit` has no safe wrapper in the standard library.
+#[allow(unsafe_code)]
+pub fn exit_without_teardown(code: i32) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` takes a plain integer and never returns; it skips only user-space
+    // teardown, which is what is wanted here.
+    unsafe { libc::_exit(code) }
+}
+
 /// Nothing runs in an idle class on this platform.
 #[cfg(not(target_os = "linux"))]
 pub fn leave_idle_class() -> std::io::Result<usize> {
@@ -122,7 +173,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_lane_runs_jobs_in_order_on_its_thread_and_reports_a_dead_thread() {
-        let lane = Lane::start("lane-test".into(), true).unwrap();
+        let threads = Threads::default();
+        let lane = Lane::start("lane-test".into(), true, &threads).unwrap();
         let name = lane
             .run(|| std::thread::current().name().map(str::to_owned))
             .await;
@@ -141,5 +193,40 @@ mod tests {
         let panicked = lane.run(|| -> u8 { panic!("a failed forward pass") }).await;
         assert_eq!(panicked, None);
         assert_eq!(lane.run(|| 1).await, None, "the lane is gone");
+        threads.join().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn joining_waits_for_a_dropped_lanes_running_job() {
+        let threads = Threads::default();
+        let lane = Lane::start("lane-join".into(), false, &threads).unwrap();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&done);
+        let job = tokio::spawn(async move {
+            lane.run(move || {
+                started_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+            .await
+        });
+        started.recv().unwrap();
+        // The lane goes with its task while its job still runs, as when a worker is killed.
+        job.abort();
+        let _ = job.await;
+        let joined = tokio::spawn({
+            let threads = threads.clone();
+            async move { threads.join().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!joined.is_finished(), "joined while the job was running");
+        finish.send(()).unwrap();
+        joined.await.unwrap();
+        assert!(
+            done.load(std::sync::atomic::Ordering::SeqCst),
+            "the job ran to its end before the join returned"
+        );
     }
 }

@@ -33,7 +33,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 
 use super::Priority;
 use super::fair::{Queue, Shares};
-use super::lanes::BackgroundPriority;
+use super::lanes::{BackgroundPriority, Threads};
 use super::stats::Metrics;
 use super::worker::{EncoderWorker, Serves, WorkerArgs, WorkerMsg};
 use crate::config::TextRole;
@@ -93,6 +93,8 @@ pub(crate) struct RouterArgs {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) shares: Arc<Shares>,
     pub(crate) closed: Arc<AtomicBool>,
+    /// Where the workers register their threads.
+    pub(crate) threads: Threads,
 }
 
 /// The router's state.
@@ -136,6 +138,8 @@ impl Actor for Router {
                     background: args.background,
                     router: myself.clone(),
                     metrics: Arc::clone(&args.metrics),
+                    threads: args.threads.clone(),
+                    closed: Arc::clone(&args.closed),
                 };
                 let (worker, _) =
                     Actor::spawn_linked(None, EncoderWorker, worker_args, myself.get_cell())
@@ -267,7 +271,8 @@ impl RouterState {
                 if self.idle.contains(&index) {
                     worker.stop(None);
                 } else {
-                    // A background batch nobody waits for: its thread finishes it and drops it.
+                    // A background batch nobody waits for: its thread stops it at the next
+                    // pass (the pool is closed) and drops it.
                     worker.kill();
                 }
             }

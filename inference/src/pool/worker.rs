@@ -12,14 +12,16 @@
 //! worker tokenizes every request of the batch with its own role, runs them together (the
 //! encoder sorts them by length and pads each forward pass to its longest text), answers
 //! each caller, and tells the router it is idle. It does not queue, batch or shed: that is
-//! the router's job.
+//! the router's job. A background worker's batch stops between forward passes once the pool
+//! closes (nobody waits for it; its texts stay pending in storage), so a stopping pool's
+//! threads end within one pass.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::lanes::{BackgroundPriority, Lane};
+use super::lanes::{BackgroundPriority, Lane, Threads};
 use super::router::{Request, RouterMsg};
 use super::stats::Metrics;
 use crate::encoder::Encoder;
@@ -55,6 +57,10 @@ pub(crate) struct WorkerArgs {
     pub(crate) background: BackgroundPriority,
     pub(crate) router: ActorRef<RouterMsg>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Where the lane's thread is registered.
+    pub(crate) threads: Threads,
+    /// Set when the pool closes.
+    pub(crate) closed: Arc<AtomicBool>,
 }
 
 /// A worker's state: the encoder sits here between batches.
@@ -63,6 +69,9 @@ pub(crate) struct WorkerState {
     encoder: Option<Encoder>,
     /// The thread batches run on.
     lane: Lane,
+    /// The pool's closed flag, for a background worker: its batch stops between passes once
+    /// the pool closes. `None` for an interactive worker, whose callers wait.
+    cancel: Option<Arc<AtomicBool>>,
     router: ActorRef<RouterMsg>,
     metrics: Arc<Metrics>,
 }
@@ -77,17 +86,25 @@ impl Actor for EncoderWorker {
         _myself: ActorRef<WorkerMsg>,
         args: WorkerArgs,
     ) -> std::result::Result<WorkerState, ActorProcessingErr> {
-        let lane = match args.serves {
-            Serves::Interactive => Lane::start(format!("embed-{}", args.index), false)?,
-            Serves::Background => Lane::start(
-                format!("embed-{}-bg", args.index),
-                args.background == BackgroundPriority::Idle,
-            )?,
+        let (lane, cancel) = match args.serves {
+            Serves::Interactive => (
+                Lane::start(format!("embed-{}", args.index), false, &args.threads)?,
+                None,
+            ),
+            Serves::Background => (
+                Lane::start(
+                    format!("embed-{}-bg", args.index),
+                    args.background == BackgroundPriority::Idle,
+                    &args.threads,
+                )?,
+                Some(args.closed),
+            ),
         };
         Ok(WorkerState {
             index: args.index,
             encoder: Some(args.encoder),
             lane,
+            cancel,
             router: args.router,
             metrics: args.metrics,
         })
@@ -125,10 +142,11 @@ impl WorkerState {
             .iter_mut()
             .map(|r| (std::mem::take(&mut r.texts), r.role))
             .collect();
+        let cancel = self.cancel.clone();
         let joined = self
             .lane
             .run(move || -> Outcome {
-                let result = embed_all(&encoder, &inputs);
+                let result = embed_all(&encoder, &inputs, cancel.as_deref());
                 (encoder, result)
             })
             .await;
@@ -157,6 +175,11 @@ impl WorkerState {
                     request.answer(&self.metrics, Ok(mine));
                 }
             }
+            Err(Error::PoolClosed) => {
+                for request in requests {
+                    request.answer(&self.metrics, Err(Error::PoolClosed));
+                }
+            }
             Err(err) => {
                 tracing::warn!(worker = self.index, texts, error = %err, "batch failed");
                 let shared = Arc::new(err);
@@ -172,16 +195,18 @@ impl WorkerState {
 }
 
 /// Tokenizes each request with its role and embeds all of them together; returns the vectors
-/// in request order, the number of forward passes and the number of tokens.
+/// in request order, the number of forward passes and the number of tokens, or
+/// [`Error::PoolClosed`] when `cancel` was set before a pass.
 fn embed_all(
     encoder: &Encoder,
     inputs: &[(Vec<String>, crate::TextRole)],
+    cancel: Option<&AtomicBool>,
 ) -> Result<(Vec<Vec<f32>>, usize, usize)> {
     let mut ids = Vec::new();
     for (texts, role) in inputs {
         ids.extend(encoder.tokenize(texts, *role)?);
     }
     let tokens = ids.iter().map(Vec::len).sum();
-    let (vectors, passes) = encoder.embed_ids(&ids)?;
+    let (vectors, passes) = encoder.embed_ids(&ids, cancel)?;
     Ok((vectors, passes, tokens))
 }

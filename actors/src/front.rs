@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use engram_storage::access::Scope;
-use engram_storage::model::{Intent, MemoryRecord, ReviewFlag};
+use engram_storage::model::{Intent, MemoryRecord, ReviewFlag, TurnDigest};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -34,11 +34,11 @@ use crate::error::{Error, Result};
 use crate::model::context::MemoryContext;
 use crate::placement::UserKey;
 use crate::user::api::{
-    AnchorMatch, AnchorQuery, ApprovalAck, ApproveReads, ArchivePage, ArchiveQuery, ClearAck,
-    ClearSession, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, Forget, ForgetAck,
-    IntentAck, IntentQuery, IntentWrite, KeyIntents, ListFlags, ListMemories, ListSessions,
-    MemoryAck, MemoryWrite, MessageWrite, ResolveAck, ResolveConflict, SearchQuery, SearchResult,
-    SessionListing, SessionMemory, SessionQuery, StatusChange, TurnAck, TurnRequest,
+    AnchorMatch, AnchorQuery, ApprovalAck, ApproveReads, ArchiveMatch, ArchivePage, ArchiveQuery,
+    ClearAck, ClearSession, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, Forget,
+    ForgetAck, IntentAck, IntentQuery, IntentWrite, KeyIntents, ListFlags, ListMemories,
+    ListSessions, MemoryAck, MemoryWrite, MessageWrite, ResolveAck, ResolveConflict, SearchQuery,
+    SearchResult, SessionListing, SessionMemory, SessionQuery, StatusChange, TurnAck, TurnRequest,
 };
 
 #[cfg(test)]
@@ -161,6 +161,8 @@ front_door! {
     MatchAnchor(AnchorQuery) -> AnchorMatch;
     /// A page of the user's archive (admin).
     ReadArchive(ArchiveQuery) -> ArchivePage;
+    /// The archived digests of a text (admin).
+    MatchArchive(ArchiveMatch) -> Vec<TurnDigest>;
     /// Approve further sensitive reads of the user (admin).
     ApproveReads(ApproveReads) -> ApprovalAck;
 }
@@ -189,6 +191,7 @@ impl UserRequest {
             | UserRequest::Flags(_)
             | UserRequest::MatchAnchor(_)
             | UserRequest::ReadArchive(_)
+            | UserRequest::MatchArchive(_)
             | UserRequest::ApproveReads(_) => false,
         }
     }

@@ -2,10 +2,12 @@
 //! settings and counters. Passed explicitly (no process-global state), so a test can run
 //! several nodes' worth of actors in one process.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use engram_storage::model::ArchiveMode;
 use engram_storage::{Keyspace, Store};
 
 use crate::clock::SharedClock;
@@ -32,11 +34,16 @@ pub const DEFAULT_MAX_CACHED_RECORDS: u64 = 1_000_000;
 pub struct Settings {
     /// A user actor idle this long is stopped; its state is reloaded from storage on next use.
     pub idle_timeout: Duration,
-    /// How long raw turns are kept in their sessions, in milliseconds; older ones move to
-    /// the user's archive.
+    /// How long raw turns are kept in their sessions, in milliseconds; the retention job
+    /// deletes older ones, keeping what the tenant's archive mode says.
     pub retention_ms: i64,
-    /// How long a turn is kept in all (from its creation) before it is purged from the
-    /// archive, in milliseconds; at least `retention_ms`.
+    /// What the archive keeps of a turn retention deletes, unless the tenant says otherwise:
+    /// nothing (the default), digests or the full text.
+    pub archive: ArchiveMode,
+    /// Tenants whose archive mode differs from `archive`.
+    pub tenant_archive: HashMap<String, ArchiveMode>,
+    /// How long an archived turn is kept (from its creation) before it is purged, in
+    /// milliseconds; at least `retention_ms`.
     pub archive_retention_ms: i64,
     /// Number of shards (users are grouped under one supervisor per shard).
     pub shards: u32,
@@ -66,6 +73,8 @@ impl Default for Settings {
         Settings {
             idle_timeout: Duration::from_secs(300),
             retention_ms: 30 * DAY_MS,
+            archive: ArchiveMode::Off,
+            tenant_archive: HashMap::new(),
             archive_retention_ms: 1826 * DAY_MS,
             shards: 1024,
             max_restarts: 3,
@@ -77,6 +86,16 @@ impl Default for Settings {
             max_cached_records: DEFAULT_MAX_CACHED_RECORDS,
             log_pepper: LogPepper::default(),
         }
+    }
+}
+
+impl Settings {
+    /// What the archive keeps of `tenant`'s turns past retention.
+    pub fn archive_mode(&self, tenant: &str) -> ArchiveMode {
+        self.tenant_archive
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.archive)
     }
 }
 

@@ -1,7 +1,9 @@
 //! Identity anchors and the archive tier through the user actors on a real SQLite file:
 //! identifiers a user gave are matched from keyed hashes that never hold the identifier;
-//! raw turns past retention move to a sealed archive, are purged after the archive period,
-//! and go with the user when the user is forgotten.
+//! raw turns past retention are deleted and, by default, kept nowhere; a tenant archiving
+//! digests keeps keyed hashes an admin can match a text against; in full text they move to a
+//! sealed archive; archives are purged after the archive period and go with the user when
+//! the user is forgotten.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,11 +18,11 @@ use engram_actors::model::policy::{DAY_MS, Route};
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{
-    AnchorMatch, AnchorQuery, ArchiveCursor, ArchivePage, ArchiveQuery, Forget, ListSessions,
-    MemoryWrite, SessionQuery, TurnRequest,
+    AnchorMatch, AnchorQuery, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchivePage, ArchiveQuery,
+    Forget, ListSessions, MemoryWrite, Role, SessionQuery, TurnRequest,
 };
 use engram_storage::crypto::{Cipher, MasterKeys, is_sealed};
-use engram_storage::model::{AnchorKind, MemoryKind, MemoryStatus, Timestamp};
+use engram_storage::model::{AnchorKind, ArchiveMode, MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Keyspace, RangeOptions, Store};
 use tempfile::TempDir;
@@ -46,6 +48,22 @@ fn keyed(cipher: Cipher) -> Keyspace {
 }
 
 fn node(dir: &TempDir, keyspace: Keyspace) -> Node {
+    node_with(dir, keyspace, Settings::default())
+}
+
+/// A node whose archive keeps whole turns.
+fn full_text_node(dir: &TempDir, keyspace: Keyspace) -> Node {
+    node_with(
+        dir,
+        keyspace,
+        Settings {
+            archive: ArchiveMode::FullText,
+            ..Settings::default()
+        },
+    )
+}
+
+fn node_with(dir: &TempDir, keyspace: Keyspace, settings: Settings) -> Node {
     let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
     let clock = ManualClock::new(Timestamp(START));
     let metrics = Arc::new(Metrics::default());
@@ -58,7 +76,7 @@ fn node(dir: &TempDir, keyspace: Keyspace) -> Node {
         pipeline: None,
         distillation: None,
         ownership: None,
-        settings: Settings::default(),
+        settings,
         metrics: metrics.clone(),
     };
     Node {
@@ -117,6 +135,7 @@ impl Node {
             session: session.map(str::to_owned),
             after,
             limit,
+            kind: None,
         };
         self.directory.ask_admin(key, query.clone()).await
     }
@@ -287,9 +306,131 @@ async fn without_master_keys_identifiers_are_counted_and_not_anchored() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn turns_past_retention_move_to_the_archive_and_are_purged_after_the_archive_period() {
+async fn by_default_retention_deletes_turns_past_30_days_and_archives_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let node = node(&dir, Keyspace::new("engram"));
+    let key = alice();
+    node.append(&key, turn("r1", "s1", "old question")).await;
+    node.clock.advance(20 * DAY_MS);
+    node.append(&key, turn("r2", "s1", "newer question")).await;
+    node.clock.advance(11 * DAY_MS);
+
+    let report = jobs::run(&node.directory, Job::Retention).await.unwrap();
+    assert_eq!(
+        (report.users, report.turns_removed),
+        (1, 1),
+        "the count the job logs"
+    );
+    let live = node
+        .directory
+        .ask_admin(
+            &key,
+            SessionQuery {
+                session: "s1".into(),
+                limit: 50,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        live.turns
+            .iter()
+            .map(|t| t.user_text.as_str())
+            .collect::<Vec<_>>(),
+        ["newer question"]
+    );
+    let user = node.keyspace.user("acme", "alice");
+    assert!(node.rows_in(user.all_archived_turns()).await.is_empty());
+    assert!(node.rows_in(user.all_archived_digests()).await.is_empty());
+    assert!(node.rows_in(user.archives()).await.is_empty());
+    assert_eq!(
+        node.rows_in(user.turns("s1")).await.len(),
+        1,
+        "the old turn's row is gone (its episodic memory lives its own TTL)"
+    );
+    let page = node.archive(&key, None, None, 10).await.unwrap();
+    assert!(page.turns.is_empty() && page.digests.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_archiving_digests_keeps_hashes_an_admin_can_match_but_no_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = Settings {
+        tenant_archive: [("acme".to_owned(), ArchiveMode::Digests)].into(),
+        ..Settings::default()
+    };
+    let node = node_with(&dir, keyed(Cipher::Aes256Gcm), settings);
+    let (key, other) = (alice(), UserKey::new("globex", "alice"));
+    for who in [&key, &other] {
+        node.append(who, turn("r1", "s1", "my parcel 7731 never came"))
+            .await;
+    }
+    node.clock.advance(31 * DAY_MS);
+    let report = jobs::run(&node.directory, Job::Retention).await.unwrap();
+    assert_eq!((report.users, report.turns_removed), (2, 2));
+
+    let page = node.archive(&key, None, None, 10).await.unwrap();
+    assert_eq!(
+        page.kind,
+        ArchiveKind::Digests,
+        "the tenant's mode by default"
+    );
+    assert!(page.turns.is_empty());
+    assert_eq!(page.digests.len(), 1);
+    let digest = &page.digests[0];
+    assert_eq!(
+        (digest.session_id.as_str(), digest.seq, digest.created_at),
+        ("s1", 0, Timestamp(START))
+    );
+    assert_eq!(digest.key_id, Some(1), "keyed by the tenant's key");
+    assert!(!holds(&node.everything().await, b"7731"));
+    assert!(
+        !format!("{page:?}").contains("7731"),
+        "no text, even opened"
+    );
+
+    let matched = |who: UserKey, role: Role, text: &str| {
+        let query = ArchiveMatch {
+            role,
+            text: text.to_owned(),
+        };
+        let directory = Arc::clone(&node.directory);
+        async move { directory.ask_admin(&who, query).await }
+    };
+    let found = matched(key.clone(), Role::User, "my parcel 7731  never came")
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].created_at, Timestamp(START));
+    assert!(
+        matched(key.clone(), Role::User, "my parcel 7732 never came")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        matched(key.clone(), Role::Assistant, "my parcel 7731 never came")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let err = matched(key.clone(), Role::User, "  ").await.unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { ref field, .. } if field == "text"));
+    // The other tenant keeps nothing (the node's default).
+    let user = node.keyspace.user("globex", "alice");
+    assert!(node.rows_in(user.all_archived_digests()).await.is_empty());
+    assert!(
+        matched(other, Role::User, "my parcel 7731 never came")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_past_retention_move_to_the_archive_and_are_purged_after_the_archive_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = full_text_node(&dir, Keyspace::new("engram"));
     let key = alice();
     node.append(&key, turn("r1", "s1", "old question")).await;
     node.clock.advance(20 * DAY_MS);
@@ -366,7 +507,7 @@ async fn turns_past_retention_move_to_the_archive_and_are_purged_after_the_archi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_archive_is_sealed_and_forgetting_the_user_removes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let node = node(&dir, keyed(Cipher::Sm4Gcm));
+    let node = full_text_node(&dir, keyed(Cipher::Sm4Gcm));
     let (key, bob) = (alice(), UserKey::new("acme", "bob"));
     node.append(&key, turn("r1", "s1", "archived-secret question"))
         .await;
@@ -416,7 +557,7 @@ async fn the_archive_is_sealed_and_forgetting_the_user_removes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_larger_than_one_transaction_is_archived_in_one_sweep_and_read_by_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let node = node(&dir, Keyspace::new("engram"));
+    let node = full_text_node(&dir, Keyspace::new("engram"));
     let key = alice();
     // 80 turns of 8,000 characters: more than the 512 KiB one transaction archives.
     let long = "x".repeat(7_998);

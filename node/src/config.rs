@@ -11,10 +11,12 @@
 //! by whoever uses them, `crate::secret` and `crate::tls`). Relative paths of files under
 //! `[http]` and `[cluster]` are relative to `node.data-dir` ([`Config::file`]).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use engram_storage::RetryPolicy;
+use engram_storage::model::ArchiveMode;
 use engram_storage::sqlite::{GroupCommit, SqliteOptions, Synchronous};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
@@ -120,12 +122,18 @@ pub struct MemoryConfig {
     /// A user actor idle this long is stopped (its state is reloaded from storage on next use).
     #[serde(with = "humantime_serde")]
     pub idle_timeout: Duration,
-    /// How long raw conversation turns are kept in their sessions; older ones move to the
-    /// user's archive.
+    /// How long raw conversation turns are kept; the retention job deletes older ones (and
+    /// their summaries), keeping what `archive` says.
     #[serde(with = "humantime_serde")]
     pub retention: Duration,
-    /// How long a turn is kept in all, archive included, from its creation; then it is
-    /// purged. At least `retention`.
+    /// What the archive keeps of a turn the retention job deletes: `off` (nothing, the
+    /// default), `digests` (keyed hashes of its texts, no text) or `full-text` (the sealed
+    /// turn).
+    pub archive: ArchiveMode,
+    /// Tenants whose archive keeps something else than `archive` (`tenant = "full-text"`).
+    pub tenant_archive: BTreeMap<String, ArchiveMode>,
+    /// How long an archived turn is kept, from its creation; then it is purged. At least
+    /// `retention`.
     #[serde(with = "humantime_serde")]
     pub archive_retention: Duration,
     /// Token budget of a context when the request names none.
@@ -147,6 +155,8 @@ impl Default for MemoryConfig {
         MemoryConfig {
             idle_timeout: Duration::from_secs(300),
             retention: Duration::from_secs(30 * 24 * 3600),
+            archive: ArchiveMode::Off,
+            tenant_archive: BTreeMap::new(),
             archive_retention: Duration::from_secs(1826 * 24 * 3600),
             token_budget: 1200,
             lexicon: Vec::new(),
@@ -157,14 +167,18 @@ impl Default for MemoryConfig {
     }
 }
 
-/// `[jobs]`: cron schedules (five fields, UTC) of the maintenance jobs.
+/// `[jobs]`: cron schedules (five fields, in `time-zone`) of the maintenance jobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, rename_all = "kebab-case", deny_unknown_fields)]
 pub struct JobsConfig {
+    /// The time zone the schedules are read in: an IANA name such as `UTC` or
+    /// `Asia/Shanghai` (daylight saving time included).
+    pub time_zone: String,
     /// Expiry sweep: memory records past their TTL are expired, then purged.
     pub expiry_sweep: String,
-    /// Retention: raw turns older than `memory.retention` move to the archive; archived turns
-    /// older than `memory.archive-retention` are purged.
+    /// Retention: raw turns older than `memory.retention` are deleted (the archive keeps
+    /// what `memory.archive` says); archived turns older than `memory.archive-retention` are
+    /// purged.
     pub retention: String,
     /// Session cleanup: working-memory windows idle for 24 hours are closed.
     pub session_cleanup: String,
@@ -174,6 +188,7 @@ impl Default for JobsConfig {
     fn default() -> Self {
         let daily = "0 4 * * *".to_owned();
         JobsConfig {
+            time_zone: "UTC".to_owned(),
             expiry_sweep: daily.clone(),
             retention: daily.clone(),
             session_cleanup: daily,
@@ -422,6 +437,13 @@ impl Config {
         engram_actors::services::Settings {
             idle_timeout: self.memory.idle_timeout,
             retention_ms: i64::try_from(self.memory.retention.as_millis()).unwrap_or(i64::MAX),
+            archive: self.memory.archive,
+            tenant_archive: self
+                .memory
+                .tenant_archive
+                .iter()
+                .map(|(tenant, mode)| (tenant.clone(), *mode))
+                .collect(),
             archive_retention_ms: i64::try_from(self.memory.archive_retention.as_millis())
                 .unwrap_or(i64::MAX),
             shards: self.cluster.shards,

@@ -20,7 +20,8 @@
 //! ("u", tenant, user, "reads")                   the sensitive-read breaker's counts, per key
 //! ("u", tenant, user, "anchor", hmac)             identity anchors, by keyed hash
 //! ("u", tenant, user, "archive", session)         archive row of a session
-//! ("u", tenant, user, "arch", session, seq)       archived raw turns
+//! ("u", tenant, user, "arch", session, seq)       archived raw turns (full text)
+//! ("u", tenant, user, "archd", session, seq)      archived turn digests (hashes, no text)
 //! ("exp", at, tenant, user, "rec", kind, id)      expiry index: a memory record's TTL
 //! ("exp", at, tenant, user, "sess", session)      expiry index: a session's raw-turn retention
 //! ("exp", at, tenant, user, "idle", session)      expiry index: a session window idle past 24 h
@@ -549,6 +550,21 @@ impl UserKeys {
     /// Every archived turn, by session then sequence number.
     pub fn all_archived_turns(&self) -> KeyRange {
         self.range(&("arch",))
+    }
+
+    /// An archived turn's digest.
+    pub fn archived_digest(&self, session: &str, seq: u64) -> Vec<u8> {
+        self.space.pack(&("archd", session, seq))
+    }
+
+    /// The archived digests of one session, ordered by sequence number.
+    pub fn archived_digests(&self, session: &str) -> KeyRange {
+        self.range(&("archd", session))
+    }
+
+    /// Every archived digest, by session then sequence number.
+    pub fn all_archived_digests(&self) -> KeyRange {
+        self.range(&("archd",))
     }
 
     /// Decodes an archived-turn key into (session, sequence number).

@@ -207,12 +207,55 @@ pub struct ArchivedTurn {
     pub archived_at: Timestamp,
 }
 
+/// What raw-turn retention keeps of a turn it takes out of its session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArchiveMode {
+    /// Nothing: the turn is deleted (the seed's rule, and the default).
+    #[default]
+    Off,
+    /// A de-identified digest ([`TurnDigest`]): keyed hashes of its texts, never the texts.
+    Digests,
+    /// The whole turn, sealed like every user value ([`ArchivedTurn`]).
+    FullText,
+}
+
+/// What the archive keeps of a turn in [`ArchiveMode::Digests`]: when and where it was said,
+/// and hashes of what was said, from which the text cannot be read back. An auditor holding
+/// a text can check whether it was said (the hash of the same normalised text matches).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnDigest {
+    /// Session of the turn.
+    pub session_id: String,
+    /// Its sequence number.
+    pub seq: u64,
+    /// Route the gateway chose.
+    pub route: Option<String>,
+    /// When it was said.
+    pub created_at: Timestamp,
+    /// When retention archived it.
+    pub archived_at: Timestamp,
+    /// Hash of the user's text (normalised).
+    pub user_hash: [u8; 32],
+    /// Hash of the assistant's text (normalised).
+    pub assistant_hash: [u8; 32],
+    /// The tenant key id of the hashes (HMAC-SHA256 under the tenant's anchor key), or `None`
+    /// when the keyspace has no key service (then SHA-256, which a short text does not hide).
+    pub key_id: Option<u32>,
+    /// Characters in the user's text.
+    pub user_chars: u32,
+    /// Characters in the assistant's text.
+    pub assistant_chars: u32,
+    /// The highest level of personal data the turn held.
+    pub pii_level: PiiLevel,
+}
+
 /// Per-session bookkeeping of the archive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchiveRow {
     /// Session id.
     pub session_id: String,
-    /// Archived turns of the session.
+    /// Archived turns of the session (full text and digests).
     pub turns: u64,
     /// When the oldest archived turn passes the archive retention period (indexed for sweeps).
     pub purge_at: Timestamp,

@@ -202,6 +202,11 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         (Method::GET, "/v1/admin/users/bob/archive".into(), None),
         (
             Method::POST,
+            "/v1/admin/users/bob/archive/match".into(),
+            Some(json!({"text": "b-secret"})),
+        ),
+        (
+            Method::POST,
             "/v1/users/bob/anchors/match".into(),
             Some(json!({"value": ID})),
         ),

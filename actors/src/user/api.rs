@@ -2,8 +2,10 @@
 //! actor-level forms; the gateway maps its JSON wire types onto them. Acknowledgements are
 //! serialisable because they are stored as the replayable outcome of a request id.
 
+pub use engram_storage::data::archive::Role;
 use engram_storage::model::{
     AnchorKind, ArchivedTurn, MemoryKind, MemoryRecord, MemoryStatus, SessionRow, Timestamp, Turn,
+    TurnDigest,
 };
 use serde::{Deserialize, Serialize};
 
@@ -430,28 +432,59 @@ pub struct ArchiveCursor {
     pub seq: u64,
 }
 
-/// A read of a user's archive (admin only: archived turns are the raw conversation).
+/// What an archive read returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArchiveKind {
+    /// Whole turns (archived in `full-text` mode).
+    Turns,
+    /// Digests (archived in `digests` mode).
+    Digests,
+}
+
+/// A read of a user's archive (admin only: the auditors' record).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchiveQuery {
     /// One session, or every session.
     pub session: Option<String>,
     /// Continue after this turn (the `next` of the previous page).
     pub after: Option<ArchiveCursor>,
-    /// At most this many turns (1 to [`MAX_ARCHIVE_PAGE`]).
+    /// At most this many entries (1 to [`MAX_ARCHIVE_PAGE`]).
     pub limit: usize,
+    /// Turns or digests; `None`: what the tenant's archive mode keeps (digests in `digests`
+    /// mode, else turns).
+    pub kind: Option<ArchiveKind>,
 }
 
-/// The most archived turns one read returns.
+/// The most archived entries one read returns.
 pub const MAX_ARCHIVE_PAGE: usize = 500;
 
-/// A page of a user's archived turns, by session then sequence number.
+/// A page of a user's archive, by session then sequence number: whole turns or digests, as
+/// asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArchivePage {
-    /// The turns.
+    /// What the page holds.
+    pub kind: ArchiveKind,
+    /// The whole turns.
     pub turns: Vec<ArchivedTurn>,
+    /// The digests.
+    pub digests: Vec<TurnDigest>,
     /// The cursor of the next page; `None` when this was the last.
     pub next: Option<ArchiveCursor>,
 }
+
+/// Whether a text is among the user's archived digests (admin only): an auditor holding a
+/// text learns whether and when it was said, and the archive never holds the text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchiveMatch {
+    /// Who said it.
+    pub role: Role,
+    /// The text (compared after trimming and collapsing whitespace).
+    pub text: String,
+}
+
+/// The longest text [`ArchiveMatch`] takes, in bytes.
+pub const MAX_MATCH_TEXT: usize = 16 * 1024;
 
 /// JSON values travel as JSON text: postcard, the front door's frame format, cannot carry
 /// self-describing values.

@@ -52,8 +52,6 @@ pub struct WriteScope<'a> {
     pub now: Timestamp,
     /// Session rules (window and retention).
     pub rule: SessionRule,
-    /// How long turns are kept in all, archive included, in milliseconds.
-    pub archive_ms: i64,
     /// What was computed before the transaction.
     pub prepared: &'a Prepared,
     /// The lease the write is made under (and fenced by), if the node runs with leases.

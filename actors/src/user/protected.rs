@@ -1,5 +1,6 @@
 //! The user's protected data: identity anchors (has the user given this resident ID or
-//! passport number?) and the archive of raw turns past retention (admin reads).
+//! passport number?) and the archive of raw turns past retention (admin reads: pages of whole
+//! turns or digests, and whether a text is among the digests).
 //!
 //! Identifiers are anchored only where the keyspace has a key service: an anchor is a keyed
 //! hash, and without a key it would be an unkeyed hash of a small, enumerable space. A node
@@ -11,7 +12,12 @@ use std::sync::atomic::Ordering;
 use engram_storage::model::AnchorKind;
 
 use super::UserState;
-use super::api::{AnchorMatch, ArchiveCursor, ArchivePage, ArchiveQuery, MAX_ARCHIVE_PAGE};
+use engram_storage::model::{ArchiveMode, TurnDigest};
+
+use super::api::{
+    AnchorMatch, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchivePage, ArchiveQuery,
+    MAX_ARCHIVE_PAGE, MAX_MATCH_TEXT,
+};
 use super::validate::check_id;
 use crate::error::{Error, Result};
 use crate::model::pii;
@@ -72,19 +78,59 @@ impl UserState {
             ));
         }
         let limit = query.limit;
-        let turns = self
+        let kind = query.kind.unwrap_or_else(|| {
+            match self
+                .args
+                .services
+                .settings
+                .archive_mode(&self.args.key.tenant)
+            {
+                ArchiveMode::Digests => ArchiveKind::Digests,
+                ArchiveMode::Off | ArchiveMode::FullText => ArchiveKind::Turns,
+            }
+        });
+        let (turns, digests) = self
             .read(move |u| {
                 let after = query.after.as_ref().map(|a| (a.session.as_str(), a.seq));
-                u.archived_turns(query.session.as_deref(), after, limit)
+                let session = query.session.as_deref();
+                Ok(match kind {
+                    ArchiveKind::Turns => (u.archived_turns(session, after, limit)?, Vec::new()),
+                    ArchiveKind::Digests => {
+                        (Vec::new(), u.archived_digests(session, after, limit)?)
+                    }
+                })
             })
             .await?;
-        let next = (turns.len() == limit)
-            .then(|| turns.last())
-            .flatten()
-            .map(|last| ArchiveCursor {
-                session: last.turn.session_id.clone(),
-                seq: last.turn.seq,
+        let last = match kind {
+            ArchiveKind::Turns => turns.last().map(|a| (&a.turn.session_id, a.turn.seq)),
+            ArchiveKind::Digests => digests.last().map(|d| (&d.session_id, d.seq)),
+        };
+        let next = last
+            .filter(|_| turns.len() + digests.len() == limit)
+            .map(|(session, seq)| ArchiveCursor {
+                session: session.clone(),
+                seq,
             });
-        Ok(ArchivePage { turns, next })
+        Ok(ArchivePage {
+            kind,
+            turns,
+            digests,
+            next,
+        })
+    }
+
+    /// The archived digests whose text of `query.role` is `query.text`.
+    pub(super) async fn match_archive(&self, query: ArchiveMatch) -> Result<Vec<TurnDigest>> {
+        if query.text.trim().is_empty() {
+            return Err(Error::invalid("text", "must not be empty".to_owned()));
+        }
+        if query.text.len() > MAX_MATCH_TEXT {
+            return Err(Error::invalid(
+                "text",
+                format!("must be at most {MAX_MATCH_TEXT} bytes"),
+            ));
+        }
+        self.read(move |u| u.match_archived(query.role, &query.text))
+            .await
     }
 }

@@ -200,6 +200,9 @@ impl UserState {
             UserRequest::ReadArchive(query) => {
                 UserReply::ReadArchive(self.read_archive(query).await?)
             }
+            UserRequest::MatchArchive(query) => {
+                UserReply::MatchArchive(self.match_archive(query).await?)
+            }
             UserRequest::ApproveReads(_) => UserReply::ApproveReads(self.approve_reads().await?),
         })
     }
@@ -214,7 +217,10 @@ impl UserState {
         }
         let admin_only = matches!(
             request,
-            UserRequest::Forget(_) | UserRequest::ReadArchive(_) | UserRequest::ApproveReads(_)
+            UserRequest::Forget(_)
+                | UserRequest::ReadArchive(_)
+                | UserRequest::MatchArchive(_)
+                | UserRequest::ApproveReads(_)
         );
         match reader.scope {
             Scope::Admin => Ok(()),

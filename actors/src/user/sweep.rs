@@ -1,10 +1,10 @@
 //! Sweeps of one user, run by the maintenance jobs ([`crate::jobs`]) through the user's
 //! actor: memory records past their TTL are expired and later purged, distilled intent
-//! versions past theirs removed, idle session windows
-//! closed, raw turns past the retention period moved to the user's archive, and archived
-//! turns past the archive retention period purged.
+//! versions past theirs removed, idle session windows closed, raw turns past the retention
+//! period deleted (keeping what the tenant's archive mode keeps of them: nothing by default,
+//! digests, or the full text), and archived turns past the archive retention period purged.
 //!
-//! Moving turns rewrites them, so one transaction moves at most [`ARCHIVE_BUDGET`] bytes; a
+//! Archiving rewrites turns, so one transaction archives at most [`ARCHIVE_BUDGET`] bytes; a
 //! sweep runs further transactions for the rest (up to [`MAX_ARCHIVE_ROUNDS`]), and whatever
 //! is left stays due for the next run of the job.
 
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::data::archive::RetentionRule;
-use engram_storage::model::{MemoryRecord, MemoryStatus};
+use engram_storage::model::{MemoryRecord, MemoryStatus, Timestamp};
 
 use super::UserState;
 use super::api::{SweepReport, SweepScope};
@@ -41,12 +41,13 @@ pub struct Swept {
 }
 
 /// Expires records past their TTL, purges expired and deleted records past their grace
-/// period, closes session windows idle past their time, moves raw turns of sessions whose
-/// oldest turns are due to the archive (within [`ARCHIVE_BUDGET`]), and purges archived
+/// period, closes session windows idle past their time, applies `retention` to sessions
+/// whose oldest turns are due (archiving within [`ARCHIVE_BUDGET`]), and purges archived
 /// turns past the archive period.
 pub fn sweep(
     u: &mut UserData<'_>,
     scope: &WriteScope<'_>,
+    retention: RetentionRule,
     what: SweepScope,
     records: &[MemoryRecord],
 ) -> StorageResult<Swept> {
@@ -74,11 +75,7 @@ pub fn sweep(
     if what.records {
         swept.report.intents_expired += u.expire_intents(scope.now)?;
     }
-    let rule = RetentionRule {
-        now: scope.now,
-        retention_ms: scope.rule.retention_ms,
-        archive_ms: scope.archive_ms,
-    };
+    let rule = retention;
     let mut budget = ARCHIVE_BUDGET;
     for session in u.sessions()? {
         if what.sessions && u.close_idle_window(&session.session_id, scope.now)? {
@@ -102,6 +99,20 @@ pub fn sweep(
         }
     }
     Ok(swept)
+}
+
+/// The retention of `tenant`'s raw turns and archive at `now`.
+pub fn retention_rule(
+    settings: &crate::services::Settings,
+    tenant: &str,
+    now: Timestamp,
+) -> RetentionRule {
+    RetentionRule {
+        now,
+        retention_ms: settings.retention_ms,
+        archive_ms: settings.archive_retention_ms,
+        mode: settings.archive_mode(tenant),
+    }
 }
 
 fn add(total: &mut SweepReport, one: SweepReport) {
@@ -136,7 +147,7 @@ impl UserState {
         let (services, key) = self.scope_parts();
         let now = services.clock.now();
         let rule = session_rule(services.settings.retention_ms);
-        let archive_ms = services.settings.archive_retention_ms;
+        let retention = retention_rule(&services.settings, &key.tenant, now);
         let records = self.cached_records();
         let ks = services.keyspace.clone();
         let prepared = Prepared::default();
@@ -150,11 +161,10 @@ impl UserState {
                     user: &key.user,
                     now,
                     rule,
-                    archive_ms,
                     prepared: &prepared,
                     lease: under.clone(),
                 };
-                sweep(&mut u, &scope, what, &records)
+                sweep(&mut u, &scope, retention, what, &records)
             })
             .await?;
         let extractor = Arc::clone(&services.extractor);

@@ -51,7 +51,6 @@ impl UserState {
         let (services, key) = self.scope_parts();
         let now = services.clock.now();
         let rule = session_rule(services.settings.retention_ms);
-        let archive_ms = services.settings.archive_retention_ms;
         let request_id = request_id.to_owned();
         let ks = services.keyspace.clone();
         let prepared = Arc::new(prepared);
@@ -69,7 +68,6 @@ impl UserState {
                     user: &key.user,
                     now,
                     rule,
-                    archive_ms,
                     prepared: &in_txn,
                     lease: under.clone(),
                 };

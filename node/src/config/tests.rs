@@ -13,6 +13,8 @@ use figment::{Figment, Jail, Provider};
 
 use engram_storage::crypto::Cipher;
 
+use engram_storage::model::ArchiveMode;
+
 use super::*;
 
 fn reference_path() -> PathBuf {
@@ -477,6 +479,36 @@ fn archive_retention_defaults_to_five_years_and_may_not_undercut_retention() {
     assert_eq!(
         keys(&short.validate().expect_err("shorter than retention")),
         ["memory.archive-retention"]
+    );
+}
+
+#[test]
+fn the_archive_is_off_by_default_and_a_tenant_may_keep_digests_or_full_text() {
+    let config = Config::default();
+    assert_eq!(config.memory.archive, ArchiveMode::Off);
+    let config = load_in_jail(
+        "[memory]\narchive = \"digests\"\n[memory.tenant-archive]\nacme = \"full-text\"\n",
+        &[],
+    )
+    .expect("loads");
+    config.validate().expect("valid");
+    let settings = config.actor_settings();
+    assert_eq!(settings.archive_mode("acme"), ArchiveMode::FullText);
+    assert_eq!(settings.archive_mode("globex"), ArchiveMode::Digests);
+    let err = load_in_jail("[memory]\narchive = \"everything\"\n", &[]).expect_err("unknown mode");
+    assert!(err.to_string().contains("everything"), "{err}");
+}
+
+#[test]
+fn the_jobs_run_in_utc_by_default_and_an_unknown_time_zone_is_refused() {
+    assert_eq!(Config::default().jobs.time_zone, "UTC");
+    let config = load_in_jail("[jobs]\ntime-zone = \"Asia/Shanghai\"\n", &[]).expect("loads");
+    config.validate().expect("an IANA name");
+    let mut bad = config;
+    bad.jobs.time_zone = "China Standard Time".into();
+    assert_eq!(
+        keys(&bad.validate().expect_err("not an IANA name")),
+        ["jobs.time-zone"]
     );
 }
 

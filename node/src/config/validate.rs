@@ -234,10 +234,15 @@ impl Config {
             p.add(
                 "memory.archive-retention",
                 format!(
-                    "must be at least memory.retention ({}); set it equal to keep no archive",
+                    "must be at least memory.retention ({}); set memory.archive = \"off\" to keep no archive",
                     format_duration(self.memory.retention)
                 ),
             );
+        }
+        for tenant in self.memory.tenant_archive.keys() {
+            if tenant.is_empty() {
+                p.add("memory.tenant-archive", "a tenant name is empty".to_owned());
+            }
         }
         if !(100..=32_000).contains(&self.memory.token_budget) {
             p.add(
@@ -373,8 +378,11 @@ impl Config {
         check_pipeline(p, "distillation.pipeline", &d.pipeline);
     }
 
-    /// `[jobs]`: cron schedules.
+    /// `[jobs]`: the time zone and the cron schedules.
     fn check_jobs(&self, p: &mut Problems) {
+        if let Err(err) = crate::jobs::parse_time_zone(&self.jobs.time_zone) {
+            p.add("jobs.time-zone", err);
+        }
         for (key, schedule) in [
             ("jobs.expiry-sweep", &self.jobs.expiry_sweep),
             ("jobs.retention", &self.jobs.retention),

@@ -15,15 +15,19 @@ use engram_storage::model::Timestamp;
 
 use super::wire::ErrorBody;
 use super::wire::admin::{
-    AnchorBody, AnchorResponse, ApprovalResponse, ArchiveNext, ArchiveParams, ArchiveResponse,
-    ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, NewKeyResponse, RotateBody,
+    AnchorBody, AnchorResponse, ApprovalResponse, ArchiveKindParam, ArchiveMatchBody,
+    ArchiveMatchResponse, ArchiveNext, ArchiveParams, ArchiveResponse, ArchivedDigestView,
+    ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, MatchRole, NewKeyResponse,
+    RotateBody,
 };
 use super::{ApiError, ApiJson, AppState, ok, optional_json, page_limit, user_key};
 use crate::auth::Caller;
 use crate::keys;
 use engram_actors::user::api::{
-    AnchorMatch, AnchorQuery, ApproveReads, ArchiveCursor, ArchiveQuery, MAX_ARCHIVE_PAGE,
+    AnchorMatch, AnchorQuery, ApproveReads, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchiveQuery,
+    MAX_ARCHIVE_PAGE, Role,
 };
+use engram_storage::model::TurnDigest;
 
 /// Largest page of the audit trail.
 const MAX_AUDIT_PAGE: usize = 1_000;
@@ -251,8 +255,9 @@ pub async fn approve_sensitive_reads(
 #[utoipa::path(get, path = "/v1/admin/users/{user}/archive", tag = "admin",
     params(("user" = String, Path, description = "User id"), ArchiveParams),
     responses((status = 200, body = ArchiveResponse), (status = 400, body = ErrorBody)))]
-/// The user's archive: raw turns moved out of their sessions by retention, kept for
-/// `memory.archive-retention` for audits, in full text. Admins only; every read is audited.
+/// The user's archive: what retention kept of the turns it deleted (`memory.archive`:
+/// digests, or whole turns where a tenant keeps the full text), for
+/// `memory.archive-retention`, for audits. Read-only, admins only; every read is audited.
 pub async fn archive(
     State(s): State<AppState>,
     caller: Caller,
@@ -275,9 +280,18 @@ pub async fn archive(
         session: params.session,
         after,
         limit,
+        kind: params.kind.map(|kind| match kind {
+            ArchiveKindParam::Turns => ArchiveKind::Turns,
+            ArchiveKindParam::Digests => ArchiveKind::Digests,
+        }),
     };
     let page = s.ask(&caller, &key, query).await?;
     Ok(ok(ArchiveResponse {
+        kind: match page.kind {
+            ArchiveKind::Turns => ArchiveKindParam::Turns,
+            ArchiveKind::Digests => ArchiveKindParam::Digests,
+        },
+        digests: page.digests.into_iter().map(digest_view).collect(),
         turns: page
             .turns
             .into_iter()
@@ -296,6 +310,59 @@ pub async fn archive(
             after_seq: c.seq,
         }),
     }))
+}
+
+#[utoipa::path(post, path = "/v1/admin/users/{user}/archive/match", tag = "admin",
+    params(("user" = String, Path, description = "User id")),
+    request_body = ArchiveMatchBody,
+    responses((status = 200, body = ArchiveMatchResponse), (status = 400, body = ErrorBody)))]
+/// Whether the user (or the assistant) said this text in a turn retention archived as a
+/// digest, and when: the text is hashed as the archive hashed it and compared; the archive
+/// holds no text. Read-only, admins only; audited.
+pub async fn match_archive(
+    State(s): State<AppState>,
+    caller: Caller,
+    Path(user): Path<String>,
+    ApiJson(body): ApiJson<ArchiveMatchBody>,
+) -> Result<Response, ApiError> {
+    let key = user_key(&caller, &user)?;
+    let role = match body.role {
+        None | Some(MatchRole::User) => Role::User,
+        Some(MatchRole::Assistant) => Role::Assistant,
+    };
+    let found = s
+        .ask(
+            &caller,
+            &key,
+            ArchiveMatch {
+                role,
+                text: body.text,
+            },
+        )
+        .await?;
+    Ok(ok(ArchiveMatchResponse {
+        matches: found.into_iter().map(digest_view).collect(),
+    }))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn digest_view(d: TurnDigest) -> ArchivedDigestView {
+    ArchivedDigestView {
+        session_id: d.session_id,
+        seq: d.seq,
+        route: d.route,
+        created_at: d.created_at.0,
+        archived_at: d.archived_at.0,
+        user_hash: hex(&d.user_hash),
+        assistant_hash: hex(&d.assistant_hash),
+        keyed: d.key_id.is_some(),
+        user_chars: d.user_chars,
+        assistant_chars: d.assistant_chars,
+        pii_level: format!("{:?}", d.pii_level).to_lowercase(),
+    }
 }
 
 #[utoipa::path(post, path = "/v1/users/{user}/anchors/match", tag = "users",

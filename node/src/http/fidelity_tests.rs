@@ -412,3 +412,107 @@ async fn cached_table_metadata_is_served_in_nl2sql_contexts_until_deleted() {
     let (status, _) = send(&app, Method::DELETE, "/v1/metadata/dw_orders", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archived_digests_are_read_and_matched_by_admins_and_hold_no_text() {
+    use engram_storage::data::UserData;
+    use engram_storage::data::archive::RetentionRule;
+    use engram_storage::model::{ArchiveMode, Timestamp};
+    use engram_storage::sqlite::SqliteOptions;
+    use engram_storage::{Keyspace, Store};
+
+    use super::tests::ROOT_KEY;
+
+    let dir = tempfile::tempdir().unwrap();
+    let app = app(&dir).await;
+    let said = "Where is parcel 5512? It never arrived";
+    let (status, body) = post(
+        &app,
+        "/v1/users/erin/turns",
+        turn("a1", "s1", said, "It left the depot yesterday."),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // The retention job's step, run a year on, for a tenant archiving digests.
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let ks = Keyspace::new("engram");
+    let rule = RetentionRule {
+        now: Timestamp(i64::MAX / 2),
+        retention_ms: 30 * 86_400_000,
+        archive_ms: 1826 * 86_400_000,
+        mode: ArchiveMode::Digests,
+    };
+    let moved = store
+        .run(move |txn| {
+            UserData::new(txn, &ks, "default", "erin")
+                .apply_retention("s1", rule, &mut { usize::MAX })
+        })
+        .await
+        .unwrap();
+    assert_eq!(moved, 1);
+
+    let uri = "/v1/admin/users/erin/archive?kind=digests";
+    let (status, page) = send_as(&app, ROOT_KEY, Method::GET, uri, None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["kind"], "digests");
+    let digest = &page["digests"][0];
+    assert_eq!(
+        (digest["session_id"].as_str(), digest["seq"].as_u64()),
+        (Some("s1"), Some(0))
+    );
+    assert_eq!(
+        digest["user_hash"].as_str().map(str::len),
+        Some(64),
+        "{digest}"
+    );
+    assert_eq!(digest["keyed"], false, "no master keys in this node");
+    assert!(!page.to_string().contains("5512"), "{page}");
+    let (status, _) = send(&app, Method::GET, uri, None).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a gateway key reads no archive"
+    );
+
+    let matching = |text: &str, role: &str| {
+        Some(axum::body::Body::from(
+            json!({"text": text, "role": role}).to_string(),
+        ))
+    };
+    let path = "/v1/admin/users/erin/archive/match";
+    let (status, found) = send_as(&app, ROOT_KEY, Method::POST, path, matching(said, "user")).await;
+    assert_eq!(status, StatusCode::OK, "{found}");
+    assert_eq!(
+        found["matches"].as_array().map(Vec::len),
+        Some(1),
+        "{found}"
+    );
+    assert_eq!(found["matches"][0]["seq"], 0);
+    let other = "Where is parcel 5513? It never arrived";
+    let (_, none) = send_as(&app, ROOT_KEY, Method::POST, path, matching(other, "user")).await;
+    assert_eq!(none["matches"].as_array().map(Vec::len), Some(0), "{none}");
+    let (_, none) = send_as(
+        &app,
+        ROOT_KEY,
+        Method::POST,
+        path,
+        matching(said, "assistant"),
+    )
+    .await;
+    assert_eq!(none["matches"].as_array().map(Vec::len), Some(0), "{none}");
+    let (status, bad) = send_as(&app, ROOT_KEY, Method::POST, path, matching(" ", "user")).await;
+    assert_eq!(
+        (status, bad["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid_input")),
+        "{bad}"
+    );
+    let (status, _) = send(&app, Method::POST, path, matching(said, "user")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let trail = trail_of(&app, "erin").await;
+    assert!(
+        trail
+            .iter()
+            .any(|(action, outcome, _)| action == "archive.match" && *outcome == 200),
+        "matches are audited: {trail:?}"
+    );
+}

@@ -67,6 +67,7 @@ pub fn table() -> Vec<Route> {
             "breaker.approve",
         ),
         Route::new(routes!(admin::archive), Admin, "archive.read"),
+        Route::new(routes!(admin::match_archive), Admin, "archive.match"),
         Route::new(
             routes!(operations::cluster_status),
             Operator,

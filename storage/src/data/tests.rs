@@ -261,6 +261,7 @@ fn retention_moves_old_turns_out_of_the_session_and_reindexes_it() {
         now: Timestamp(now),
         retention_ms: 100,
         archive_ms: 1_000_000,
+        mode: crate::model::ArchiveMode::FullText,
     };
     // A sweep at 160 keeps turns created at or after 60.
     let removed = with_user(&store, &ks, "alice", |u| {

@@ -61,6 +61,7 @@ proptest! {
             keys.header(), keys.session(&id), keys.turn(&id, seq), keys.record(MemoryKind::Profile, &id),
             keys.intent(&id, Timestamp(seq as i64)), keys.embedding(&id), keys.idempotency(&id),
             keys.data_key(), keys.anchor(&mac), keys.archive(&id), keys.archived_turn(&id, seq),
+            keys.archived_digest(&id, seq),
         ] {
             prop_assert!(all.contains(&key));
             prop_assert!(ks().all().contains(&key));
@@ -83,6 +84,12 @@ proptest! {
         prop_assert!(!user.all_archived_turns().contains(&user.turn(&id, seq)));
         prop_assert!(user.anchors().contains(&user.anchor(&mac)));
         prop_assert_eq!(user.parse_turn(&archived), None);
+        let digest = user.archived_digest(&id, seq);
+        prop_assert!(user.archived_digests(&id).contains(&digest));
+        prop_assert!(user.all_archived_digests().contains(&digest));
+        prop_assert!(!user.all_archived_turns().contains(&digest));
+        prop_assert!(!user.all_archived_digests().contains(&archived));
+        prop_assert!(!user.archives().contains(&digest));
     }
 }
 

@@ -183,8 +183,78 @@ pub struct ArchiveParams {
     pub after_session: Option<String>,
     /// Continue after this turn.
     pub after_seq: Option<u64>,
-    /// At most this many turns (default 100, at most 500).
+    /// At most this many entries (default 100, at most 500).
     pub limit: Option<usize>,
+    /// `turns` (whole turns) or `digests`; default: what the tenant's `memory.archive` mode
+    /// keeps (digests in `digests` mode, else turns).
+    pub kind: Option<ArchiveKindParam>,
+}
+
+/// What an archive read returns.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ArchiveKindParam {
+    /// Whole turns (archived in `full-text` mode).
+    Turns,
+    /// Digests (archived in `digests` mode).
+    Digests,
+}
+
+/// An archived turn's digest: when and where it was said, and keyed hashes of its texts
+/// (hex), never the texts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ArchivedDigestView {
+    /// Session.
+    pub session_id: String,
+    /// Sequence number in the session.
+    pub seq: u64,
+    /// Route.
+    pub route: Option<String>,
+    /// Written at (Unix ms).
+    pub created_at: i64,
+    /// Archived at (Unix ms).
+    pub archived_at: i64,
+    /// HMAC-SHA256 of the user's text under the tenant's key (SHA-256 when `keyed` is false).
+    pub user_hash: String,
+    /// Likewise of the assistant's text.
+    pub assistant_hash: String,
+    /// Whether the hashes are keyed (the node has master keys).
+    pub keyed: bool,
+    /// Characters of the user's text.
+    pub user_chars: u32,
+    /// Characters of the assistant's text.
+    pub assistant_chars: u32,
+    /// The highest level of personal data the turn held (`none`, `low`, `medium`, `high`).
+    pub pii_level: String,
+}
+
+/// `POST /v1/admin/users/{user}/archive/match`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveMatchBody {
+    /// The text to look for (compared after trimming and collapsing whitespace; at most
+    /// 16 KiB).
+    pub text: String,
+    /// Whose text it is: `user` (default) or `assistant`.
+    #[serde(default)]
+    pub role: Option<MatchRole>,
+}
+
+/// Whose text an archive match looks for.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum MatchRole {
+    /// The user's.
+    User,
+    /// The assistant's.
+    Assistant,
+}
+
+/// The archived digests whose text matched.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ArchiveMatchResponse {
+    /// By session then sequence number.
+    pub matches: Vec<ArchivedDigestView>,
 }
 
 /// An archived raw turn, in full (only admins read the archive).
@@ -218,8 +288,12 @@ pub struct ArchiveNext {
 /// `GET /v1/admin/users/{user}/archive`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ArchiveResponse {
-    /// Turns, by session then sequence number.
+    /// What the page holds: `turns` or `digests`.
+    pub kind: ArchiveKindParam,
+    /// Whole turns, by session then sequence number (`kind` turns).
     pub turns: Vec<ArchivedTurnView>,
+    /// Digests, by session then sequence number (`kind` digests).
+    pub digests: Vec<ArchivedDigestView>,
     /// The next page, if any.
     pub next: Option<ArchiveNext>,
 }

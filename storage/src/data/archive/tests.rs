@@ -1,12 +1,14 @@
 //! Tests of the archive tier: retention moves turns here, the archive purges them later,
 //! within a byte budget per transaction, sealed like the live turns, and gone on forget.
 
-use super::RetentionRule;
+use sha2::{Digest as _, Sha256};
+
+use super::{RetentionRule, Role};
 use crate::crypto::{MasterKeys, is_sealed};
 use crate::data::UserData;
 use crate::data::tests::{RULE, turn, with_user};
 use crate::keyspace::ExpiryTarget;
-use crate::model::Timestamp;
+use crate::model::{ArchiveMode, Timestamp};
 use crate::{Keyspace, RangeOptions, Store, data::expired};
 
 const DAY: i64 = 86_400_000;
@@ -16,6 +18,7 @@ fn rule(now: i64) -> RetentionRule {
         now: Timestamp(now),
         retention_ms: 30 * DAY,
         archive_ms: 1826 * DAY,
+        mode: ArchiveMode::FullText,
     }
 }
 
@@ -203,4 +206,160 @@ fn the_archive_is_sealed_and_forgetting_the_user_removes_it_and_its_index() {
         .read_blocking(|txn| expired(txn, &ks, Timestamp(i64::MAX), 100))
         .unwrap();
     assert!(due.iter().all(|e| e.user == "bob"));
+}
+
+fn summary(text: &str) -> crate::model::TurnSummary {
+    crate::model::TurnSummary {
+        text: text.into(),
+        model: "test".into(),
+        created_at: Timestamp(0),
+    }
+}
+
+#[test]
+fn with_the_archive_off_retention_deletes_old_turns_and_their_summaries_and_keeps_nothing() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    for (i, at) in [0, DAY, 40 * DAY].into_iter().enumerate() {
+        appended(&store, &ks, "s", &format!("turn {i}"), at);
+    }
+    with_user(&store, &ks, "alice", |u| {
+        for seq in 0..3 {
+            assert!(u.put_summary("s", seq, &summary(&format!("summary {seq}")))?);
+        }
+        Ok(())
+    });
+    let off = RetentionRule {
+        mode: ArchiveMode::Off,
+        ..rule(35 * DAY)
+    };
+    let removed = with_user(&store, &ks, "alice", |u| {
+        u.apply_retention("s", off, &mut { usize::MAX })
+    });
+    assert_eq!(removed, 2);
+    let live = with_user(&store, &ks, "alice", |u| u.turns_from("s", 0));
+    assert_eq!(live.len(), 1, "only the turn within 30 days stays");
+    let summaries = with_user(&store, &ks, "alice", |u| u.summaries("s"));
+    assert_eq!(
+        summaries.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        [2],
+        "the summaries of deleted turns go with them"
+    );
+    let user = ks.user("acme", "alice");
+    for range in [user.all_archived_turns(), user.all_archived_digests()] {
+        let rows = store
+            .read_blocking(|txn| txn.get_range(&range.begin, &range.end, RangeOptions::default()))
+            .unwrap();
+        assert!(rows.is_empty(), "nothing archived");
+    }
+    assert!(with_user(&store, &ks, "alice", |u| u.archive_rows()).is_empty());
+    assert!(archive_targets(&store, &ks, i64::MAX).is_empty());
+}
+
+#[test]
+fn with_digests_the_archive_keeps_keyed_hashes_an_auditor_can_match_but_no_text() {
+    let store = Store::in_memory().unwrap();
+    let keys = MasterKeys::new([(1, [2u8; 32])]).unwrap();
+    let ks = Keyspace::new("engram").with_master_keys(keys);
+    let said = "my order 8841 never arrived";
+    appended(&store, &ks, "s", said, 0);
+    appended(&store, &ks, "s", "and the refund?", DAY);
+    let digests = RetentionRule {
+        mode: ArchiveMode::Digests,
+        ..rule(35 * DAY)
+    };
+    let moved = with_user(&store, &ks, "alice", |u| {
+        u.apply_retention("s", digests, &mut { usize::MAX })
+    });
+    assert_eq!(moved, 2);
+    assert!(with_user(&store, &ks, "alice", |u| u.sessions()).is_empty());
+    let kept = with_user(&store, &ks, "alice", |u| u.archived_digests(None, None, 0));
+    assert_eq!(
+        kept.iter()
+            .map(|d| (d.seq, d.created_at.0, d.key_id, d.user_chars))
+            .collect::<Vec<_>>(),
+        [(0, 0, Some(1), 27), (1, DAY, Some(1), 15)]
+    );
+    assert!(
+        with_user(&store, &ks, "alice", |u| u.archived_turns(None, None, 0)).is_empty(),
+        "no full text"
+    );
+    // The stored bytes hold no text, even opened.
+    let user = ks.user("acme", "alice");
+    let range = user.all_archived_digests();
+    let rows = store
+        .read_blocking(|txn| txn.get_range(&range.begin, &range.end, RangeOptions::default()))
+        .unwrap();
+    assert!(rows.iter().all(|(_, v)| is_sealed(v)));
+    let opened = format!("{kept:?}");
+    assert!(!opened.contains("8841") && !opened.contains("refund"));
+
+    // An auditor holding a text checks whether it was said (whitespace aside), and when.
+    let matched = with_user(&store, &ks, "alice", |u| {
+        u.match_archived(Role::User, "  my order 8841\tnever arrived ")
+    });
+    assert_eq!(matched.len(), 1);
+    assert_eq!((matched[0].seq, matched[0].created_at.0), (0, 0));
+    for (role, text) in [
+        (Role::User, "my order 8842 never arrived"),
+        (Role::Assistant, said),
+    ] {
+        let none = with_user(&store, &ks, "alice", |u| u.match_archived(role, text));
+        assert!(none.is_empty(), "{role:?} {text:?} matched");
+    }
+    // Another tenant's key gives other hashes.
+    let other = store
+        .run_blocking(|txn| {
+            UserData::new(txn, &ks, "globex", "alice").dialogue_hash(Role::User, said, Some(1))
+        })
+        .unwrap();
+    assert_ne!(other.0, kept[0].user_hash);
+
+    // The archive period purges digests as it purges turns.
+    let rows = with_user(&store, &ks, "alice", |u| u.archive_rows());
+    assert_eq!((rows[0].turns, rows[0].purge_at.0), (2, 1826 * DAY));
+    let purged = with_user(&store, &ks, "alice", |u| {
+        u.purge_archive(
+            "s",
+            RetentionRule {
+                now: Timestamp(1826 * DAY + 1),
+                ..digests
+            },
+        )
+    });
+    assert_eq!(purged, 1);
+    let purged = with_user(&store, &ks, "alice", |u| {
+        u.purge_archive(
+            "s",
+            RetentionRule {
+                now: Timestamp(1827 * DAY + 1),
+                ..digests
+            },
+        )
+    });
+    assert_eq!(purged, 1);
+    assert!(with_user(&store, &ks, "alice", |u| u.archive_rows()).is_empty());
+    assert!(archive_targets(&store, &ks, i64::MAX).is_empty());
+}
+
+#[test]
+fn without_a_key_service_digests_are_plain_sha256_and_say_so() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    appended(&store, &ks, "s", "hello", 0);
+    let digests = RetentionRule {
+        mode: ArchiveMode::Digests,
+        ..rule(35 * DAY)
+    };
+    with_user(&store, &ks, "alice", |u| {
+        u.apply_retention("s", digests, &mut { usize::MAX })
+    });
+    let kept = with_user(&store, &ks, "alice", |u| u.archived_digests(None, None, 0));
+    assert_eq!(kept[0].key_id, None);
+    let expected: [u8; 32] = Sha256::digest(b"dialogue\0user\0hello").into();
+    assert_eq!(kept[0].user_hash, expected);
+    assert_eq!(
+        with_user(&store, &ks, "alice", |u| u
+            .match_archived(Role::User, "hello"))
+        .len(),
+        1
+    );
 }

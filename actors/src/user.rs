@@ -16,6 +16,7 @@ pub mod intents;
 mod load;
 pub mod ops;
 pub mod prepare;
+pub mod promote;
 mod protected;
 mod redact;
 mod review;
@@ -135,6 +136,8 @@ pub struct UserState {
     counted_records: usize,
     /// Memories served whose `last_accessed_at` is not written yet.
     accessed: access::Accessed,
+    /// The candidates each session's last context served (promoted by the next turn).
+    used: promote::Used,
 }
 
 /// Acknowledgements that can be replayed for a retried request id.
@@ -196,6 +199,7 @@ impl Actor for UserActor {
             has_data,
             counted_records: 0,
             accessed: access::Accessed::default(),
+            used: promote::Used::default(),
         };
         state.count_records();
         Ok(state)
@@ -238,6 +242,7 @@ impl Actor for UserActor {
                 state.count_records();
                 if forgotten {
                     state.accessed.clear();
+                    state.used.clear();
                 } else if state.accessed.len() >= access::FLUSH_AT {
                     state.flush_access().await;
                 }
@@ -355,13 +360,23 @@ impl UserState {
         };
         let plan = self.message_plan(&req.user_text);
         prepared.distil_queued = req.success && plan.as_ref().is_some_and(|p| p.queue);
+        // What the session's last context served is used by a turn that succeeds.
+        let used = if req.success {
+            let session = req.session_id.as_deref().unwrap_or(ops::DEFAULT_SESSION);
+            self.used.take(session, self.args.services.clock.now())
+        } else {
+            Vec::new()
+        };
         let request_id = req.request_id.clone();
         let ack = self
             .write(&request_id, prepared, Some(stored_text), move |u, scope| {
                 let written = ops::append_turn(u, scope, &req, &entities, &anchors)?;
-                let Ok((mut ack, changed)) = written else {
+                let Ok((mut ack, mut changed)) = written else {
                     return Ok(written);
                 };
+                let (promoted, records) = promote::promote(u, scope, &used)?;
+                ack.memories.extend(promoted);
+                changed.extend(records);
                 if let (Some(plan), Some(seq)) = (&plan, ack.seq) {
                     let entry = intents::turn_entry_id(seq);
                     let gated = intents::on_message(
@@ -532,6 +547,7 @@ impl UserState {
             kinds: &query.kinds,
             exclude_turns: &[],
             fill: false,
+            active_only: query.active_only,
         };
         let hits = self
             .index

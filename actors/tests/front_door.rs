@@ -118,6 +118,7 @@ fn search() -> SearchQuery {
         k: 10,
         kinds: Vec::new(),
         mode: SearchMode::Bm25,
+        active_only: false,
     }
 }
 

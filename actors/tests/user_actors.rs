@@ -6,99 +6,21 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_actors::Error;
-use engram_actors::clock::{Clock, ManualClock, SharedClock};
-use engram_actors::directory::Directory;
+use engram_actors::clock::Clock;
 use engram_actors::jobs::{self, Job};
-use engram_actors::model::entities::EntityExtractor;
-use engram_actors::model::policy::{DAY_MS, Route};
+use engram_actors::model::policy::DAY_MS;
 use engram_actors::placement::UserKey;
-use engram_actors::services::{Metrics, Services, Settings};
+use engram_actors::services::Settings;
 use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
-    ContextQuery, FeedbackRequest, Forget, ListMemories, MemoryWrite, StatusChange, SweepScope,
-    TurnRequest,
+    FeedbackRequest, Forget, ListMemories, MemoryWrite, StatusChange, SweepScope,
 };
 use engram_storage::data::UserData;
 use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
-use engram_storage::sqlite::SqliteOptions;
-use engram_storage::{Keyspace, RangeOptions, Store};
-use tempfile::TempDir;
+use engram_storage::{Keyspace, RangeOptions};
 
-struct Node {
-    directory: Arc<Directory>,
-    clock: Arc<ManualClock>,
-    store: Store,
-}
-
-fn extractor() -> Arc<EntityExtractor> {
-    static EXTRACTOR: std::sync::OnceLock<Arc<EntityExtractor>> = std::sync::OnceLock::new();
-    EXTRACTOR
-        .get_or_init(|| Arc::new(EntityExtractor::default()))
-        .clone()
-}
-
-fn node(dir: &TempDir, settings: Settings) -> Node {
-    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
-    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
-    let services = Services {
-        store: store.clone(),
-        keyspace: Keyspace::new("engram"),
-        clock: clock.clone() as SharedClock,
-        extractor: extractor(),
-        embedder: None,
-        pipeline: None,
-        distillation: None,
-        ownership: None,
-        settings,
-        metrics: Arc::new(Metrics::default()),
-    };
-    Node {
-        directory: Directory::new(services),
-        clock,
-        store,
-    }
-}
-
-fn turn(request_id: &str, session: &str, user_text: &str) -> TurnRequest {
-    TurnRequest {
-        request_id: request_id.into(),
-        session_id: Some(session.into()),
-        user_text: user_text.into(),
-        assistant_text: "The GMV of East China last month was 1,234 yuan.".into(),
-        route: Some(Route::Nl2sqlQuery),
-        success: true,
-        trace_id: None,
-        choices: Vec::new(),
-        clarification: None,
-    }
-}
-
-fn alice() -> UserKey {
-    UserKey::new("acme", "alice")
-}
-
-async fn append(
-    node: &Node,
-    key: &UserKey,
-    req: TurnRequest,
-) -> engram_actors::Result<engram_actors::user::api::TurnAck> {
-    node.directory.ask_admin(key, req.clone()).await
-}
-
-async fn context(
-    node: &Node,
-    key: &UserKey,
-    session: &str,
-    query: &str,
-) -> engram_actors::model::context::MemoryContext {
-    let q = ContextQuery {
-        session_id: Some(session.into()),
-        query: Some(query.into()),
-        route: Route::Nl2sqlQuery,
-        token_budget: 1200,
-    };
-    node.directory.ask_admin(key, q.clone()).await.unwrap()
-}
+mod plain;
+use plain::{Node, alice, append, context, node, turn};
 
 async fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + deadline;

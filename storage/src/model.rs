@@ -60,7 +60,9 @@ impl MemoryKind {
 /// Lifecycle of a memory record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum MemoryStatus {
-    /// Formed but not yet confirmed; not used in contexts until activated.
+    /// Formed but not yet confirmed: found by searches and served in a context's episodic and
+    /// correction slots (not its profile slot) until promoted to active (liked, reinforced,
+    /// or used in a successful turn).
     Candidate,
     /// In use.
     Active,

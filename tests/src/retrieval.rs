@@ -44,6 +44,9 @@ pub struct Bench {
     pool: EmbeddingPool,
     pipeline: Pipeline,
     clock: Arc<ManualClock>,
+    /// Search active memories only (the seed's status rule; the turns' episodic memories are
+    /// candidates, so this shows what that rule costs).
+    active_only: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -78,8 +81,15 @@ impl Bench {
             pool,
             pipeline,
             clock,
+            active_only: false,
             _dir: dir,
         })
+    }
+
+    /// Searches active memories only from now on.
+    pub fn active_only(mut self) -> Bench {
+        self.active_only = true;
+        self
     }
 
     /// The pool (for its statistics).
@@ -163,6 +173,7 @@ impl Bench {
                     k: k_max,
                     kinds: vec![MemoryKind::Episodic],
                     mode,
+                    active_only: self.active_only,
                 };
                 let started = Instant::now();
                 let result = self

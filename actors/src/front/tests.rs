@@ -47,6 +47,7 @@ fn requests() -> Vec<UserRequest> {
             k: 5,
             kinds: vec![engram_storage::model::MemoryKind::Profile],
             mode: SearchMode::Hybrid,
+            active_only: false,
         }
         .into(),
         MemoryWrite {

@@ -95,6 +95,8 @@ pub struct ContextMemory {
     pub score: f32,
     /// Corrected SQL, for corrections.
     pub corrected_sql: Option<String>,
+    /// Active, or a candidate not yet confirmed.
+    pub status: MemoryStatus,
 }
 
 /// A current distilled intent in the context's key-intents slot.
@@ -247,6 +249,9 @@ pub fn assemble(
             kinds: &[kind],
             exclude_turns: &in_window,
             fill: true,
+            // An inferred preference steers every answer: served once confirmed. Episodic
+            // memories and corrections are served as candidates too (docs: the status rule).
+            active_only: kind == MemoryKind::Profile,
         };
         index.search(extractor, &query)
     };
@@ -425,6 +430,7 @@ fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> Con
             text: format!("[memory {} withheld: {why}]", r.memory_id),
             score,
             corrected_sql: None,
+            status: r.status,
         };
     }
     ContextMemory {
@@ -438,6 +444,7 @@ fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> Con
                     .and_then(|s| s.as_str())
                     .map(gateway_text)
             }),
+        status: r.status,
     }
 }
 

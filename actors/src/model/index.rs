@@ -67,6 +67,8 @@ pub struct MemoryQuery<'a> {
     pub exclude_turns: &'a [(&'a str, u64)],
     /// Rank unmatched live memories too, by recency and salience, after the matched ones.
     pub fill: bool,
+    /// Only active memories; otherwise candidates too.
+    pub active_only: bool,
 }
 
 /// What a record is indexed by, before neighbours are mixed in.
@@ -279,6 +281,7 @@ impl MemoryIndex {
         let keep = |id: &String, _: &DocFeatures| {
             self.records.get(id).is_some_and(|r| {
                 is_live(r, query.now)
+                    && (!query.active_only || r.status == MemoryStatus::Active)
                     && (query.kinds.is_empty() || query.kinds.contains(&r.kind))
                     && !turn_of(r).is_some_and(|(session, turn)| {
                         query

@@ -134,6 +134,8 @@ pub struct SearchQuery {
     pub kinds: Vec<MemoryKind>,
     /// Which signals rank.
     pub mode: SearchMode,
+    /// Only active memories (the seed's rule); by default candidates are found too.
+    pub active_only: bool,
 }
 
 /// A memory found by a search.

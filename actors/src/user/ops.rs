@@ -133,12 +133,23 @@ pub fn append_turn(
         changed.extend(records);
     }
     for (topic, value) in &req.choices {
-        if u.count_choice(topic, value)? == REPEATED_CHOICE_THRESHOLD {
-            let p = choice_preference(topic, value);
-            let (change, records) = apply(u, scope, &origin, profile(&p, Trigger::RepeatedChoice))?;
-            changes.push(change);
-            changed.extend(records);
+        let count = u.count_choice(topic, value)?;
+        if count < REPEATED_CHOICE_THRESHOLD {
+            continue;
         }
+        let new = profile(&choice_preference(topic, value), Trigger::RepeatedChoice);
+        // The third choice forms the preference; each one after it only reinforces it (so a
+        // candidate is confirmed by the fourth), never flags a contradiction again.
+        if count > REPEATED_CHOICE_THRESHOLD {
+            let existing = u.records(MemoryKind::Profile)?;
+            let resolution = resolve(&new, &existing, &|a, b| scope.prepared.same_topic(a, b));
+            if !matches!(resolution, Resolution::Reinforce { .. }) {
+                continue;
+            }
+        }
+        let (change, records) = apply(u, scope, &origin, new)?;
+        changes.push(change);
+        changed.extend(records);
     }
     let ack = TurnAck {
         written: true,

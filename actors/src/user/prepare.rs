@@ -194,7 +194,7 @@ impl UserState {
                 })
                 .await?;
             for ((topic, value), count) in req.choices.iter().zip(counts) {
-                if count + 1 == REPEATED_CHOICE_THRESHOLD {
+                if count + 1 >= REPEATED_CHOICE_THRESHOLD {
                     formed.push(profile(
                         &choice_preference(topic, value),
                         Trigger::RepeatedChoice,

@@ -36,9 +36,15 @@ impl UserState {
             UserRequest::Turn(req) => UserReply::Turn(self.turn(req).await?),
             UserRequest::Feedback(req) => UserReply::Feedback(self.feedback(req).await?),
             UserRequest::Context(query) => {
+                let session = query
+                    .session_id
+                    .clone()
+                    .unwrap_or_else(|| super::ops::DEFAULT_SESSION.to_owned());
                 let ctx = self.context(reader, query).await?;
                 let now = self.args.services.clock.now();
                 self.accessed.note(access::shown_in(&ctx), now);
+                self.used
+                    .note(&session, super::promote::candidates_shown(&ctx), now);
                 UserReply::Context(ctx)
             }
             UserRequest::Search(query) => {

@@ -184,6 +184,7 @@ pub async fn search(node: &Node, query: &str, mode: SearchMode) -> SearchResult 
         k: 3,
         kinds: Vec::new(),
         mode,
+        active_only: false,
     };
     node.directory.ask_admin(&alice(), q.clone()).await.unwrap()
 }

@@ -150,6 +150,7 @@ pub async fn search(
         k: body.k.unwrap_or(10),
         kinds,
         mode: parse_mode(body.mode.as_deref())?,
+        active_only: body.active_only.unwrap_or(false),
     };
     let result = s.ask(&caller, &key, query).await?;
     let sensitive = result

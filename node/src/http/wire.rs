@@ -350,6 +350,8 @@ pub struct SearchBody {
     pub kinds: Option<Vec<String>>,
     /// `hybrid` (default: dense, BM25, recency and salience fused), `dense` or `bm25`.
     pub mode: Option<String>,
+    /// Only active memories (the seed's rule); default false: candidates are found too.
+    pub active_only: Option<bool>,
 }
 
 /// A memory found by a search.
@@ -422,6 +424,10 @@ pub struct ContextMemoryView {
     pub score: f32,
     /// Corrected SQL, for corrections.
     pub corrected_sql: Option<String>,
+    /// `active`, or `candidate`: formed but not yet confirmed (promoted by a like, by
+    /// reinforcement, or by use in a successful turn).
+    #[serde(default)]
+    pub status: String,
 }
 
 /// A current intent in a context's key-intents slot.
@@ -496,6 +502,7 @@ fn memory_views(m: Vec<ContextMemory>) -> Vec<ContextMemoryView> {
             text: m.text,
             score: m.score,
             corrected_sql: m.corrected_sql,
+            status: records::status_name(m.status).to_owned(),
         })
         .collect()
 }

@@ -94,6 +94,9 @@ struct Args {
     /// only 4-8 messages each, which makes recall@10 trivial).
     #[arg(long)]
     pool: bool,
+    /// Search active memories only (the seed's status rule) instead of active and candidate.
+    #[arg(long)]
+    active_only: bool,
 }
 
 fn default_files() -> Result<Vec<PathBuf>> {
@@ -175,7 +178,7 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(run(&command, sets, pool, index))
+    runtime.block_on(run(&command, sets, pool, index, args.active_only))
 }
 
 async fn run(
@@ -183,9 +186,14 @@ async fn run(
     sets: Vec<Dataset>,
     pool: PoolConfig,
     index: IndexParams,
+    active_only: bool,
 ) -> Result<()> {
     let model = pool.encoder.model;
-    let bench = Arc::new(Bench::start(pool, index).await?);
+    let mut bench = Bench::start(pool, index).await?;
+    if active_only {
+        bench = bench.active_only();
+    }
+    let bench = Arc::new(bench);
     println!("command: `{}`\n", command.join(" "));
     println!("encoder {} through the embedding pool\n", model.name());
     for (n, set) in sets.into_iter().enumerate() {

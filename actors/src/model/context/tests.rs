@@ -121,7 +121,7 @@ fn last_six_turns_raw_and_older_ones_summarised() {
 }
 
 #[test]
-fn slots_follow_route_budgets_and_skip_dead_records() {
+fn slots_follow_route_budgets_skip_dead_records_and_serve_profiles_once_confirmed() {
     let mut records = vec![
         rec(
             "p1",
@@ -190,11 +190,14 @@ fn slots_follow_route_budgets_and_skip_dead_records() {
     )
     .unwrap();
     let ids = |m: &[ContextMemory]| m.iter().map(|m| m.memory_id.clone()).collect::<Vec<_>>();
-    let mut profile = ids(&ctx.profile);
-    profile.sort();
-    assert_eq!(profile, ["p1", "p3"]);
+    assert_eq!(
+        ids(&ctx.profile),
+        ["p1"],
+        "the candidate p3 is an unconfirmed preference"
+    );
     assert_eq!(ids(&ctx.corrections).len(), 2);
-    assert_eq!(ids(&ctx.episodic), ["e1"]);
+    assert_eq!(ids(&ctx.episodic), ["e1"], "episodic candidates are served");
+    assert_eq!(ctx.episodic[0].status, MemoryStatus::Candidate);
     let kpi = assemble(
         &ContextRequest {
             route: Route::KpiLookup,

@@ -48,6 +48,7 @@ fn query<'a>(text: &'a str, kinds: &'a [MemoryKind]) -> MemoryQuery<'a> {
         kinds,
         exclude_turns: &[],
         fill: false,
+        active_only: false,
     }
 }
 
@@ -127,6 +128,26 @@ fn searches_filter_by_kind_liveness_and_the_turns_in_the_window() {
         ..query("line charts", &[MemoryKind::Episodic])
     };
     assert!(index.search(&EXTRACTOR, &q).unwrap().is_empty());
+}
+
+#[test]
+fn active_only_leaves_candidates_out_and_by_default_both_are_found() {
+    let mut index = MemoryIndex::default();
+    let mut candidate = record("c", MemoryKind::Episodic, "line charts by week", Some(1));
+    candidate.status = MemoryStatus::Candidate;
+    let active = record("a", MemoryKind::Episodic, "line charts by month", Some(2));
+    for r in [candidate, active] {
+        index.upsert(&EXTRACTOR, r, None, None).unwrap();
+    }
+    let both = query("line charts", &[]);
+    let mut found = ids(&index.search(&EXTRACTOR, &both).unwrap());
+    found.sort();
+    assert_eq!(found, ["a", "c"]);
+    let active_only = MemoryQuery {
+        active_only: true,
+        ..query("line charts", &[])
+    };
+    assert_eq!(ids(&index.search(&EXTRACTOR, &active_only).unwrap()), ["a"]);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use engram_storage::model::{MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-fn status_name(status: MemoryStatus) -> &'static str {
+pub(crate) fn status_name(status: MemoryStatus) -> &'static str {
     match status {
         MemoryStatus::Candidate => "candidate",
         MemoryStatus::Active => "active",

@@ -1,0 +1,95 @@
+//! The plain node the user-actor suites share: user actors without embeddings on a real
+//! SQLite file with a manual clock, and the requests they send most.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use engram_actors::clock::{ManualClock, SharedClock};
+use engram_actors::directory::Directory;
+use engram_actors::model::entities::EntityExtractor;
+use engram_actors::model::policy::Route;
+use engram_actors::placement::UserKey;
+use engram_actors::services::{Metrics, Services, Settings};
+use engram_actors::user::api::{ContextQuery, TurnRequest};
+use engram_storage::model::Timestamp;
+use engram_storage::sqlite::SqliteOptions;
+use engram_storage::{Keyspace, Store};
+use tempfile::TempDir;
+
+/// A node's worth of user actors without embeddings, on a real SQLite file, with a manual
+/// clock.
+pub struct Node {
+    pub directory: Arc<Directory>,
+    pub clock: Arc<ManualClock>,
+    pub store: Store,
+}
+
+pub fn extractor() -> Arc<EntityExtractor> {
+    static EXTRACTOR: std::sync::OnceLock<Arc<EntityExtractor>> = std::sync::OnceLock::new();
+    EXTRACTOR
+        .get_or_init(|| Arc::new(EntityExtractor::default()))
+        .clone()
+}
+
+pub fn node(dir: &TempDir, settings: Settings) -> Node {
+    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
+    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
+    let services = Services {
+        store: store.clone(),
+        keyspace: Keyspace::new("engram"),
+        clock: clock.clone() as SharedClock,
+        extractor: extractor(),
+        embedder: None,
+        pipeline: None,
+        distillation: None,
+        ownership: None,
+        settings,
+        metrics: Arc::new(Metrics::default()),
+    };
+    Node {
+        directory: Directory::new(services),
+        clock,
+        store,
+    }
+}
+
+pub fn turn(request_id: &str, session: &str, user_text: &str) -> TurnRequest {
+    TurnRequest {
+        request_id: request_id.into(),
+        session_id: Some(session.into()),
+        user_text: user_text.into(),
+        assistant_text: "The GMV of East China last month was 1,234 yuan.".into(),
+        route: Some(Route::Nl2sqlQuery),
+        success: true,
+        trace_id: None,
+        choices: Vec::new(),
+        clarification: None,
+    }
+}
+
+pub fn alice() -> UserKey {
+    UserKey::new("acme", "alice")
+}
+
+pub async fn append(
+    node: &Node,
+    key: &UserKey,
+    req: TurnRequest,
+) -> engram_actors::Result<engram_actors::user::api::TurnAck> {
+    node.directory.ask_admin(key, req.clone()).await
+}
+
+pub async fn context(
+    node: &Node,
+    key: &UserKey,
+    session: &str,
+    query: &str,
+) -> engram_actors::model::context::MemoryContext {
+    let q = ContextQuery {
+        session_id: Some(session.into()),
+        query: Some(query.into()),
+        route: Route::Nl2sqlQuery,
+        token_budget: 1200,
+    };
+    node.directory.ask_admin(key, q.clone()).await.unwrap()
+}

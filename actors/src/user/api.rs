@@ -53,7 +53,8 @@ pub struct MemoryChange {
     pub memory_id: String,
     /// Its layer.
     pub kind: MemoryKind,
-    /// What happened: `created`, `reinforced`, `superseded` or `flagged`.
+    /// What happened: `created`, `reinforced`, `superseded`, `flagged`, or `promoted` (a
+    /// candidate the session's last context served, confirmed by this successful turn).
     pub action: String,
 }
 

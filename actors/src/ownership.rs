@@ -45,6 +45,9 @@ where
     F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
 {
     let (ks, in_txn) = (keyspace.clone(), lease.clone());
+    let in_flight = lease
+        .as_ref()
+        .map(|(ownership, _)| InFlight::enter(Arc::clone(ownership)));
     let result = store
         .run(move |txn| {
             if let Some((ownership, epoch)) = &in_txn {
@@ -53,6 +56,7 @@ where
             body(txn)
         })
         .await;
+    drop(in_flight);
     match result {
         Ok(value) => Ok(value),
         Err(engram_storage::Error::Fenced { .. }) => {
@@ -64,6 +68,29 @@ where
             )))
         }
         Err(err) => Err(err.into()),
+    }
+}
+
+/// Counts one write in [`LeaseMetrics::writes_in_flight`] while it lives (a dropped future
+/// leaves the gauge too).
+struct InFlight(Arc<Ownership>);
+
+impl InFlight {
+    fn enter(ownership: Arc<Ownership>) -> Self {
+        ownership
+            .metrics
+            .writes_in_flight
+            .fetch_add(1, Ordering::Relaxed);
+        InFlight(ownership)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0
+            .metrics
+            .writes_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -111,6 +138,9 @@ pub struct LeaseMetrics {
     pub lost: AtomicU64,
     /// Write transactions aborted by the fence.
     pub fenced_writes: AtomicU64,
+    /// Fenced write transactions under way (past their ownership check, not yet committed
+    /// or aborted): a gauge; writes waiting on a busy or stalled store show here.
+    pub writes_in_flight: AtomicU64,
     /// Rounds that failed (heartbeat or lease transactions).
     pub failed_rounds: AtomicU64,
     /// Requests refused because this node does not serve the user's shard.

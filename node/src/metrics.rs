@@ -425,6 +425,11 @@ fn render_leases(text: &mut String, ownership: &Ownership) {
         "# HELP engram_shards_held Shards this node serves\n# TYPE engram_shards_held gauge\nengram_shards_held {}\n",
         ownership.held()
     );
+    let _ = write!(
+        text,
+        "# HELP engram_fenced_writes_in_flight Fenced write transactions under way (past their ownership check)\n# TYPE engram_fenced_writes_in_flight gauge\nengram_fenced_writes_in_flight {}\n",
+        m.writes_in_flight.load(Ordering::Relaxed)
+    );
     for (name, help, value) in [
         ("shards_taken", "Shard leases taken (a new epoch)", &m.taken),
         (

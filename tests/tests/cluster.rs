@@ -399,10 +399,14 @@ async fn a_write_caught_in_its_owners_pause_is_fenced_and_leaves_nothing() {
                 .await
         }
     });
-    // The write is in flight at a, past its ownership check, waiting for the lock.
-    let in_flight =
-        "engram_http_requests_in_flight{method=\"POST\",route=\"/v1/users/{user}/turns\"}";
-    metric_above_zero(&a_client, in_flight, Duration::from_secs(10)).await;
+    // The write is in flight at a, past its ownership check, waiting for the lock (only
+    // then may a pause: paused before the check, it would be refused without the fence).
+    metric_above_zero(
+        &a_client,
+        "engram_fenced_writes_in_flight",
+        Duration::from_secs(10),
+    )
+    .await;
     a.pause();
     release.send(()).unwrap();
     lock.await.unwrap().unwrap();

@@ -140,6 +140,10 @@ pub struct UserState {
     used: promote::Used,
 }
 
+/// Turns up to this many bytes (user and assistant text) are analysed on the actor's own
+/// thread; longer ones on a blocking thread.
+const INLINE_EXTRACTION_BYTES: usize = 1024;
+
 /// Acknowledgements that can be replayed for a retried request id.
 pub trait Replayable: Serialize + DeserializeOwned + Send + 'static {
     /// The kind of request it acknowledges, stored with it: a request id reused for another
@@ -342,11 +346,19 @@ impl UserState {
         let extractor = self.args.services.extractor.clone();
         let text = format!("{}\n{}", req.user_text, req.assistant_text);
         let user_text = req.user_text.clone();
-        let (entities, anchors) = tokio::task::spawn_blocking(move || {
-            (extractor.extract(&text), pii::anchors_in(&user_text))
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
+        let extract = move || (extractor.extract(&text), pii::anchors_in(&user_text));
+        // A short turn's entities and anchors take some tens of microseconds (33 µs for 462
+        // bytes of Chinese, 8 µs for 500 of English, release build): here, sparing two thread
+        // hand-offs; a long one's go to a blocking thread (a handler blocks for at most about
+        // half a millisecond).
+        let (entities, anchors) =
+            if req.user_text.len() + req.assistant_text.len() <= INLINE_EXTRACTION_BYTES {
+                extract()
+            } else {
+                tokio::task::spawn_blocking(extract)
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))?
+            };
         let anchors = self.keyed(anchors);
         let stored_text = turn_text(
             &req.user_text,

@@ -31,6 +31,12 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::Config;
 
+/// mimalloc instead of glibc's allocator: the request path allocates small objects on every
+/// thread, and glibc's malloc and free took 12% of a write-heavy node's CPU time (perf,
+/// docs/benchmarks.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod audit;
 mod auth;
 mod cluster;

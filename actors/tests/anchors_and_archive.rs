@@ -149,6 +149,37 @@ impl Node {
         }
     }
 
+    /// Writes an old and, 20 days later, a newer turn of session s1, then runs the retention
+    /// job 31 days after the first: the old turn leaves the live session (one user, one turn
+    /// removed, the count the job logs), the newer one stays.
+    async fn old_and_newer_turn_past_retention(&self, key: &UserKey) {
+        self.append(key, turn("r1", "s1", "old question")).await;
+        self.clock.advance(20 * DAY_MS);
+        self.append(key, turn("r2", "s1", "newer question")).await;
+        self.clock.advance(11 * DAY_MS);
+        let report = jobs::run(&self.directory, Job::Retention).await.unwrap();
+        assert_eq!((report.users, report.turns_removed), (1, 1));
+        let live = self
+            .directory
+            .ask_admin(
+                key,
+                SessionQuery {
+                    session: "s1".into(),
+                    limit: 50,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            live.turns
+                .iter()
+                .map(|t| t.user_text.as_str())
+                .collect::<Vec<_>>(),
+            ["newer question"],
+            "the old turn left the live session"
+        );
+    }
+
     /// Every key and value in the store.
     async fn everything(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
         self.store
@@ -310,35 +341,7 @@ async fn by_default_retention_deletes_turns_past_30_days_and_archives_nothing() 
     let dir = tempfile::tempdir().unwrap();
     let node = node(&dir, Keyspace::new("engram"));
     let key = alice();
-    node.append(&key, turn("r1", "s1", "old question")).await;
-    node.clock.advance(20 * DAY_MS);
-    node.append(&key, turn("r2", "s1", "newer question")).await;
-    node.clock.advance(11 * DAY_MS);
-
-    let report = jobs::run(&node.directory, Job::Retention).await.unwrap();
-    assert_eq!(
-        (report.users, report.turns_removed),
-        (1, 1),
-        "the count the job logs"
-    );
-    let live = node
-        .directory
-        .ask_admin(
-            &key,
-            SessionQuery {
-                session: "s1".into(),
-                limit: 50,
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        live.turns
-            .iter()
-            .map(|t| t.user_text.as_str())
-            .collect::<Vec<_>>(),
-        ["newer question"]
-    );
+    node.old_and_newer_turn_past_retention(&key).await;
     let user = node.keyspace.user("acme", "alice");
     assert!(node.rows_in(user.all_archived_turns()).await.is_empty());
     assert!(node.rows_in(user.all_archived_digests()).await.is_empty());
@@ -432,32 +435,7 @@ async fn turns_past_retention_move_to_the_archive_and_are_purged_after_the_archi
     let dir = tempfile::tempdir().unwrap();
     let node = full_text_node(&dir, Keyspace::new("engram"));
     let key = alice();
-    node.append(&key, turn("r1", "s1", "old question")).await;
-    node.clock.advance(20 * DAY_MS);
-    node.append(&key, turn("r2", "s1", "newer question")).await;
-    node.clock.advance(11 * DAY_MS);
-
-    let report = jobs::run(&node.directory, Job::Retention).await.unwrap();
-    assert_eq!((report.users, report.turns_removed), (1, 1));
-    let live = node
-        .directory
-        .ask_admin(
-            &key,
-            SessionQuery {
-                session: "s1".into(),
-                limit: 50,
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        live.turns
-            .iter()
-            .map(|t| t.user_text.as_str())
-            .collect::<Vec<_>>(),
-        ["newer question"],
-        "the old turn left the live session"
-    );
+    node.old_and_newer_turn_past_retention(&key).await;
     let page = node.archive(&key, None, None, 10).await.unwrap();
     assert_eq!(page.turns.len(), 1);
     assert_eq!(page.turns[0].turn.user_text, "old question");

@@ -167,6 +167,7 @@ impl Bench {
         let k_max = KS[KS.len() - 1];
         for question in &conversation.questions {
             report.questions += 1;
+            let mut found_by_any = false;
             for mode in MODES {
                 let query = SearchQuery {
                     query: question.text.clone(),
@@ -194,7 +195,11 @@ impl Bench {
                         passage_of.get(&turn).copied()
                     })
                     .collect();
+                found_by_any |= hits.iter().any(|h| question.evidence.contains(h));
                 report.add(mode, &question.category, &question.evidence, &hits);
+            }
+            if !found_by_any {
+                report.miss(&question.id, &question.category);
             }
         }
         Ok(report)
@@ -217,11 +222,18 @@ struct Cell {
     recall: [f64; KS.len()],
 }
 
+/// Examples of missed questions a report keeps (ids only).
+const MISSED_EXAMPLES: usize = 5;
+
 /// Accumulated results.
 #[derive(Debug, Default)]
 pub struct Report {
     cells: BTreeMap<(usize, String), Cell>,
     latency: BTreeMap<usize, Vec<Duration>>,
+    /// Questions none of whose evidence any mode found in its top 20, per category.
+    missed: BTreeMap<String, usize>,
+    /// The first few of them, by id.
+    missed_examples: Vec<String>,
     /// Passages written.
     pub passages: usize,
     /// Questions searched.
@@ -264,8 +276,26 @@ impl Report {
         }
     }
 
+    /// Counts a question none of whose evidence any mode found in its top 20.
+    fn miss(&mut self, id: &str, category: &str) {
+        for category in [category, "all"] {
+            *self.missed.entry(category.to_owned()).or_default() += 1;
+        }
+        if self.missed_examples.len() < MISSED_EXAMPLES {
+            self.missed_examples.push(id.to_owned());
+        }
+    }
+
     /// Adds another report's counts to this one.
     pub fn merge(&mut self, other: Report) {
+        for (category, n) in other.missed {
+            *self.missed.entry(category).or_default() += n;
+        }
+        for id in other.missed_examples {
+            if self.missed_examples.len() < MISSED_EXAMPLES {
+                self.missed_examples.push(id);
+            }
+        }
         for (key, cell) in other.cells {
             let mine = self.cells.entry(key).or_default();
             mine.questions += cell.questions;
@@ -328,6 +358,17 @@ impl Report {
             }
             out.push('\n');
         }
+        out.push_str("\nFound by no mode in its top 20:");
+        for category in self.missed.keys() {
+            out.push_str(&format!(" {category} {},", self.missed[category]));
+        }
+        if self.missed.is_empty() {
+            out.push_str(" none");
+        }
+        out.push_str(&format!(
+            "\nFor example (question ids): {}\n",
+            self.missed_examples.join(", ")
+        ));
         out.push_str("\n| mode | searches | p50 | p99 |\n|---|---:|---:|---:|\n");
         for mode in MODES {
             let mut lat = self

@@ -4,7 +4,10 @@
 //! commit), waits for the pipeline to drain (and prints how long that took), asks every
 //! question through the memory search behind the context's slots,
 //! and prints evidence recall@5/10/20 per category for dense-only, BM25-only and hybrid
-//! search, with the search latency (dense and hybrid include embedding the question).
+//! search, with the search latency (dense and hybrid include embedding the question), and
+//! how many questions no mode found any evidence of in its top 20 (with a few of their ids).
+//! Each set is reported in two halves (`dataset::split`): settings are tuned on the tuning
+//! half only, and the checking half shows how far they carry; `--whole` reports sets whole.
 //!
 //! ```text
 //! cargo run --release -p engram-tests --bin retrieval                       # all shared data
@@ -26,7 +29,7 @@ use clap::{Parser, ValueEnum};
 use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::{Fusion, RetrieverParams};
 use engram_inference::{EncoderConfig, ModelKind, PoolConfig};
-use engram_tests::retrieval::dataset::{self, Dataset, PassageStyle};
+use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
 use engram_tests::retrieval::{Bench, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -97,6 +100,9 @@ struct Args {
     /// Search active memories only (the seed's status rule) instead of active and candidate.
     #[arg(long)]
     active_only: bool,
+    /// Report each set whole instead of its tuning and checking halves.
+    #[arg(long)]
+    whole: bool,
 }
 
 fn default_files() -> Result<Vec<PathBuf>> {
@@ -125,20 +131,43 @@ fn main() -> Result<()> {
         speakers: !args.no_speakers,
         captions: true,
     };
-    let mut sets: Vec<Dataset> = Vec::new();
+    let mut sets: Vec<(String, Dataset)> = Vec::new();
     for file in &files {
         let mut set = dataset::load(file, style)?;
         if let Some(n) = args.max_conversations {
             set.conversations.truncate(n);
         }
-        if args.pool {
-            set.conversations = vec![dataset::pool(file, std::mem::take(&mut set.conversations))];
-        }
-        match sets.iter_mut().find(|s| s.kind == set.kind) {
-            Some(same) => same.conversations.append(&mut set.conversations),
-            None => sets.push(set),
+        let kind = set.kind;
+        let parts = if args.whole {
+            vec![(kind.to_owned(), set)]
+        } else {
+            let (tuning, checking) = dataset::split(set);
+            vec![
+                (format!("{kind} ({})", Half::Tuning.name()), tuning),
+                (format!("{kind} ({})", Half::Checking.name()), checking),
+            ]
+        };
+        for (label, mut part) in parts {
+            if part.conversations.is_empty() {
+                continue;
+            }
+            if args.pool {
+                part.conversations =
+                    vec![dataset::pool(file, std::mem::take(&mut part.conversations))];
+            }
+            match sets.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, same)) => same.conversations.append(&mut part.conversations),
+                None => sets.push((label, part)),
+            }
         }
     }
+    // Tuning halves first, then checking halves (LoCoMo before MemDaily within each).
+    sets.sort_by_key(|(label, _)| {
+        (
+            label.contains(Half::Checking.name()),
+            !label.starts_with("LoCoMo"),
+        )
+    });
     if sets.is_empty() {
         bail!("no data");
     }
@@ -183,7 +212,7 @@ fn main() -> Result<()> {
 
 async fn run(
     command: &[String],
-    sets: Vec<Dataset>,
+    sets: Vec<(String, Dataset)>,
     pool: PoolConfig,
     index: IndexParams,
     active_only: bool,
@@ -196,7 +225,7 @@ async fn run(
     let bench = Arc::new(bench);
     println!("command: `{}`\n", command.join(" "));
     println!("encoder {} through the embedding pool\n", model.name());
-    for (n, set) in sets.into_iter().enumerate() {
+    for (n, (label, set)) in sets.into_iter().enumerate() {
         let started = Instant::now();
         let mut tasks = tokio::task::JoinSet::new();
         for (i, conversation) in set.conversations.iter().cloned().enumerate() {
@@ -214,8 +243,7 @@ async fn run(
         let writes_took = started.elapsed();
         let drain = bench.drained().await?;
         println!(
-            "{}: written in {:.1} s; the pipeline drained {:.1} s after the last write\n",
-            set.kind,
+            "{label}: written in {:.1} s; the pipeline drained {:.1} s after the last write\n",
             writes_took.as_secs_f64(),
             drain.as_secs_f64()
         );
@@ -230,8 +258,7 @@ async fn run(
         }
         let stats = bench.pool().stats();
         println!(
-            "## {}: {} conversations, {} passages, {} questions ({} skipped without evidence, {} unknown evidence ids); {:.1} s in all, {} texts embedded so far\n",
-            set.kind,
+            "## {label}: {} conversations, {} passages, {} questions ({} skipped without evidence, {} unknown evidence ids); {:.1} s in all, {} texts embedded so far\n",
             set.conversations.len(),
             report.passages,
             report.questions,

@@ -36,6 +36,8 @@ pub struct Passage {
 /// A question with its evidence.
 #[derive(Debug, Clone)]
 pub struct Question {
+    /// Its id for reports (`conv-26/q3`, `01_simple/12/q0`): never its text.
+    pub id: String,
     /// The question.
     pub text: String,
     /// Its category's name.
@@ -67,6 +69,63 @@ pub struct Dataset {
     pub kind: &'static str,
     /// Conversations.
     pub conversations: Vec<Conversation>,
+}
+
+/// Which half of the evaluation data a conversation belongs to: settings are tuned on the
+/// tuning half only, and the checking half says how far that tuning carries to conversations
+/// it never saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Half {
+    /// Tune on these.
+    Tuning,
+    /// Check on these.
+    Checking,
+}
+
+impl Half {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Half::Tuning => "tuning half",
+            Half::Checking => "checking half",
+        }
+    }
+}
+
+/// Splits a file's conversations into its tuning and checking halves, the same way on every
+/// run: LoCoMo conversations by sample id, the first three fifths (rounded up) tuning and the
+/// rest checking (in the dev file: conv-26, 30 and 41 tune, 42 and 43 check); MemDaily
+/// trajectories by their place in the file, even ones tuning and odd ones checking.
+pub fn split(set: Dataset) -> (Dataset, Dataset) {
+    let Dataset {
+        kind,
+        mut conversations,
+    } = set;
+    let tuning: Vec<bool> = if kind == "LoCoMo" {
+        conversations.sort_by(|a, b| a.name.cmp(&b.name));
+        let cut = (conversations.len() * 3).div_ceil(5);
+        (0..conversations.len()).map(|i| i < cut).collect()
+    } else {
+        (0..conversations.len()).map(|i| i % 2 == 0).collect()
+    };
+    let (mut tune, mut check) = (Vec::new(), Vec::new());
+    for (conversation, tunes) in conversations.into_iter().zip(tuning) {
+        if tunes {
+            tune.push(conversation);
+        } else {
+            check.push(conversation);
+        }
+    }
+    (
+        Dataset {
+            kind,
+            conversations: tune,
+        },
+        Dataset {
+            kind,
+            conversations: check,
+        },
+    )
 }
 
 /// The conversations of `file` as one: passages concatenated in order, evidence shifted.
@@ -204,11 +263,13 @@ fn load_locomo(items: &[Value], style: PassageStyle) -> Result<Dataset> {
         let position = positions(&passages);
         let mut questions = Vec::new();
         let (mut skipped, mut unknown) = (0, 0);
-        for qa in item
+        let sample = text(item, "sample_id");
+        for (index, qa) in item
             .get("qa")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            .enumerate()
         {
             let category = qa.get("category").and_then(Value::as_u64).unwrap_or(0);
             let mut evidence = Vec::new();
@@ -231,13 +292,14 @@ fn load_locomo(items: &[Value], style: PassageStyle) -> Result<Dataset> {
                 continue;
             }
             questions.push(Question {
+                id: format!("{sample}/q{index}"),
                 text: text(qa, "question"),
                 category: locomo_category(category).to_owned(),
                 evidence,
             });
         }
         out.conversations.push(Conversation {
-            name: text(item, "sample_id"),
+            name: sample,
             passages,
             questions,
             skipped_questions: skipped,
@@ -275,11 +337,13 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
         let position = positions(&passages);
         let mut questions = Vec::new();
         let (mut skipped, mut unknown) = (0, 0);
-        for q in item
+        let tid = text(item, "tid");
+        for (index, q) in item
             .get("question_list")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            .enumerate()
         {
             let mut evidence = Vec::new();
             for mid in q
@@ -306,13 +370,14 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
                 continue;
             }
             questions.push(Question {
+                id: format!("{category}/{tid}/q{index}"),
                 text: text(q, "question"),
                 category: category.to_owned(),
                 evidence,
             });
         }
         out.conversations.push(Conversation {
-            name: format!("{category}/{}", text(item, "tid")),
+            name: format!("{category}/{tid}"),
             passages,
             questions,
             skipped_questions: skipped,
@@ -324,7 +389,38 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
 
 #[cfg(test)]
 mod tests {
-    use super::dia_ids;
+    use super::{Conversation, Dataset, dia_ids, split};
+
+    fn named(names: &[&str], kind: &'static str) -> Dataset {
+        Dataset {
+            kind,
+            conversations: names
+                .iter()
+                .map(|name| Conversation {
+                    name: (*name).to_owned(),
+                    passages: Vec::new(),
+                    questions: Vec::new(),
+                    skipped_questions: 0,
+                    unknown_evidence: 0,
+                })
+                .collect(),
+        }
+    }
+
+    fn names(set: &Dataset) -> Vec<&str> {
+        set.conversations.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_halves_are_the_same_on_every_run_and_never_overlap() {
+        let locomo = ["conv-43", "conv-26", "conv-42", "conv-30", "conv-41"];
+        let (tuning, checking) = split(named(&locomo, "LoCoMo"));
+        assert_eq!(names(&tuning), ["conv-26", "conv-30", "conv-41"]);
+        assert_eq!(names(&checking), ["conv-42", "conv-43"]);
+        let (tuning, checking) = split(named(&["t0", "t1", "t2", "t3", "t4"], "MemDaily"));
+        assert_eq!(names(&tuning), ["t0", "t2", "t4"], "even trajectories tune");
+        assert_eq!(names(&checking), ["t1", "t3"]);
+    }
 
     #[test]
     fn malformed_evidence_lists_are_split() {

@@ -358,17 +358,20 @@ impl Report {
             }
             out.push('\n');
         }
-        out.push_str("\nFound by no mode in its top 20:");
-        for category in self.missed.keys() {
-            out.push_str(&format!(" {category} {},", self.missed[category]));
+        let missed: Vec<String> = self
+            .missed
+            .iter()
+            .map(|(category, n)| format!("{category} {n}"))
+            .collect();
+        if missed.is_empty() {
+            out.push_str("\nFound by no mode in its top 20: none\n");
+        } else {
+            out.push_str(&format!(
+                "\nFound by no mode in its top 20: {}; for example (question ids) {}\n",
+                missed.join(", "),
+                self.missed_examples.join(", ")
+            ));
         }
-        if self.missed.is_empty() {
-            out.push_str(" none");
-        }
-        out.push_str(&format!(
-            "\nFor example (question ids): {}\n",
-            self.missed_examples.join(", ")
-        ));
         out.push_str("\n| mode | searches | p50 | p99 |\n|---|---:|---:|---:|\n");
         for mode in MODES {
             let mut lat = self

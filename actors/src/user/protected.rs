@@ -9,11 +9,9 @@
 
 use std::sync::atomic::Ordering;
 
-use engram_storage::model::AnchorKind;
+use engram_storage::model::{AnchorKind, ArchiveMode, TurnDigest};
 
 use super::UserState;
-use engram_storage::model::{ArchiveMode, TurnDigest};
-
 use super::api::{
     AnchorMatch, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchivePage, ArchiveQuery,
     MAX_ARCHIVE_PAGE, MAX_MATCH_TEXT,

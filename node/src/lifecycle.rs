@@ -34,9 +34,12 @@ use engram_actors::services::{Metrics, Services};
 use engram_inference::{EmbeddingPool, GenerationPool};
 use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
-use tokio::signal::unix::{Signal, SignalKind, signal};
-use tracing::{info, warn};
+use tracing::info;
 
+mod shutdown;
+
+use self::shutdown::Shutdown;
+pub use self::shutdown::Stopped;
 use crate::cluster::Transport;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -117,78 +120,10 @@ pub async fn run(config: Config) -> Result<Stopped> {
     dialer.abort();
     cluster.leave(config.http.shutdown_grace).await?;
     bound.transport.stop();
-    if let Some(pipeline) = &directory.services().pipeline {
-        pipeline.stop();
-    }
-    let generator = directory
-        .services()
-        .distillation
-        .as_ref()
-        .and_then(|distillation| {
-            // Queued messages stay in storage for the next owner; running ones are answered
-            // "closed" at the next step and stay pending too.
-            if let Some(lane) = &distillation.pipeline {
-                lane.stop();
-            }
-            distillation.generator.clone()
-        });
-    if let Some(pool) = &generator {
-        pool.close();
-    }
-    let grace = config.http.shutdown_grace;
-    if let Some(embedder) = &embedder {
-        // The pool waits for interactive batches only (none is left once the gateway has
-        // drained); a background batch still running stops before its next forward pass.
-        if tokio::time::timeout(grace, embedder.pool().clone().shutdown())
-            .await
-            .is_err()
-        {
-            warn!(node = %node, ?grace, "embedding pool still running an interactive batch at shutdown");
-        }
-    }
-    crate::store::close(store, config.storage.backend);
-    // A background batch may still be running in the idle class: at the CPU share a busy
-    // machine leaves it, its last forward pass (and the process's exit: the last thread frees
-    // the memory) would crawl.
-    match engram_inference::leave_idle_class() {
-        Ok(0) => {}
-        Ok(threads) => {
-            info!(node = %node, threads, "background threads left the idle class to exit")
-        }
-        Err(err) => {
-            warn!(node = %node, error = %err, "background threads stay in the idle class (leaving it needs CAP_SYS_NICE); on a busy machine the exit may take a while")
-        }
-    }
-    // No inference thread may be inside libtorch when the process exits: `exit` runs
-    // libtorch's static destructors, and a forward pass under them ends in a segmentation
-    // fault. Each thread ends at the end of its current pass or step.
-    let joined = tokio::time::timeout(grace, async {
-        if let Some(embedder) = &embedder {
-            embedder.pool().join().await;
-        }
-        if let Some(pool) = &generator {
-            pool.join().await;
-        }
-    })
-    .await
-    .is_ok();
-    if !joined {
-        warn!(node = %node, ?grace, "inference threads still running at exit; the process ends without libtorch's teardown");
-    }
+    let stopped =
+        shutdown::stop_services(&node, &directory, embedder.as_ref(), store, &config).await;
     info!(node = %node, "node stopped");
-    Ok(Stopped {
-        inference_threads_ended: joined,
-    })
-}
-
-/// How a node's run ended.
-#[derive(Debug, Clone, Copy)]
-#[must_use]
-pub struct Stopped {
-    /// Whether every inference thread ended before the timeout. When one did not, the
-    /// process must end without running libtorch's static destructors
-    /// ([`engram_inference::exit_without_teardown`]).
-    pub inference_threads_ended: bool,
+    Ok(stopped)
 }
 
 /// The secrets and certificates a node needs, read before anything else.
@@ -582,33 +517,4 @@ fn now() -> Timestamp {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     Timestamp(i64::try_from(millis).unwrap_or(i64::MAX))
-}
-
-/// The shutdown signals, registered up front.
-struct Shutdown {
-    term: Signal,
-    interrupt: Signal,
-}
-
-impl Shutdown {
-    fn install() -> Result<Self> {
-        let install = |kind: SignalKind, name: &str| {
-            signal(kind).map_err(|source| Error::Io {
-                step: format!("installing the {name} handler"),
-                source,
-            })
-        };
-        Ok(Shutdown {
-            term: install(SignalKind::terminate(), "SIGTERM")?,
-            interrupt: install(SignalKind::interrupt(), "SIGINT")?,
-        })
-    }
-
-    /// Waits for SIGTERM or SIGINT (Ctrl-C) and says which arrived.
-    async fn wait(&mut self) -> &'static str {
-        tokio::select! {
-            _ = self.term.recv() => "SIGTERM",
-            _ = self.interrupt.recv() => "SIGINT",
-        }
-    }
 }

@@ -18,6 +18,7 @@ pub mod ops;
 pub mod prepare;
 pub mod promote;
 mod protected;
+mod reads;
 mod redact;
 mod review;
 mod serve;
@@ -38,25 +39,22 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use self::api::{
-    ClearAck, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck,
-    IntentWrite, MemoryAck, MemoryWrite, ResolveAck, SearchHit, SearchQuery, SearchResult,
-    StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+    ClearAck, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
+    MemoryAck, MemoryWrite, ResolveAck, StatusChange, SweepReport, SweepScope, TurnAck,
+    TurnRequest,
 };
 use self::load::load_index;
-use self::ops::{DEFAULT_SESSION, Prepared, turn_text};
+use self::ops::{Prepared, turn_text};
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
-use crate::breaker::Verdict;
 use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::front::{Reader, UserReply, UserRequest};
-use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitive};
 use crate::model::formation::{Feedback, from_feedback};
-use crate::model::index::{MemoryIndex, MemoryQuery};
+use crate::model::index::MemoryIndex;
 use crate::model::pii;
-use crate::model::policy::{ASSISTANT_TEXT_CAP, Route};
-use crate::model::retrieve::SearchMode;
+use crate::model::policy::ASSISTANT_TEXT_CAP;
 use crate::model::text::truncate_chars;
 use crate::placement::UserKey;
 use crate::services::Services;
@@ -480,104 +478,6 @@ impl UserState {
     /// The context for `reader`: assembled, then counted by the sensitive-read breaker when
     /// it shows high-PII items to a non-admin; past the limit it is assembled again with
     /// those items withheld (a context is needed for every LLM call, so it is never refused).
-    async fn context(&mut self, reader: &Reader, query: ContextQuery) -> Result<MemoryContext> {
-        validate::context(&query)?;
-        let session = query
-            .session_id
-            .clone()
-            .unwrap_or_else(|| DEFAULT_SESSION.to_owned());
-        let now = self.args.services.clock.now();
-        let retention_ms = self.args.services.settings.retention_ms;
-        let nl2sql = query.route == Route::Nl2sqlQuery;
-        let (working, summaries, key_intents, tables) = self
-            .read(move |u| {
-                let working = summaries::working(u, &session, now, retention_ms)?;
-                // Stored summaries exist only for turns shown as summaries.
-                let summaries = if working.raw_from > 0 {
-                    u.summaries(&session)?
-                } else {
-                    Vec::new()
-                };
-                let tables = if nl2sql {
-                    u.tenant_schema(now)?
-                } else {
-                    Vec::new()
-                };
-                Ok((working, summaries, intents::key_intents(u, now)?, tables))
-            })
-            .await?;
-        let turns = working.turns;
-        let summaries: Vec<(u64, String)> = summaries
-            .into_iter()
-            .map(|(seq, s)| (seq, s.text))
-            .collect();
-        let (vector, fallback) = prepare::split(match &query.query {
-            Some(q) => self.query_vector(q).await,
-            None => None,
-        });
-        let mut request = ContextRequest {
-            query: query.query.as_deref(),
-            query_vector: vector.as_deref(),
-            route: query.route,
-            token_budget: query.token_budget,
-            now,
-            withhold_sensitive: false,
-            intents: &key_intents,
-            summaries: &summaries,
-            raw_from: Some(working.raw_from),
-            tables: &tables,
-        };
-        let extractor = &self.args.services.extractor;
-        let ranked = |request: &ContextRequest<'_>| {
-            assemble(request, &turns, &self.index, extractor)
-                .map_err(|err| Error::Internal(format!("context ranking: {err}")))
-        };
-        let mut ctx = ranked(&request)?;
-        let sensitive = is_sensitive(&ctx, &turns, &self.index);
-        if self.count_sensitive(reader, sensitive).await? != Verdict::Allowed {
-            request.withhold_sensitive = true;
-            ctx = ranked(&request)?;
-        }
-        ctx.sensitive = sensitive;
-        ctx.fallback = fallback;
-        Ok(ctx)
-    }
-
-    async fn search(&mut self, query: SearchQuery) -> Result<SearchResult> {
-        validate::search(&query)?;
-        let (vector, fallback) = prepare::split(match query.mode {
-            SearchMode::Bm25 => None,
-            SearchMode::Dense | SearchMode::Hybrid => self.query_vector(&query.query).await,
-        });
-        let now = self.args.services.clock.now();
-        let search = MemoryQuery {
-            text: &query.query,
-            vector: vector.as_deref(),
-            k: query.k,
-            mode: query.mode,
-            now,
-            kinds: &query.kinds,
-            exclude_turns: &[],
-            fill: false,
-            active_only: query.active_only,
-        };
-        let hits = self
-            .index
-            .search(&self.args.services.extractor, &search)
-            .map_err(|err| Error::Internal(format!("search: {err}")))?
-            .into_iter()
-            .map(|(record, score)| SearchHit {
-                memory: record.clone(),
-                score,
-            })
-            .collect();
-        Ok(SearchResult {
-            hits,
-            embedded: vector.is_some(),
-            fallback,
-        })
-    }
-
     async fn forget(&mut self) -> Result<ForgetAck> {
         let (services, key) = self.scope_parts();
         let ks = services.keyspace.clone();

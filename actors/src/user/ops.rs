@@ -140,14 +140,16 @@ pub fn append_turn(
         let new = profile(&choice_preference(topic, value), Trigger::RepeatedChoice);
         // The third choice forms the preference; each one after it only reinforces it (so a
         // candidate is confirmed by the fourth), never flags a contradiction again.
-        if count > REPEATED_CHOICE_THRESHOLD {
-            let existing = u.records(MemoryKind::Profile)?;
-            let resolution = resolve(&new, &existing, &|a, b| scope.prepared.same_topic(a, b));
-            if !matches!(resolution, Resolution::Reinforce { .. }) {
-                continue;
-            }
+        let existing = u.records(MemoryKind::Profile)?;
+        if count > REPEATED_CHOICE_THRESHOLD
+            && !matches!(
+                resolve(&new, &existing, &|a, b| scope.prepared.same_topic(a, b)),
+                Resolution::Reinforce { .. }
+            )
+        {
+            continue;
         }
-        let (change, records) = apply(u, scope, &origin, new)?;
+        let (change, records) = apply_against(u, scope, &origin, new, existing)?;
         changes.push(change);
         changed.extend(records);
     }
@@ -451,6 +453,18 @@ fn apply(
     } else {
         Vec::new()
     };
+    apply_against(u, scope, origin, new, existing)
+}
+
+/// [`apply`] with the user's records of the new memory's kind already read (profile records
+/// for a profile memory, none otherwise).
+fn apply_against(
+    u: &mut UserData<'_>,
+    scope: &WriteScope<'_>,
+    origin: &Origin,
+    new: NewMemory,
+    existing: Vec<MemoryRecord>,
+) -> StorageResult<(MemoryChange, Vec<MemoryRecord>)> {
     let resolution = resolve(&new, &existing, &|a, b| scope.prepared.same_topic(a, b));
     if let Resolution::Reinforce { memory_id } = &resolution
         && let Some(mut record) = existing.into_iter().find(|r| &r.memory_id == memory_id)

@@ -7,26 +7,24 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_actors::Error;
-use engram_actors::clock::{ManualClock, SharedClock};
-use engram_actors::directory::Directory;
+use engram_actors::clock::ManualClock;
 use engram_actors::front::{Reader, Users};
-use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
-use engram_actors::services::{Metrics, Services, Settings};
+use engram_actors::services::Settings;
 use engram_actors::user::api::{
     AnchorQuery, ApproveReads, ContextQuery, Forget, IntentQuery, IntentWrite, ListMemories,
     ListSessions, MemoryWrite, SearchQuery, TurnRequest,
 };
 use engram_storage::access::Scope;
-use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
-use engram_storage::sqlite::SqliteOptions;
-use engram_storage::{Keyspace, Store};
+use engram_storage::model::{MemoryKind, MemoryStatus};
 use tempfile::TempDir;
 
 /// A resident ID number with a valid check digit.
 const ID: &str = "11010519491231002X";
+
+mod plain;
 
 struct Node {
     users: Users,
@@ -36,23 +34,10 @@ struct Node {
 
 fn node(settings: Settings) -> Node {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
-    let clock = ManualClock::new(Timestamp(1_700_000_000_000));
-    let services = Services {
-        store,
-        keyspace: Keyspace::new("engram"),
-        clock: clock.clone() as SharedClock,
-        extractor: Arc::new(EntityExtractor::default()),
-        embedder: None,
-        pipeline: None,
-        distillation: None,
-        ownership: None,
-        settings,
-        metrics: Arc::new(Metrics::default()),
-    };
+    let plain = plain::node(&dir, settings);
     Node {
-        users: Users::new(Directory::new(services), None, Duration::from_secs(1)),
-        clock,
+        users: Users::new(plain.directory, None, Duration::from_secs(1)),
+        clock: plain.clock,
         _dir: dir,
     }
 }

@@ -260,6 +260,15 @@ fn map_err(err: rusqlite::Error) -> Error {
     Error::Sqlite(err)
 }
 
+/// Runs one statement without parameters or rows, prepared once per connection: `BEGIN`,
+/// `COMMIT` and savepoints run for every transaction, and parsing them each time showed in
+/// the write path's profile.
+fn exec(conn: &Connection, sql: &str) -> Result<()> {
+    let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
+    stmt.execute([]).map_err(map_err)?;
+    Ok(())
+}
+
 impl Engine for SqliteEngine {
     fn begin(&self, mode: TxnMode) -> Result<Box<dyn EngineTxn>> {
         let conn = match (mode, &self.readers) {
@@ -270,7 +279,7 @@ impl Engine for SqliteEngine {
             TxnMode::Read => "BEGIN DEFERRED",
             TxnMode::Write => "BEGIN IMMEDIATE",
         };
-        conn.get().execute_batch(begin).map_err(map_err)?;
+        exec(conn.get(), begin)?;
         Ok(Box::new(SqliteTxn::new(conn)))
     }
 

@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 use rusqlite::Connection;
 
 use super::txn::{Conn, SqliteTxn, WriterGuard};
-use super::{GroupCommit, map_err};
+use super::{GroupCommit, exec};
 use crate::error::{Error, Result};
 use crate::kv::{SharedCommit, WriteJob};
 
@@ -292,13 +292,6 @@ fn run_one(conn: &Rc<WriterGuard>, job: &mut dyn WriteJob) -> (Result<usize>, Op
             Err(fatal) => (Err(err), Some(fatal)),
         },
     }
-}
-
-/// Runs one statement without parameters or rows.
-fn exec(conn: &Connection, sql: &str) -> Result<()> {
-    let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
-    stmt.execute([]).map_err(map_err)?;
-    Ok(())
 }
 
 /// Ends the open transaction, if SQLite has not already.

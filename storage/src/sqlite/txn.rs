@@ -12,7 +12,7 @@ use parking_lot::RawMutex;
 use parking_lot::lock_api::ArcMutexGuard;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Pooled, map_err};
+use super::{Pooled, exec, map_err};
 use crate::error::{Error, Result};
 use crate::kv::{EngineTxn, KeyValue, RangeOptions};
 
@@ -139,6 +139,6 @@ impl EngineTxn for SqliteTxn {
             ));
         }
         // On failure the transaction stays open and `Drop` rolls it back.
-        self.conn.get().execute_batch("COMMIT").map_err(map_err)
+        exec(self.conn.get(), "COMMIT")
     }
 }

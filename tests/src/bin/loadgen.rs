@@ -269,6 +269,11 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let picker = Arc::new(UserPicker::new(args.users, &distribution));
+    let node_pid = node.as_ref().and_then(Node::pid);
+    let cpu_before = (
+        node_pid.and_then(cpu_seconds),
+        cpu_seconds(std::process::id()),
+    );
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();
     let watcher = tokio::spawn(Backlog::watch(http.clone(), deadline));
@@ -328,11 +333,29 @@ async fn main() -> anyhow::Result<()> {
         ranked.merge(r);
     }
     let elapsed = started.elapsed();
+    let cpu_after = (
+        node_pid.and_then(cpu_seconds),
+        cpu_seconds(std::process::id()),
+    );
     println!(
         "mixed run, {:.1} s:\n\n{}",
         elapsed.as_secs_f64(),
         stats.table(elapsed)
     );
+    let requests = stats.count(Op::Append) + stats.count(Op::Context);
+    if requests > 0 {
+        let per_request = |before: Option<f64>, after: Option<f64>| match (before, after) {
+            (Some(b), Some(a)) => format!("{:.0} µs", 1e6 * (a - b) / requests as f64),
+            _ => "n/a".to_owned(),
+        };
+        // CPU time per request is steadier than requests/s on a shared machine: it does not
+        // count the time another process held the cores.
+        println!(
+            "CPU time per request (user + system): node {}, load generator {}\n",
+            per_request(cpu_before.0, cpu_after.0),
+            per_request(cpu_before.1, cpu_after.1)
+        );
+    }
     let reads = ranked.embedded + ranked.deadline + ranked.other;
     if reads > 0 {
         let share = |n: u64| 100.0 * n as f64 / reads as f64;
@@ -376,6 +399,18 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The CPU time (user + system) a process has used so far, from `/proc/<pid>/stat`; `None`
+/// where that cannot be read.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are the 14th and 15th fields of the line (the 12th and 13th here).
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // Ticks of USER_HZ, which is 100 on every Linux architecture this builds for.
+    Some(ticks / 100.0)
 }
 
 /// Sends one request and records its latency, or counts it as an error; returns the body of

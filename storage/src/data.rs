@@ -6,15 +6,16 @@
 //! same transaction as the record; forgetting a user leaves no key of theirs anywhere.
 //!
 //! The archive tier ([`archive`]), identity anchors ([`anchor`]), counts of repeated
-//! choices ([`choice`]), intent versions and turn summaries (`intents`) and the queue of
-//! pending inference ([`pending`]) are in their own
-//! modules.
+//! choices ([`choice`]), intent versions and turn summaries (`intents`), the queue of
+//! pending inference ([`pending`]) and the listing of a tenant's users ([`users`]) are in
+//! their own modules.
 
 pub mod anchor;
 pub mod archive;
 pub mod choice;
 mod intents;
 pub mod pending;
+pub mod users;
 
 use self::intents::intent_target;
 use crate::codec::{decode, encode};

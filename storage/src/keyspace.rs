@@ -39,7 +39,7 @@
 
 use std::sync::Arc;
 
-use foundationdb_tuple::{Subspace, TuplePack};
+use foundationdb_tuple::{PackResult, Subspace, TupleDepth, TuplePack, TupleUnpack};
 
 use crate::crypto::{Cipher, Encryption, KeyService, MasterKeys};
 use crate::model::{MemoryKind, Timestamp};
@@ -200,6 +200,20 @@ impl Keyspace {
         UserKeys {
             space: self.root.subspace(&("u", tenant, user)),
         }
+    }
+
+    /// Every key of every user of `tenant`: the users' prefixes `("u", tenant, user)`, in
+    /// user id order.
+    pub fn tenant_users(&self, tenant: &str) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("u", tenant)))
+    }
+
+    /// Decodes any key under a user's prefix `("u", tenant, user, ...)` into (tenant, user),
+    /// whatever follows the user id.
+    pub fn parse_user_key(&self, key: &[u8]) -> Option<(String, String)> {
+        let (tag, tenant, user, _): (String, String, String, Remainder) =
+            self.root.unpack(key).ok()?;
+        (tag == "u").then_some((tenant, user))
     }
 
     /// An entry of the expiry index.
@@ -366,6 +380,16 @@ impl Keyspace {
     pub fn parse_shard(&self, key: &[u8]) -> Option<u32> {
         let (tag, shard): (String, u32) = self.root.unpack(key).ok()?;
         (tag == "shard").then_some(shard)
+    }
+}
+
+/// Whatever follows the elements a parser reads, left undecoded (so that a key of any shape
+/// under a prefix decodes).
+struct Remainder;
+
+impl<'de> TupleUnpack<'de> for Remainder {
+    fn unpack(input: &'de [u8], _depth: TupleDepth) -> PackResult<(&'de [u8], Self)> {
+        Ok((&input[input.len()..], Remainder))
     }
 }
 

@@ -25,8 +25,11 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 use crate::error::{Error, Result};
 use crate::kv::{Engine, EngineTxn, TxnMode, WriteJob};
 
+mod backup;
 mod group;
 mod txn;
+
+pub use backup::{Backup, backup};
 
 use group::GroupWriter;
 use txn::{Conn, SqliteTxn};

@@ -83,6 +83,11 @@ pub enum Error {
     /// store's: the node does not start on a store it cannot trust).
     #[error("storage self-check failed: {0}")]
     SelfCheck(String),
+
+    /// An operator command that does not apply to this configuration (the operator's: the
+    /// message says what to use instead).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl Error {

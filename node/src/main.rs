@@ -73,6 +73,17 @@ enum Command {
     Drain(DrainArgs),
     /// Manage API keys: create, list, rotate, revoke.
     Keys(KeysArgs),
+    /// Copy the SQLite store into a new file while the nodes keep serving.
+    Backup(BackupArgs),
+}
+
+#[derive(Debug, Args)]
+struct BackupArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// The backup file to write; it must not exist.
+    #[arg(long, value_name = "PATH")]
+    to: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -166,6 +177,10 @@ fn main() -> ExitCode {
                 KeysCommand::Revoke { key_id } => operate::revoke_key(&config, key_id).await?,
             };
             print!("{out}");
+            Ok(())
+        }),
+        Command::Backup(args) => operate(&args.config.config, |config| async move {
+            print!("{}", operate::backup(&config, &args.to).await?);
             Ok(())
         }),
     };

@@ -2,7 +2,8 @@
 //! to: `engram-node status` (members, liveness, shards per node, leases) and
 //! `engram-node drain` (ask a node to hand off its shards and exit, then follow it), and
 //! `engram-node keys` (API key management; the command acts as the root, principal `cli`, and
-//! each change is written to the audit trail).
+//! each change is written to the audit trail), and `engram-node backup` (an online copy of
+//! the SQLite store).
 
 use std::fmt::Write;
 use std::time::{Duration, Instant};
@@ -236,4 +237,27 @@ pub async fn revoke_key(config: &Config, key_id: &str) -> Result<String> {
     audit_key(&store, &keyspace, &key.tenant, "key.revoke", key_id).await;
     crate::store::close(store, config.storage.backend);
     Ok(format!("revoked {key_id}\n"))
+}
+
+/// `engram-node backup --to FILE`: a consistent copy of the SQLite store, taken while the
+/// nodes on it keep serving. FoundationDB is backed up with its own tools (`fdbbackup`).
+pub async fn backup(config: &Config, to: &std::path::Path) -> Result<String> {
+    if config.storage.backend != crate::config::Backend::Sqlite {
+        return Err(Error::Unsupported(
+            "engram-node backup copies the SQLite store; back up FoundationDB with fdbbackup \
+             (see docs/operations.md)"
+                .to_owned(),
+        ));
+    }
+    let (from, to) = (config.sqlite_path(), to.to_owned());
+    let busy = config.storage.sqlite.busy_timeout;
+    let made =
+        tokio::task::spawn_blocking(move || engram_storage::sqlite::backup(&from, &to, busy))
+            .await
+            .map_err(|err| Error::Io {
+                step: "backing up the store".to_owned(),
+                source: err.into(),
+            })?
+            .map_err(Error::storage("backing up the store"))?;
+    Ok(format!("{} ({} bytes)\n", made.path.display(), made.bytes))
 }

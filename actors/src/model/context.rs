@@ -29,6 +29,9 @@ pub const MAX_CORRECTIONS: usize = 3;
 
 /// The instruction that closes every rendered context.
 pub const NO_INVENTION: &str = "Do not invent memories that are not listed.";
+/// The smallest token budget a context accepts: its header, the note saying what was
+/// dropped and [`NO_INVENTION`] fit in it, so from here up a context never exceeds its budget.
+pub const MIN_TOKEN_BUDGET: usize = 64;
 
 /// What a context is assembled for.
 #[derive(Debug, Clone)]
@@ -361,6 +364,9 @@ pub fn assemble(
         let note = drop_note(dropped_summaries, &ctx.dropped, request.token_budget);
         ctx.text = render(&ctx, &note);
     }
+    if count_tokens(&ctx.text) > request.token_budget {
+        fit_newest_turn(&mut ctx, dropped_summaries, request.token_budget);
+    }
     if dropped_summaries > 0 {
         ctx.dropped
             .insert(0, format!("{dropped_summaries} oldest turn summaries"));
@@ -368,6 +374,61 @@ pub fn assemble(
     ctx.tokens = count_tokens(&ctx.text);
     ctx.truncated = !ctx.dropped.is_empty();
     Ok(ctx)
+}
+
+/// The context is still over `budget` with only its newest turn left: cut that turn's texts
+/// to the longest length that fits (the same cap for both, so the longer one gives most), or
+/// leave the turn out, then the entities. From [`MIN_TOKEN_BUDGET`] up, what remains (the
+/// header, the truncation note and the closing line) always fits.
+fn fit_newest_turn(ctx: &mut MemoryContext, dropped_summaries: usize, budget: usize) {
+    let rerender = |ctx: &mut MemoryContext| {
+        let note = drop_note(dropped_summaries, &ctx.dropped, budget);
+        ctx.text = render(ctx, &note);
+        count_tokens(&ctx.text) <= budget
+    };
+    if let Some(turn) = ctx.recent_turns.pop() {
+        ctx.dropped.push("part of a recent turn".to_owned());
+        let longest = turn
+            .user
+            .chars()
+            .count()
+            .max(turn.assistant.chars().count());
+        let cut = |cap: usize| ContextTurn {
+            seq: turn.seq,
+            user: truncate_chars(&turn.user, cap),
+            assistant: truncate_chars(&turn.assistant, cap),
+        };
+        let fits = |ctx: &mut MemoryContext, cap: usize| {
+            ctx.recent_turns.push(cut(cap));
+            let fits = rerender(ctx);
+            ctx.recent_turns.pop();
+            fits
+        };
+        if fits(ctx, 1) {
+            // The longest cap that fits, by bisection (tokens grow with the cap).
+            let (mut lo, mut hi) = (1, longest.max(1));
+            while lo < hi {
+                let mid = lo + (hi - lo).div_ceil(2);
+                if fits(ctx, mid) {
+                    lo = mid;
+                } else {
+                    hi = mid - 1;
+                }
+            }
+            ctx.recent_turns.push(cut(lo));
+        } else {
+            ctx.dropped.pop();
+            ctx.dropped.push("a recent turn".to_owned());
+        }
+        if rerender(ctx) {
+            return;
+        }
+    }
+    if !ctx.entities.is_empty() {
+        ctx.entities.clear();
+        ctx.dropped.push("the entities".to_owned());
+        rerender(ctx);
+    }
 }
 
 fn drop_note(summaries: usize, others: &[String], budget: usize) -> Vec<String> {

@@ -8,6 +8,7 @@ use super::api::{
     SearchQuery, StatusChange, TurnRequest,
 };
 use crate::error::{Error, Result};
+use crate::model::context::MIN_TOKEN_BUDGET;
 
 /// Longest id (request, session, memory, tenant, user), in bytes.
 pub const MAX_ID_LEN: usize = 128;
@@ -243,10 +244,13 @@ pub(super) fn context(query: &ContextQuery) -> Result<()> {
     if let Some(q) = &query.query {
         check_text("query", q, MAX_QUERY, false)?;
     }
-    if query.token_budget == 0 || query.token_budget > MAX_BUDGET {
+    if !(MIN_TOKEN_BUDGET..=MAX_BUDGET).contains(&query.token_budget) {
         return Err(Error::invalid(
             "token_budget",
-            format!("is {}; must be 1 to {MAX_BUDGET}", query.token_budget),
+            format!(
+                "is {}; must be {MIN_TOKEN_BUDGET} to {MAX_BUDGET}",
+                query.token_budget
+            ),
         ));
     }
     Ok(())
@@ -254,7 +258,28 @@ pub(super) fn context(query: &ContextQuery) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_id;
+    use super::{MAX_BUDGET, MIN_TOKEN_BUDGET, check_id, context};
+    use crate::model::policy::Route;
+    use crate::user::api::ContextQuery;
+
+    #[test]
+    fn a_token_budget_too_small_to_hold_a_context_is_refused_with_the_range() {
+        let query = |token_budget| ContextQuery {
+            session_id: None,
+            query: None,
+            route: Route::Nl2sqlQuery,
+            token_budget,
+        };
+        for budget in [0, MIN_TOKEN_BUDGET - 1, MAX_BUDGET + 1] {
+            let err = context(&query(budget)).unwrap_err().to_string();
+            assert!(
+                err.contains("token_budget") && err.contains("must be 64 to 32000"),
+                "{budget}: {err}"
+            );
+        }
+        assert!(context(&query(MIN_TOKEN_BUDGET)).is_ok());
+        assert!(context(&query(MAX_BUDGET)).is_ok());
+    }
 
     #[test]
     fn ids_are_checked_with_a_reason() {

@@ -259,6 +259,31 @@ fn relevant_memories_rank_first() {
 }
 
 #[test]
+fn a_long_newest_turn_at_the_smallest_budget_is_cut_and_marked() {
+    let mut turns = turns(1);
+    turns[0].assistant_text = "The GMV by region was as follows. ".repeat(40);
+    let ctx = assemble(
+        &request(MIN_TOKEN_BUDGET),
+        &turns,
+        &index(Vec::new()),
+        &EXTRACTOR,
+    )
+    .unwrap();
+    assert!(ctx.tokens <= MIN_TOKEN_BUDGET, "{}", ctx.tokens);
+    assert!(ctx.truncated);
+    assert!(
+        ctx.dropped.contains(&"part of a recent turn".to_owned()),
+        "{:?}",
+        ctx.dropped
+    );
+    let [turn] = ctx.recent_turns.as_slice() else {
+        panic!("the newest turn was left out: {:?}", ctx.dropped)
+    };
+    assert!(turn.assistant.ends_with('…'));
+    assert!(turn.assistant.starts_with("The GMV by region"));
+}
+
+#[test]
 fn over_budget_drops_oldest_summaries_first_and_says_so() {
     let all = assemble(
         &request(100_000),
@@ -297,10 +322,27 @@ fn over_budget_drops_oldest_summaries_first_and_says_so() {
 
 proptest! {
     #[test]
-    fn the_rendered_context_fits_any_reasonable_budget(n in 0u64..20, budget in 150usize..3000) {
+    fn a_newest_turn_longer_than_the_budget_is_cut_to_fit_or_left_out(len in 0usize..4000, cjk in any::<bool>(), budget in MIN_TOKEN_BUDGET..400) {
+        let mut turns = turns(1);
+        let unit = if cjk { "华东十月订单" } else { "orders of East China " };
+        let long = unit.repeat(len / unit.chars().count() + 1);
+        turns[0].user_text = long.clone();
+        turns[0].assistant_text = long;
+        let ctx = assemble(&request(budget), &turns, &index(Vec::new()), &EXTRACTOR).unwrap();
+        prop_assert!(ctx.tokens <= budget, "{} > {budget}", ctx.tokens);
+        prop_assert_eq!(ctx.tokens, count_tokens(&ctx.text));
+        prop_assert!(ctx.text.ends_with(NO_INVENTION));
+        if ctx.truncated {
+            prop_assert!(ctx.text.contains("Context truncated to fit"));
+        }
+    }
+
+    #[test]
+    fn the_rendered_context_never_exceeds_its_budget(n in 0u64..20, budget in MIN_TOKEN_BUDGET..3000) {
         let records: Vec<_> = (0..10).map(|i| rec(&format!("m{i}"), MemoryKind::ALL[i % 4], "prefers monthly GMV by region in 华东", MemoryStatus::Active, i as i64)).collect();
         let ctx = assemble(&request(budget), &turns(n), &index(records), &EXTRACTOR).unwrap();
-        prop_assert!(ctx.tokens <= budget || (ctx.summaries.is_empty() && ctx.profile.is_empty() && ctx.recent_turns.len() <= 1));
+        prop_assert!(ctx.tokens <= budget, "{} > {budget}", ctx.tokens);
+        prop_assert_eq!(ctx.truncated, !ctx.dropped.is_empty());
         prop_assert_eq!(ctx.tokens, count_tokens(&ctx.text));
         prop_assert!(ctx.text.ends_with(NO_INVENTION));
     }

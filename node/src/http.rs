@@ -1,16 +1,18 @@
 //! The HTTP/JSON gateway: the versioned API under `/v1`, the seed-compatible endpoints, the
-//! OpenAPI document, health, readiness and metrics. Handlers only translate between JSON and
-//! the user actors; every rule lives in `engram_actors`.
+//! OpenAPI document, health, readiness and metrics, and the web console's files
+//! ([`console`]). Handlers only translate between JSON and the user actors; every rule lives
+//! in `engram_actors`.
 //!
 //! Every route is written once, in the route table ([`table`]), which generates the router,
 //! the access rules, the audit actions and the OpenAPI document; the middleware lives in
-//! [`middleware`]. Every request but health, readiness, metrics and the API document is
-//! authenticated by an API key ([`crate::auth`]), whose tenant it acts for, and audited
-//! ([`crate::audit`]). Bodies are limited (413), requests beyond the in-flight limit are
-//! shed (503 with Retry-After), and every response to bad input is a 400 naming what was
-//! wrong.
+//! [`middleware`]. Every request but health, readiness, metrics, the API document and the
+//! console's files is authenticated by an API key ([`crate::auth`]), whose tenant it acts
+//! for, and audited ([`crate::audit`]). Bodies are limited (413), requests beyond the
+//! in-flight limit are shed (503 with Retry-After), and every response to bad input is a 400
+//! naming what was wrong.
 
 mod admin;
+mod console;
 mod error;
 #[cfg(test)]
 mod fidelity_tests;

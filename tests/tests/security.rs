@@ -198,6 +198,7 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
             Some(json!({"tenant": "tenant-b", "scope": "admin"})),
         ),
         (Method::GET, "/v1/admin/audit?user=bob".into(), None),
+        (Method::GET, "/v1/admin/users".into(), None),
         (Method::POST, "/v1/admin/users/bob/approvals".into(), None),
         (Method::GET, "/v1/admin/users/bob/archive".into(), None),
         (

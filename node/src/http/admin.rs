@@ -1,7 +1,7 @@
-//! Admin endpoints: API keys (create, list, rotate, revoke), the audit trail, and approvals
-//! of sensitive reads. Every one needs an admin key and acts on the tenant the key acts for:
-//! a tenant's admin on its own, the root key (the configured one) on the tenant it names with
-//! `x-engram-tenant`.
+//! Admin endpoints: API keys (create, list, rotate, revoke), the audit trail, the tenant's
+//! users, and approvals of sensitive reads. Every one needs an admin key and acts on the
+//! tenant the key acts for: a tenant's admin on its own, the root key (the configured one) on
+//! the tenant it names with `x-engram-tenant`.
 //!
 //! Operator keys are the root's business: only the root key makes, rotates or revokes them
 //! through these endpoints (or the command line); a tenant's admin gets 403 and nothing is
@@ -18,7 +18,7 @@ use super::wire::admin::{
     AnchorBody, AnchorResponse, ApprovalResponse, ArchiveKindParam, ArchiveMatchBody,
     ArchiveMatchResponse, ArchiveNext, ArchiveParams, ArchiveResponse, ArchivedDigestView,
     ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, MatchRole, NewKeyResponse,
-    RotateBody,
+    RotateBody, UserView, UsersQuery, UsersResponse,
 };
 use super::{ApiError, ApiJson, AppState, ok, optional_json, page_limit, user_key};
 use crate::auth::Caller;
@@ -31,6 +31,8 @@ use engram_storage::model::TurnDigest;
 
 /// Largest page of the audit trail.
 const MAX_AUDIT_PAGE: usize = 1_000;
+/// Largest page of a tenant's users.
+const MAX_USERS_PAGE: usize = 1_000;
 
 fn now(s: &AppState) -> Timestamp {
     s.users.directory().services().clock.now()
@@ -200,7 +202,7 @@ pub async fn revoke_key(
 #[utoipa::path(get, path = "/v1/admin/audit", tag = "admin",
     params(AuditQuery),
     responses((status = 200, body = AuditResponse), (status = 400, body = ErrorBody)))]
-/// The tenant's audit trail, oldest first, by user, principal and time range.
+/// The tenant's audit trail, oldest first, by user, principal, action and time range.
 pub async fn audit(
     State(s): State<AppState>,
     caller: Caller,
@@ -217,7 +219,7 @@ pub async fn audit(
         .user
         .as_deref()
         .map(|u| s.audit.pseudonym(&caller.tenant, u));
-    let principal = query.principal;
+    let (principal, action) = (query.principal, query.action);
     let services = s.users.directory().services();
     let (ks, tenant) = (services.keyspace.clone(), caller.tenant.clone());
     let (entries, next) = services
@@ -226,12 +228,51 @@ pub async fn audit(
             access::audit_page(txn, &ks, &tenant, (from, to), limit, |e| {
                 user.as_ref().is_none_or(|u| e.user.as_ref() == Some(u))
                     && principal.as_ref().is_none_or(|p| &e.principal == p)
+                    && action.as_ref().is_none_or(|a| &e.action == a)
             })
         })
         .await?;
     Ok(ok(AuditResponse {
         entries: entries.into_iter().map(Into::into).collect(),
         next_from: next.map(|t| t.0),
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/admin/users", tag = "admin",
+    params(UsersQuery),
+    responses((status = 200, body = UsersResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+/// The tenant's users (those holding any data; a forgotten user is gone), in key order, a
+/// page at a time: `next_after` is the `after` of the next page. A page of n users costs
+/// n + 1 one-key reads, however much data each holds.
+pub async fn list_users(
+    State(s): State<AppState>,
+    caller: Caller,
+    query: Result<Query<UsersQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let limit = page_limit(query.limit, 100, MAX_USERS_PAGE)?;
+    if let Some(after) = &query.after {
+        engram_actors::user::check_id("after", after)?;
+    }
+    let services = s.users.directory().services();
+    let (ks, tenant, after) = (
+        services.keyspace.clone(),
+        caller.tenant.clone(),
+        query.after,
+    );
+    let page = services
+        .store
+        .read(move |txn| {
+            engram_storage::data::users::page(txn, &ks, &tenant, after.as_deref(), limit)
+        })
+        .await?;
+    Ok(ok(UsersResponse {
+        users: page
+            .users
+            .into_iter()
+            .map(|user_id| UserView { user_id })
+            .collect(),
+        next_after: page.next,
     }))
 }
 

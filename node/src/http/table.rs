@@ -22,11 +22,14 @@ use utoipa::openapi::{RefOr, schema::Schema};
 use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
-use super::{ApiError, AppState, Limits, admin, metadata, openapi, operations, routes as v1, seed};
+use super::{
+    ApiError, AppState, Limits, admin, console, metadata, openapi, operations, routes as v1, seed,
+};
 use crate::auth::Access::{self, Admin, Gateway, Operator, Public};
 
 /// The path of the OpenAPI document, served beside the table's routes (public, not audited,
-/// and not in the document it serves).
+/// and not in the document it serves). The web console's page and files
+/// ([`console::PATHS`]) are served beside them the same way.
 pub const DOCUMENT: &str = "/openapi.json";
 
 /// The gateway's routes.
@@ -61,6 +64,7 @@ pub fn table() -> Vec<Route> {
         Route::new(routes!(admin::rotate_key), Admin, "key.rotate"),
         Route::new(routes!(admin::revoke_key), Admin, "key.revoke"),
         Route::new(routes!(admin::audit), Admin, "audit.read"),
+        Route::new(routes!(admin::list_users), Admin, "user.list"),
         Route::new(
             routes!(admin::approve_sensitive_reads),
             Admin,
@@ -172,17 +176,16 @@ impl Route {
 pub struct Rules(HashMap<String, Vec<(Method, Rule)>>);
 
 impl Rules {
-    /// The rules of `table`, and the document's (public).
+    /// The rules of `table`, and those of the document and the console's files (public).
     pub fn of(table: &[Route]) -> Rules {
         let mut rules = Rules::default();
-        rules.insert(
-            Method::GET,
-            DOCUMENT,
-            Rule {
-                access: Public,
-                action: None,
-            },
-        );
+        let public = Rule {
+            access: Public,
+            action: None,
+        };
+        for path in std::iter::once(DOCUMENT).chain(console::PATHS) {
+            rules.insert(Method::GET, path, public);
+        }
         for route in table {
             for (method, path, _) in route.operations() {
                 rules.insert(method, path, route.rule);
@@ -269,6 +272,7 @@ pub fn router(table: Vec<Route>, state: AppState, limits: Limits) -> Router {
             DOCUMENT,
             get(move || async move { Json(doc.as_ref().clone()) }),
         )
+        .merge(console::router())
         .route_layer(middleware::from_fn_with_state(
             (state.clone(), rules),
             super::middleware::auth::authenticate,

@@ -103,10 +103,15 @@ fn every_route_has_its_rule_and_only_probes_are_public() {
     }
     public.sort();
     assert_eq!(public, ["/health", "/metrics", "/ready"]);
-    assert_eq!(
-        rules.get(&Method::GET, DOCUMENT).map(|r| r.access),
-        Some(Access::Public)
-    );
+    // Beside the table: the document and the console's files, public and not audited.
+    for path in std::iter::once(DOCUMENT).chain(console::PATHS) {
+        let rule = rules.get(&Method::GET, path);
+        assert_eq!(
+            rule.map(|r| (r.access, r.action)),
+            Some((Access::Public, None)),
+            "{path}"
+        );
+    }
     assert_eq!(rules.get(&Method::GET, "/v1/not-a-route"), None);
     assert_eq!(
         rules.get(&Method::PATCH, "/v1/users/{user}/memories"),

@@ -87,12 +87,40 @@ pub struct AuditQuery {
     pub user: Option<String>,
     /// Only entries of this key id.
     pub principal: Option<String>,
+    /// Only entries of this action (e.g. `memory.status`, `conflict.resolve`).
+    pub action: Option<String>,
     /// From (Unix ms, inclusive; default 0).
     pub from: Option<i64>,
     /// To (Unix ms, exclusive; default now + 1).
     pub to: Option<i64>,
     /// At most this many (default 100, at most 1000).
     pub limit: Option<usize>,
+}
+
+/// Query of the tenant's users.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct UsersQuery {
+    /// Only users after this id (the previous page's `next_after`).
+    pub after: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<usize>,
+}
+
+/// A user of the tenant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserView {
+    /// User id.
+    pub user_id: String,
+}
+
+/// `GET /v1/admin/users`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsersResponse {
+    /// The tenant's users holding any data, in key order (the byte order of their ids).
+    pub users: Vec<UserView>,
+    /// When more users follow: the `after` of the next page.
+    pub next_after: Option<String>,
 }
 
 /// An audit entry.

@@ -263,11 +263,14 @@ async fn a_flagged_contradiction_is_settled_by_keeping_old_new_or_both_once_and_
             "a settled flag cannot be settled again"
         );
         let trail = trail_of(&app, user).await;
+        let named = format!("flag_id={}", flag["flag_id"].as_str().unwrap());
         assert!(
             trail
                 .iter()
-                .any(|(action, outcome, _)| action == "conflict.resolve" && *outcome == 200),
-            "{trail:?}"
+                .any(|(action, outcome, ids)| action == "conflict.resolve"
+                    && *outcome == 200
+                    && ids.contains(&named)),
+            "the entry names the flag: {trail:?}"
         );
     }
     let (status, bad) = post(

@@ -237,15 +237,23 @@
       el("h2", null, "Users"),
       el("p", { class: "note" }, "The tenant's users holding any data, by id."),
       page.users.length
-        ? table(["User"], rows, { id: "users" })
+        ? table(["User"], rows, { id: "users", class: "compact" })
         : el("p", { class: "empty" }, "No users."),
       pager,
     );
   }
 
   async function userView(view, user) {
+    const audit = () => {
+      auditFilters.user = user;
+    };
     view.replaceChildren(
-      el("p", null, el("a", { href: "#/users" }, "← Users")),
+      el(
+        "p",
+        { class: "pager" },
+        el("a", { href: "#/users" }, "← Users"),
+        el("a", { id: "user-audit", href: "#/audit", onclick: audit }, "Audit trail of this user"),
+      ),
       el("h2", null, "User ", el("span", { class: "id" }, user)),
       el("section", { id: "sessions" }, el("h3", null, "Sessions"), el("p", { class: "loading" }, "Loading…")),
       el("section", { id: "memories" }, el("h3", null, "Memories"), el("p", { class: "loading" }, "Loading…")),
@@ -282,8 +290,8 @@
         el("td", { class: "id" }, s.session_id),
         el("td", null, s.title || ""),
         el("td", { class: "num" }, String(s.turn_count * 2)),
-        el("td", null, time(s.opened_at)),
-        el("td", null, time(s.last_turn_at)),
+        el("td", { class: "time" }, time(s.opened_at)),
+        el("td", { class: "time" }, time(s.last_turn_at)),
         el(
           "td",
           null,
@@ -311,7 +319,7 @@
         "tr",
         null,
         el("td", { class: "num" }, String(t.seq)),
-        el("td", null, time(t.created_at)),
+        el("td", { class: "time" }, time(t.created_at)),
         el("td", { class: "text" }, t.user_text),
         el("td", { class: "text" }, t.assistant_text),
         el("td", null, (t.entities || []).map((e) => el("span", { class: "tag" }, e))),
@@ -346,7 +354,7 @@
         el("td", { class: "num" }, number(m.salience)),
         el("td", { class: "pii pii-" + m.pii_level }, m.pii_level),
         el("td", { class: "text" }, m.text),
-        el("td", null, time(m.last_seen_at)),
+        el("td", { class: "time" }, time(m.last_seen_at)),
         actions,
       );
     });
@@ -385,7 +393,7 @@
         text(c.memory_id),
         text(c.conflicts_with),
         el("td", null, c.reason),
-        el("td", null, time(c.created_at)),
+        el("td", { class: "time" }, time(c.created_at)),
         el(
           "td",
           { class: "actions" },
@@ -481,7 +489,7 @@
       el(
         "tr",
         { "data-action": e.action },
-        el("td", null, time(e.at)),
+        el("td", { class: "time" }, time(e.at)),
         el("td", { class: "id" }, e.principal),
         el("td", { class: "action" }, e.action),
         el("td", { class: "id", title: e.user || "" }, e.user ? e.user.slice(0, 12) + "…" : ""),
@@ -594,11 +602,12 @@
       el("h3", null, "Members"),
       table(["Node", "HTTP address", "Status", "Liveness", "Heartbeat age", "Shards"], memberRows, {
         id: "members-table",
+        class: "compact",
       }),
       el("h3", null, "Hand-offs in progress"),
-      table(["Shards", "Count", "Which"], movingRows, { id: "moving-table" }),
+      table(["Shards", "Count", "Which"], movingRows, { id: "moving-table", class: "compact" }),
       el("h3", null, "Lease epochs"),
-      table(["Owner", "Shards", "Epochs"], epochRows, { id: "epochs-table" }),
+      table(["Owner", "Shards", "Epochs"], epochRows, { id: "epochs-table", class: "compact" }),
       el(
         "details",
         null,
@@ -606,7 +615,7 @@
         table(["Shard", "Owner", "Epoch"], leaseRows, { id: "leases-table" }),
       ),
       el("h3", null, "Pending inference on ", el("span", { class: "id" }, pipeline.node || "this node")),
-      el("table", { id: "pipeline-table", class: "facts" }, el("tbody", null, pipelineRows)),
+      el("table", { id: "pipeline-table", class: "facts compact" }, el("tbody", null, pipelineRows)),
     );
   }
 

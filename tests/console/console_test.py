@@ -8,9 +8,9 @@ Environment (set by the Rust test):
 - ``ENGRAM_URL``: the node; ``ENGRAM_CHROMIUM``: the browser binary.
 - ``ENGRAM_CONSOLE_ADMIN_KEY``, ``..._GATEWAY_KEY``, ``..._OPERATOR_KEY``: the tenant's keys.
 - ``ENGRAM_CONSOLE_USER``: the user to open; ``..._OTHER_USER``: another user listed;
-  ``..._MEMORY``: the memory to suppress; ``..._FLAG``: the flag to resolve (``keep_new``)
-  and ``..._FLAG_MEMORY`` the memory it held back; ``..._ENTITY``: an entity of the turns
-  of the user's session ``..._SESSION``.
+  ``..._MEMORY``: the memory to suppress; ``..._HTML_MEMORY``: one whose text is HTML;
+  ``..._FLAG``: the flag to resolve (``keep_new``) and ``..._FLAG_MEMORY`` the memory it
+  held back; ``..._ENTITY``: an entity of the turns of the user's session ``..._SESSION``.
 
 Besides the steps, it fails on any page error or console error (a Content-Security-Policy
 violation is one), on a failed load of anything but the API (whose refusals the page shows)
@@ -44,6 +44,7 @@ OPERATOR = env("ENGRAM_CONSOLE_OPERATOR_KEY")
 USER = env("ENGRAM_CONSOLE_USER")
 OTHER_USER = env("ENGRAM_CONSOLE_OTHER_USER")
 MEMORY = env("ENGRAM_CONSOLE_MEMORY")
+HTML_MEMORY = env("ENGRAM_CONSOLE_HTML_MEMORY")
 FLAG = env("ENGRAM_CONSOLE_FLAG")
 FLAG_MEMORY = env("ENGRAM_CONSOLE_FLAG_MEMORY")
 ENTITY = env("ENGRAM_CONSOLE_ENTITY")
@@ -158,6 +159,10 @@ def main() -> None:
         headers = page.locator("#memories-table thead th").all_inner_texts()
         for column in ["Kind", "Status", "Confidence", "Salience", "Personal data"]:
             assert column in headers, headers
+        hostile = page.locator(f'#memories-table tr[data-memory="{HTML_MEMORY}"] td.text')
+        expect(hostile).to_contain_text('<img src=x onerror="window.__xss=1"><b>this</b>')
+        assert page.locator("#memories-table img, #memories-table b").count() == 0
+        assert page.evaluate("() => window.__xss") is None, "memory text ran as script"
         page.click(f'#sessions-table tr[data-session="{SESSION}"] button')
         expect(page.locator("#turns-table .tag", has_text=ENTITY).first).to_be_visible()
         shot(page, "user")

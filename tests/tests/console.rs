@@ -3,8 +3,8 @@
 //! contradiction), then runs `tests/console/console_test.py`, which drives Debian's
 //! `chromium` through Playwright: a gateway and an unknown key refused with the API's code
 //! and message, sign-in with the tenant's admin key, the users list, a user's sessions (title,
-//! message count, last activity, a session's turns with their entities), memories and
-//! conflicts, suppressing a memory and resolving the conflict (both read back from the page),
+//! message count, last activity, a session's turns with their entities), memories (one
+//! whose text is HTML with a script handler, shown as text) and conflicts, suppressing a memory and resolving the conflict (both read back from the page),
 //! the audit trail filtered by action, sign-out, and the cluster view with an operator key.
 //! The script fails on any page or console error (a Content-Security-Policy violation is
 //! one), on any request outside the node, and on a key in a URL, a cookie or localStorage.
@@ -138,6 +138,15 @@ async fn the_console_signs_in_suppresses_a_memory_and_resolves_a_conflict_in_chr
                 "text": "Wants reports sent to alice.li@example.com"}),
     )
     .await;
+    // Text that would run script if the page parsed it as HTML.
+    let hostile = api
+        .must_create_memory(
+            user,
+            &json!({"request_id": "m-html", "kind": "profile", "status": "candidate",
+                    "text": "Titles like <img src=x onerror=\"window.__xss=1\"><b>this</b>"}),
+        )
+        .await;
+    let hostile = hostile["memory"]["memory_id"].as_str().unwrap().to_owned();
     // A contradiction: a stated preference, then three choices of another value.
     api.must_append_turn(
         user,
@@ -190,6 +199,7 @@ async fn the_console_signs_in_suppresses_a_memory_and_resolves_a_conflict_in_chr
         .env("ENGRAM_CONSOLE_USER", user)
         .env("ENGRAM_CONSOLE_OTHER_USER", other)
         .env("ENGRAM_CONSOLE_MEMORY", &memory)
+        .env("ENGRAM_CONSOLE_HTML_MEMORY", &hostile)
         .env("ENGRAM_CONSOLE_FLAG", &flag)
         .env("ENGRAM_CONSOLE_FLAG_MEMORY", &held_back)
         .env("ENGRAM_CONSOLE_ENTITY", "dw_orders")

@@ -12,6 +12,8 @@
 //!   default) to hand off every shard and exit; follows it until it has left.
 //! - `engram-node keys create|list|rotate|revoke --config <path> ...`: manage API keys in the
 //!   store (an operator with the store's access acts as the root; each change is audited).
+//! - `engram-node mcp [--url <node>] [--transport stdio|http]`: an MCP server whose tools
+//!   call a running node's API with an API key (`mcp.rs`); it needs no configuration file.
 //!
 //! Architecture invariants:
 //! - `node` is the only crate that knows HTTP, JSON wire types and `cluster.toml`; nothing
@@ -23,6 +25,7 @@
 //! - `auth` (keys, scopes) and `audit` (the trail's writer) know no HTTP; their middleware is
 //!   in `http/middleware/`.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -47,6 +50,7 @@ mod jobs;
 mod keys;
 mod lifecycle;
 mod logging;
+mod mcp;
 mod metrics;
 mod operate;
 mod secret;
@@ -75,6 +79,41 @@ enum Command {
     Keys(KeysArgs),
     /// Copy the SQLite store into a new file while the nodes keep serving.
     Backup(BackupArgs),
+    /// Serve a running node's memory to agents as MCP tools, over stdio or streamable HTTP.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Args)]
+struct McpArgs {
+    /// The node's base URL.
+    #[arg(long, env = "ENGRAM_URL", default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// The CA (PEM) that signed the node's certificate, for an https:// URL.
+    #[arg(long, value_name = "PATH")]
+    ca_file: Option<PathBuf>,
+    /// stdio or http (streamable HTTP at http://<listen>/mcp).
+    #[arg(long, value_enum, default_value = "stdio")]
+    transport: McpTransport,
+    /// stdio: a file holding the API key (mode 0600); without it, ENGRAM_API_KEY. Over HTTP
+    /// every client sends its own key.
+    #[arg(long, value_name = "PATH")]
+    api_key_file: Option<PathBuf>,
+    /// stdio: the tenant the root key acts for (x-engram-tenant); a tenant's key needs none.
+    #[arg(long, env = "ENGRAM_TENANT")]
+    tenant: Option<String>,
+    /// http: where to listen (port 0: any free port; the address is printed on stderr).
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    listen: SocketAddr,
+    /// http: a Host name clients reach the server by, accepted besides loopback and the
+    /// listen address (repeatable; other names are refused against DNS rebinding).
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum McpTransport {
+    Stdio,
+    Http,
 }
 
 #[derive(Debug, Args)]
@@ -183,6 +222,7 @@ fn main() -> ExitCode {
             print!("{}", operate::backup(&config, &args.to).await?);
             Ok(())
         }),
+        Command::Mcp(args) => mcp(args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -243,5 +283,47 @@ fn run(path: &Path) -> anyhow::Result<()> {
         // libtorch's destructors under them; the store is closed already.
         engram_inference::exit_without_teardown(0);
     }
+    Ok(())
+}
+
+/// Runs the MCP server: logs on stderr (`info`, or `RUST_LOG`), never on stdout, which is
+/// the stdio transport's channel.
+fn mcp(args: &McpArgs) -> anyhow::Result<()> {
+    logging::init(&config::LogConfig {
+        level: "info,rmcp=warn".to_owned(),
+        format: config::LogFormat::Text,
+    })?;
+    let transport = match args.transport {
+        McpTransport::Stdio => mcp::Transport::Stdio {
+            credentials: mcp::Credentials {
+                key: mcp::api_key(args.api_key_file.as_deref())?,
+                tenant: args.tenant.clone(),
+            },
+        },
+        McpTransport::Http => {
+            if args.api_key_file.is_some() {
+                anyhow::bail!(
+                    "--api-key-file is for --transport stdio: over HTTP every client sends \
+                     its own key as `Authorization: Bearer`"
+                );
+            }
+            mcp::Transport::Http {
+                listen: args.listen,
+                allowed_hosts: args.allowed_hosts.clone(),
+            }
+        }
+    };
+    let options = mcp::Options {
+        url: args.url.clone(),
+        ca_file: args.ca_file.clone(),
+        transport,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("engram-mcp")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(mcp::serve(options))?;
     Ok(())
 }

@@ -1,0 +1,229 @@
+//! The streamable HTTP endpoint, `POST/GET/DELETE /mcp`: rmcp's `StreamableHttpService`
+//! behind a gate that requires an Engram API key on every HTTP request
+//! (`Authorization: Bearer egk_...`, and `x-engram-tenant` for the root key).
+//!
+//! The gate asks the node whether the key is good (`GET /v1/metadata`, which any gateway or
+//! admin key may call and which touches no user), remembers a good key for [`KEY_TTL`] by
+//! its SHA-256 only, and refuses a missing key with 401 and a key the node refuses with the
+//! node's own status and error (401 `unauthenticated`, 403 `forbidden` or `wrong_tenant`,
+//! 429 `rate_limited` with `Retry-After`). A good key travels with its request to the
+//! tools, which call the node with it: each MCP client acts with its own key and scope, and
+//! an MCP session cannot lend one client's key to another's requests. A key the node
+//! revokes is refused by the node at the next tool call, whatever the gate remembers.
+//!
+//! Not here: the tools (`tools.rs`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::header::{AUTHORIZATION, RETRY_AFTER, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+
+use super::client::{Answer, Credentials, NodeClient};
+use super::tools::EngramTools;
+use crate::auth::TENANT_HEADER;
+use crate::error::{Error, Result};
+
+/// The endpoint's path.
+pub const PATH: &str = "/mcp";
+/// How long the gate remembers a key the node accepted.
+pub const KEY_TTL: Duration = Duration::from_secs(60);
+/// At most this many keys remembered.
+const MAX_REMEMBERED: usize = 1024;
+
+/// Binds `listen`, says where on stderr, and serves until `stop` completes.
+///
+/// # Errors
+/// [`Error::Io`] when the address cannot be bound or serving fails.
+pub async fn serve(
+    node: Arc<NodeClient>,
+    listen: SocketAddr,
+    allowed_hosts: Vec<String>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| Error::Io {
+            step: format!("binding --listen {listen}"),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| Error::Io {
+        step: "reading the bound address".to_owned(),
+        source,
+    })?;
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    if !bound.ip().is_loopback() && !bound.ip().is_unspecified() {
+        hosts.push(bound.ip().to_string());
+    }
+    hosts.extend(allowed_hosts);
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts(hosts);
+    let sessions = config.cancellation_token.clone();
+    let tools_node = Arc::clone(&node);
+    let service = StreamableHttpService::new(
+        move || Ok(EngramTools::new(Arc::clone(&tools_node), None)),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let gate = Arc::new(Gate {
+        node,
+        remembered: Mutex::new(HashMap::new()),
+    });
+    let app = Router::new()
+        .route_service(PATH, service)
+        .layer(middleware::from_fn_with_state(gate, authenticate));
+    // The line a supervisor (or the tests) waits for: the port is known only now.
+    eprintln!("engram-node mcp: listening on http://{bound}{PATH}");
+    tracing::info!(%bound, "mcp endpoint listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            stop.await;
+            sessions.cancel();
+        })
+        .await
+        .map_err(|source| Error::Io {
+            step: "serving the MCP endpoint".to_owned(),
+            source,
+        })
+}
+
+/// Checks keys with the node, remembering the good ones.
+struct Gate {
+    node: Arc<NodeClient>,
+    /// SHA-256 of key and tenant, and until when it is taken as good.
+    remembered: Mutex<HashMap<[u8; 32], Instant>>,
+}
+
+impl Gate {
+    fn fingerprint(who: &Credentials) -> [u8; 32] {
+        let mut hash = Sha256::new();
+        hash.update(who.key.as_bytes());
+        hash.update([0]);
+        hash.update(who.tenant.as_deref().unwrap_or_default().as_bytes());
+        hash.finalize().into()
+    }
+
+    fn remembers(&self, print: &[u8; 32], now: Instant) -> bool {
+        let remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        remembered.get(print).is_some_and(|until| *until > now)
+    }
+
+    fn remember(&self, print: [u8; 32], now: Instant) {
+        let mut remembered = self.remembered.lock().unwrap_or_else(|e| e.into_inner());
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.retain(|_, until| *until > now);
+            if remembered.len() >= MAX_REMEMBERED {
+                remembered.clear();
+            }
+        }
+        remembered.insert(print, now + KEY_TTL);
+    }
+
+    /// Whether the node takes `who`'s key; the refusal to send back when not.
+    async fn check(&self, who: &Credentials) -> Result<(), Response> {
+        let print = Self::fingerprint(who);
+        if self.remembers(&print, Instant::now()) {
+            return Ok(());
+        }
+        match self.node.call(who, Method::GET, "/v1/metadata", None).await {
+            Answer::Ok(_) => {
+                self.remember(print, Instant::now());
+                Ok(())
+            }
+            Answer::Api {
+                status,
+                code,
+                message,
+                retry_after,
+            } => {
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                let mut response = refusal(status, &code, &message);
+                if let Some(wait) = retry_after {
+                    response
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from(wait));
+                }
+                Err(response)
+            }
+            Answer::Nothing(why) => Err(refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &format!("cannot check the API key with the node: {why}"),
+            )),
+        }
+    }
+}
+
+/// An error answer in the API's shape, `{"code", "message"}`; a 401 says to send a bearer.
+fn refusal(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = serde_json::json!({"code": code, "message": message});
+    let mut response = (status, axum::Json(body)).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"engram\""),
+        );
+    }
+    response
+}
+
+/// Why a request's headers name no usable credentials: the status, code and message.
+type Unusable = (StatusCode, &'static str, &'static str);
+
+/// The bearer token and the named tenant of `headers`.
+pub fn credentials(headers: &HeaderMap) -> Result<Credentials, Unusable> {
+    let key = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
+        .filter(|token| !token.is_empty())
+        .ok_or((
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "send the Engram API key as `Authorization: Bearer egk_...`",
+        ))?;
+    let tenant = match headers.get(TENANT_HEADER).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(tenant)) => Some(tenant.to_owned()),
+        Some(Err(_)) => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "invalid_input",
+                "invalid x-engram-tenant: not visible ASCII",
+            ));
+        }
+    };
+    Ok(Credentials {
+        key: key.to_owned(),
+        tenant,
+    })
+}
+
+async fn authenticate(State(gate): State<Arc<Gate>>, mut request: Request, next: Next) -> Response {
+    let who = match credentials(request.headers()) {
+        Ok(who) => who,
+        Err((status, code, why)) => return refusal(status, code, why),
+    };
+    if let Err(refused) = gate.check(&who).await {
+        tracing::info!(status = refused.status().as_u16(), "mcp request refused");
+        return refused;
+    }
+    request.extensions_mut().insert(Arc::new(who));
+    next.run(request).await
+}

@@ -1,0 +1,290 @@
+//! The MCP server (`engram-node mcp`) under the official MCP client: this test starts a real
+//! node, makes a tenant's gateway and admin keys, and runs `tests/tests/mcp/client.py`, which
+//! drives `engram-node mcp` with the `mcp` Python package over stdio and over streamable
+//! HTTP and must pass every check:
+//!
+//! - stdio: the ten tools are listed with their descriptions, input schemas and annotations
+//!   (forget_user destructive, the reads read-only); add_turn then get_context shows the
+//!   turn, and add_turn retried with the same request_id is written once; write_memory then
+//!   search_memories (polled until found), list_memories by kind and status, and
+//!   set_memory_status; feedback, list_sessions and recall_intent answer; forget_user
+//!   (admin key) leaves nothing; bad arguments come back as tool errors carrying the API's
+//!   status and code (400 `invalid_input`, 404 `not_found`, 403 `forbidden` for a gateway
+//!   key's forget_user), and arguments outside a tool's schema (a kind not in its enum, a
+//!   misspelt field) as the server's own `invalid_input` error; a wrong key is a 401 tool
+//!   error, an unreachable node an `unavailable` one, and the server answers on after each;
+//!   its log names the tool calls but holds no user text, memory text or key.
+//! - streamable HTTP: `--listen 127.0.0.1:0` prints the bound address, which the script waits
+//!   for; a request without a key, with a wrong key or with another scheme is refused (401),
+//!   and so is the official client with a wrong key; a gateway client's forget_user is
+//!   forbidden where an admin client's succeeds on the same server (each client acts with
+//!   its own key); SIGTERM stops the server with status 0.
+//!
+//! A second test needs no Python: the server reaches an HTTPS node through `--ca-file` (its
+//! gate checks a good key and a wrong one over TLS), and one trusting another CA reaches
+//! nothing (503 `unavailable`).
+//!
+//! The nodes run without inference (searches rank by words) and start at once. The
+//! interpreter is the project's virtual environment, `${ENGRAM_CACHE:-~/.cache/engram}/venv`,
+//! where `.ci/setup` installs `mcp==2.3.0`. Under CI a missing interpreter or package fails
+//! the test; elsewhere the test is skipped with the reason.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use engram_tests::harness::{
+    HttpClient, Sandbox, node_binary, under_ci, workspace_root, write_secret,
+};
+use hyper::StatusCode;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+};
+use serde_json::json;
+
+/// How long the script may take (about 10 s on an idle machine; a busy 2-core one is slower).
+const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The MCP client the script needs, at the version `.ci/setup` installs.
+const IMPORT_CHECK: &str = "import importlib.metadata as m, mcp, httpx2; \
+                            assert m.version('mcp') == '2.3.0', m.version('mcp')";
+
+/// The virtual environment's interpreter.
+fn venv_python() -> PathBuf {
+    let cache = std::env::var_os("ENGRAM_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/engram")))
+        .unwrap_or_else(|| PathBuf::from(".cache/engram"));
+    cache.join("venv/bin/python")
+}
+
+/// The interpreter, when it has the MCP client; otherwise why not.
+fn python() -> Result<PathBuf, String> {
+    let python = venv_python();
+    if !python.is_file() {
+        return Err(format!(
+            "{} does not exist (.ci/setup makes it)",
+            python.display()
+        ));
+    }
+    let check = Command::new(&python)
+        .args(["-c", IMPORT_CHECK])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
+    if !check.status.success() {
+        return Err(format!(
+            "{} lacks the MCP client mcp==2.3.0 (.ci/setup installs it): {}",
+            python.display(),
+            String::from_utf8_lossy(&check.stderr).trim()
+        ));
+    }
+    Ok(python)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_mcp_client_uses_every_tool_over_stdio_and_http() {
+    let python = match python() {
+        Ok(python) => python,
+        Err(why) if !under_ci() => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        Err(why) => panic!("{why}"),
+    };
+    let binary = node_binary().unwrap_or_else(|e| panic!("{e}"));
+    let started = Instant::now();
+    let sandbox = Sandbox::new();
+    let node = sandbox
+        .node("mcp")
+        .set("inference.enabled", false)
+        .start()
+        .await;
+    let (gateway, _) = node.must_make_key("mcp", "gateway", "mcp-gateway").await;
+    let (admin, _) = node.must_make_key("mcp", "admin", "mcp-admin").await;
+    eprintln!("node ready in {:?}", started.elapsed());
+
+    let logs = sandbox.path().join("mcp-logs");
+    std::fs::create_dir_all(&logs).expect("the MCP servers' log directory");
+    let output_path = sandbox.path().join("client.log");
+    let output = std::fs::File::create(&output_path).expect("the script's log file");
+    let mut child = Command::new(&python)
+        .arg(workspace_root().join("tests/tests/mcp/client.py"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("ENGRAM_NODE_BIN", &binary)
+        .env("ENGRAM_URL", node.url())
+        .env("ENGRAM_GATEWAY_KEY", &gateway)
+        .env("ENGRAM_ADMIN_KEY", &admin)
+        .env("ENGRAM_MCP_LOGS", &logs)
+        .env_remove("ENGRAM_API_KEY")
+        .current_dir(sandbox.path())
+        .stdin(Stdio::null())
+        .stdout(output.try_clone().expect("the script's log file"))
+        .stderr(output)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", python.display()));
+
+    let script = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the script") {
+            break status;
+        }
+        if script.elapsed() > SCRIPT_DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            let output = std::fs::read_to_string(&output_path).unwrap_or_default();
+            panic!("the MCP client still running after {SCRIPT_DEADLINE:?}; its output:\n{output}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let output = std::fs::read_to_string(&output_path).expect("the script's log");
+    println!("{output}");
+    eprintln!("the MCP client took {:?}", script.elapsed());
+    if !status.success() {
+        let mut servers = String::new();
+        for entry in std::fs::read_dir(&logs).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            servers.push_str(&format!("--- {}\n{text}\n", entry.path().display()));
+        }
+        panic!("the MCP client failed ({status}):\n{output}\nthe MCP servers' logs:\n{servers}");
+    }
+    assert!(
+        output.contains("all 11 checks passed"),
+        "every check of the script must run: {output}"
+    );
+}
+
+/// A CA whose certificate is `<dir>/<name>.pem`.
+fn certificate_authority(dir: &Path, name: &str) -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params.distinguished_name.push(DnType::CommonName, name);
+    let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(dir.join(format!("{name}.pem")), issuer.pem()).unwrap();
+    issuer
+}
+
+/// `engram-node mcp --transport http` on a free port, killed when dropped.
+struct McpServer {
+    process: Child,
+    url: String,
+}
+
+impl McpServer {
+    /// Starts it with `args` and waits (with a deadline) for the line naming its address.
+    fn start(args: &[&str]) -> McpServer {
+        let binary = node_binary().unwrap_or_else(|e| panic!("{e}"));
+        let mut process = Command::new(binary)
+            .args(["mcp", "--transport", "http", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("ENGRAM_API_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("engram-node mcp starts");
+        let stderr = process.stderr.take().expect("its stderr");
+        let (lines, heard) = mpsc::channel();
+        // Reads to the end: a closed pipe would fail the server's next log line.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("mcp: {line}");
+                let _ = lines.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match heard.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some((_, url)) = line.split_once("listening on ") {
+                        break url.trim().to_owned();
+                    }
+                }
+                Err(e) => panic!("engram-node mcp did not say where it listens: {e}"),
+            }
+        };
+        McpServer { process, url }
+    }
+
+    /// `initialize` as an MCP client sends it, with `key`.
+    async fn initialize(&self, key: &str) -> (StatusCode, String) {
+        let (base, path) = self.url.rsplit_once('/').expect("an endpoint URL");
+        let request = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "engram-tests", "version": "0"}
+            }
+        });
+        let reply = HttpClient::new(base)
+            .with_key(key)
+            .with_header("accept", "application/json, text/event-stream")
+            .post(&format!("/{path}"), &request)
+            .await
+            .unwrap_or_else(|e| panic!("initialize at {}: {e}", self.url));
+        (reply.status, reply.text())
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_server_reaches_an_https_node_through_its_ca_file() {
+    let sandbox = Sandbox::new();
+    let dir = sandbox.path();
+    let ca = certificate_authority(dir, "gateway-ca");
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "mcp-tls");
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    std::fs::write(dir.join("node.pem"), cert.pem()).unwrap();
+    write_secret(&dir.join("node.key"), &key.serialize_pem());
+    let ca_file = dir.join("gateway-ca.pem");
+    let node = sandbox
+        .node("mcp-tls")
+        .set("inference.enabled", false)
+        .https(&dir.join("node.pem"), &dir.join("node.key"), &ca_file)
+        .start()
+        .await;
+    assert!(node.url().starts_with("https://"), "{}", node.url());
+    let (gateway, _) = node.must_make_key("mcp", "gateway", "mcp-tls").await;
+
+    let url = node.url();
+    let trusting = McpServer::start(&["--url", &url, "--ca-file", ca_file.to_str().unwrap()]);
+    let (status, body) = trusting.initialize(&gateway).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("\"serverInfo\""), "{body}");
+    // The node itself refuses a wrong key, over the same TLS connection.
+    let (status, body) = trusting.initialize("egk_0000000000000000_wrong").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("unauthenticated"), "{body}");
+
+    // A server trusting another CA cannot verify the node: nothing reaches it.
+    certificate_authority(dir, "other-ca");
+    let other = dir.join("other-ca.pem");
+    let distrusting = McpServer::start(&["--url", &url, "--ca-file", other.to_str().unwrap()]);
+    let (status, body) = distrusting.initialize(&gateway).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(body.contains("unavailable"), "{body}");
+
+    // An https:// URL without a CA file is refused at start.
+    let binary = node_binary().unwrap_or_else(|e| panic!("{e}"));
+    let refused = Command::new(binary)
+        .args(["mcp", "--transport", "http", "--url", &url])
+        .stdin(Stdio::null())
+        .output()
+        .expect("engram-node mcp runs");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--ca-file"), "{said}");
+}

@@ -82,7 +82,10 @@ def no_key_anywhere(page: Page, keys: list[str]) -> None:
 def main() -> None:
     problems: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        # Containers often have a small /dev/shm; Chromium then writes those files to /tmp.
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--disable-dev-shm-usage"]
+        )
         context = browser.new_context(viewport={"width": 1360, "height": 900})
         page = context.new_page()
         page.set_default_timeout(TIMEOUT_MS)

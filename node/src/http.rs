@@ -65,6 +65,8 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// The audit trail.
     pub audit: Arc<AuditLog>,
+    /// Finds the entities a listed memory mentions (the memory actors' own extractor).
+    pub extractor: Arc<engram_actors::model::entities::EntityExtractor>,
 }
 
 impl AppState {

@@ -418,6 +418,7 @@ async fn gateway(
         token_budget: config.memory.token_budget,
         lease_timeout: config.cluster.lease_timeout,
         cluster: Some(Arc::clone(transport)),
+        extractor: Arc::clone(&directory.services().extractor),
     };
     let limits = Limits {
         max_body_bytes: config.http.max_body_bytes,

@@ -42,6 +42,11 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 500 with code `internal` for a blocking task that panicked or was cancelled (logged).
+    pub fn from_join(err: &tokio::task::JoinError) -> Self {
+        internal(err)
+    }
+
     /// 503 with code `overloaded` and Retry-After.
     pub fn overloaded() -> Self {
         ApiError::new(

@@ -18,8 +18,8 @@ use utoipa::IntoParams;
 use super::wire::TurnView;
 use super::wire::{
     ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
-    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, ResolveBody,
-    ResolveResponse, SearchBody, SearchHitView, SearchResponse, SessionMemoryResponse,
+    FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, MemoryView,
+    ResolveBody, ResolveResponse, SearchBody, SearchHitView, SearchResponse, SessionMemoryResponse,
     SessionsResponse, StatusBody, TurnBody, TurnResponse, parse_kind, parse_mode, parse_resolution,
     parse_route, parse_status, ts,
 };
@@ -274,12 +274,23 @@ pub async fn list_memories(
     let kind = query.kind.as_deref().map(parse_kind).transpose()?;
     let records = s.ask(&caller, &key, ListMemories { kind }).await?;
     let sensitive = records.iter().any(|r| r.pii_level == PiiLevel::High);
-    Ok(sensitive_if(
-        sensitive,
-        ok(MemoriesResponse {
-            memories: records.into_iter().map(Into::into).collect(),
-        }),
-    ))
+    // Segmenting every text is CPU work (jieba): off the async workers.
+    let extractor = s.extractor.clone();
+    let memories = tokio::task::spawn_blocking(move || {
+        records
+            .into_iter()
+            .map(|r| {
+                let entities = extractor.extract(&r.summary_text);
+                MemoryView {
+                    entities: Some(entities),
+                    ..r.into()
+                }
+            })
+            .collect()
+    })
+    .await
+    .map_err(|err| ApiError::from_join(&err))?;
+    Ok(sensitive_if(sensitive, ok(MemoriesResponse { memories })))
 }
 
 #[utoipa::path(get, path = "/v1/users/{user}/sessions", tag = "sessions",

@@ -91,9 +91,11 @@ pub(super) async fn app_with(
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),
     };
+    let directory = Directory::new(services);
     let state = AppState {
+        extractor: Arc::clone(&directory.services().extractor),
         users: Arc::new(Users::new(
-            Directory::new(services),
+            directory,
             None,
             std::time::Duration::from_secs(1),
         )),
@@ -205,9 +207,11 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let app = app(&dir).await;
     let (status, created) = post(&app, "/v1/users/bob/memories", json!({
-        "request_id": "m1", "kind": "correction", "text": "GMV excludes refunds", "status": "active",
+        "request_id": "m1", "kind": "correction", "text": "GMV in dw_orders excludes refunds", "status": "active",
     })).await;
     assert_eq!(status, StatusCode::OK, "{created}");
+    // Entities are found for lists only.
+    assert!(created["memory"].get("entities").is_none(), "{created}");
     let id = created["memory"]["memory_id"].as_str().unwrap().to_owned();
     let (status, listed) = send(
         &app,
@@ -219,6 +223,11 @@ async fn memories_sessions_conflicts_and_forgetting_over_http() {
     assert_eq!(
         (status, listed["memories"].as_array().unwrap().len()),
         (StatusCode::OK, 1)
+    );
+    let entities = &listed["memories"][0]["entities"];
+    assert!(
+        entities.as_array().unwrap().contains(&json!("dw_orders")),
+        "{entities}"
     );
     let (status, changed) = post(
         &app,

@@ -108,6 +108,10 @@ pub struct MemoryView {
     pub valid_from: Option<i64>,
     /// Valid to.
     pub valid_to: Option<i64>,
+    /// In lists: the entities its text mentions (tables, columns, metrics, business
+    /// entities), found in the text as served (masked where the key's scope masks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entities: Option<Vec<String>>,
 }
 
 impl From<MemoryRecord> for MemoryView {
@@ -134,6 +138,7 @@ impl From<MemoryRecord> for MemoryView {
             expires_at: r.expires_at.map(|t| t.0),
             valid_from: r.valid_from.map(|t| t.0),
             valid_to: r.valid_to.map(|t| t.0),
+            entities: None,
         }
     }
 }

@@ -160,8 +160,9 @@ def main() -> None:
         flag_row = page.locator(f'#conflicts-table tr[data-flag="{FLAG}"]')
         expect(flag_row).to_be_visible()
         headers = page.locator("#memories-table thead th").all_inner_texts()
-        for column in ["Kind", "Status", "Confidence", "Salience", "Personal data"]:
+        for column in ["Kind", "Status", "Confidence", "Salience", "Personal data", "Entities"]:
             assert column in headers, headers
+        expect(memory_row.locator(".tag", has_text=ENTITY)).to_be_visible()
         hostile = page.locator(f'#memories-table tr[data-memory="{HTML_MEMORY}"] td.text')
         expect(hostile).to_contain_text('<img src=x onerror="window.__xss=1"><b>this</b>')
         assert page.locator("#memories-table img, #memories-table b").count() == 0

@@ -128,7 +128,7 @@ async fn the_console_signs_in_suppresses_a_memory_and_resolves_a_conflict_in_chr
         .must_create_memory(
             user,
             &json!({"request_id": "m-weekly", "kind": "profile", "status": "active",
-                    "text": "Prefers weekly granularity in sales reports"}),
+                    "text": "Prefers weekly granularity in sales reports from dw_orders"}),
         )
         .await;
     let memory = written["memory"]["memory_id"].as_str().unwrap().to_owned();

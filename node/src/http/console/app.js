@@ -354,6 +354,7 @@
         el("td", { class: "num" }, number(m.salience)),
         el("td", { class: "pii pii-" + m.pii_level }, m.pii_level),
         el("td", { class: "text" }, m.text),
+        el("td", null, (m.entities || []).map((e) => el("span", { class: "tag" }, e))),
         el("td", { class: "time" }, time(m.last_seen_at)),
         actions,
       );
@@ -362,7 +363,7 @@
       el("h3", null, "Memories"),
       memories.length
         ? table(
-            ["Memory", "Kind", "Status", "Confidence", "Salience", "Personal data", "Text", "Last seen", ""],
+            ["Memory", "Kind", "Status", "Confidence", "Salience", "Personal data", "Text", "Entities", "Last seen", ""],
             rows,
             { id: "memories-table" },
           )

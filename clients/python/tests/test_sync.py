@@ -112,6 +112,8 @@ def test_memories_write_list_search_status_and_upsert(gateway: Engram) -> None:
 
     listed = gateway.list_memories(user)
     assert {m.memory_id for m in listed} == {memory.memory_id, episodic.memory.memory_id}
+    assert all(m.entities is not None for m in listed), "listed memories carry entities"
+    assert memory.entities is None, "a write's answer does not"
     profiles = gateway.list_memories(user, kind="profile")
     assert [m.memory_id for m in profiles] == [memory.memory_id]
 

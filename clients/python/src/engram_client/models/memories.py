@@ -5,7 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._json import boolean, integer, items, number, obj, opt_integer, opt_string, string
+from ._json import (
+    boolean,
+    integer,
+    items,
+    number,
+    obj,
+    opt_integer,
+    opt_string,
+    str_item,
+    string,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +42,8 @@ class Memory:
     expires_at: int | None = None
     valid_from: int | None = None
     valid_to: int | None = None
+    #: In lists: the entities the text mentions (as the key may read it); None elsewhere.
+    entities: list[str] | None = None
 
     @classmethod
     def from_json(cls, value: Any) -> Memory:
@@ -57,6 +69,7 @@ class Memory:
             expires_at=opt_integer(d, "expires_at"),
             valid_from=opt_integer(d, "valid_from"),
             valid_to=opt_integer(d, "valid_to"),
+            entities=items(d, "entities", str_item) if "entities" in d else None,
         )
 
 

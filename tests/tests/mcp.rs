@@ -20,16 +20,19 @@
 //!   forbidden where an admin client's succeeds on the same server (each client acts with
 //!   its own key); SIGTERM stops the server with status 0.
 //!
-//! A second test needs no Python: the server reaches an HTTPS node through `--ca-file` (its
+//! Two more tests need no Python: the server reaches an HTTPS node through `--ca-file` (its
 //! gate checks a good key and a wrong one over TLS), and one trusting another CA reaches
-//! nothing (503 `unavailable`).
+//! nothing (503 `unavailable`); and a refused request whose body arrives after its headers
+//! leaves its keep-alive connection usable for the next request (the server reads the body
+//! before refusing; unread, hyper closed the connection under the client's next request).
 //!
 //! The nodes run without inference (searches rank by words) and start at once. The
 //! interpreter is the project's virtual environment, `${ENGRAM_CACHE:-~/.cache/engram}/venv`,
 //! where `.ci/setup` installs `mcp==2.3.0`. Under CI a missing interpreter or package fails
 //! the test; elsewhere the test is skipped with the reason.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -287,4 +290,75 @@ async fn the_mcp_server_reaches_an_https_node_through_its_ca_file() {
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("--ca-file"), "{said}");
+}
+
+/// One HTTP/1.1 response read off `stream`: its status line and body.
+fn read_response(stream: &mut TcpStream) -> (String, String) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let n = stream.read(&mut chunk).expect("reading a response");
+        assert!(n > 0, "the connection closed before a response: {buf:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .expect("a content-length");
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).expect("reading a body");
+        assert!(n > 0, "the connection closed inside a body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let status = head.lines().next().unwrap_or_default().to_owned();
+    (
+        status,
+        String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned(),
+    )
+}
+
+#[test]
+fn a_refused_request_leaves_its_connection_usable() {
+    // No node: a request without a key is refused before the node would be asked.
+    let server = McpServer::start(&["--url", "http://127.0.0.1:1"]);
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let mut stream = TcpStream::connect(&address).expect("connecting");
+    stream.set_nodelay(true).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#;
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    for round in 0..10 {
+        stream.write_all(head.as_bytes()).unwrap();
+        // The body a moment after the headers, as a client writing them apart sends it: the
+        // refusal must not leave it unread.
+        std::thread::sleep(Duration::from_millis(2));
+        stream.write_all(body.as_bytes()).unwrap();
+        let (status, answer) = read_response(&mut stream);
+        assert!(
+            status.starts_with("HTTP/1.1 401"),
+            "round {round}: {status} {answer}"
+        );
+        assert!(
+            answer.contains("unauthenticated"),
+            "round {round}: {answer}"
+        );
+    }
 }

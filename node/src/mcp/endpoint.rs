@@ -40,6 +40,10 @@ pub const PATH: &str = "/mcp";
 pub const KEY_TTL: Duration = Duration::from_secs(60);
 /// At most this many keys remembered.
 const MAX_REMEMBERED: usize = 1024;
+/// At most this much of a refused request's body is read (an MCP message is far smaller).
+const DRAIN_LIMIT: usize = 64 * 1024;
+/// And for at most this long.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds `listen`, says where on stderr, and serves until `stop` completes.
 ///
@@ -218,12 +222,25 @@ pub fn credentials(headers: &HeaderMap) -> Result<Credentials, Unusable> {
 async fn authenticate(State(gate): State<Arc<Gate>>, mut request: Request, next: Next) -> Response {
     let who = match credentials(request.headers()) {
         Ok(who) => who,
-        Err((status, code, why)) => return refusal(status, code, why),
+        Err((status, code, why)) => {
+            drain(request).await;
+            return refusal(status, code, why);
+        }
     };
     if let Err(refused) = gate.check(&who).await {
         tracing::info!(status = refused.status().as_u16(), "mcp request refused");
+        drain(request).await;
         return refused;
     }
     request.extensions_mut().insert(Arc::new(who));
     next.run(request).await
+}
+
+/// Reads a refused request's body (up to [`DRAIN_LIMIT`], for [`DRAIN_TIMEOUT`]) before the refusal is sent. A
+/// connection closed with request bytes still unread is reset, not closed, and the reset
+/// can reach the client before the refusal does: it would see the connection drop, not the
+/// 401.
+async fn drain(request: Request) {
+    let body = axum::body::to_bytes(request.into_body(), DRAIN_LIMIT);
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, body).await;
 }

@@ -333,3 +333,58 @@ proptest! {
         prop_assert_eq!(index.search(&query, k, all).unwrap(), truth);
     }
 }
+
+/// Seeded points around `clusters` random centres, in random cluster order, with small noise.
+fn clustered_vectors(seed: u64, clusters: usize, n: usize, noise: f32) -> Vec<Vec<f32>> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let centres: Vec<Vec<f32>> = (0..clusters)
+        .map(|_| (0..DIM).map(|_| rng.random_range(-1.0..1.0)).collect())
+        .collect();
+    (0..n)
+        .map(|_| {
+            let centre = &centres[rng.random_range(0..clusters)];
+            centre
+                .iter()
+                .map(|c| c + noise * rng.random_range(-1.0..1.0))
+                .collect()
+        })
+        .collect()
+}
+
+/// Recall@10 of `index` over `queries`, out of `10 * queries.len()`.
+fn found(index: &VectorIndex, queries: &[Vec<f32>]) -> usize {
+    queries
+        .iter()
+        .map(|q| {
+            let truth = index.search_exact(q, 10, all).unwrap();
+            let got = index.search(q, 10, all).unwrap();
+            ids(&got)
+                .iter()
+                .filter(|id| ids(&truth).contains(id))
+                .count()
+        })
+        .sum()
+}
+
+#[test]
+fn graph_search_enters_the_query_cluster() {
+    // Tight clusters and few links: `hnsw_rs` keeps only the nearest links when a node's list
+    // overflows, so clusters end up poorly linked, and its own search (one hop per upper layer)
+    // often starts layer 0 in the wrong cluster. Measured: 945/1000 with it, 985 with ours.
+    let vectors = clustered_vectors(9, 80, 2100, 0.05);
+    let (vectors, queries) = vectors.split_at(2000);
+    let mut config = config(1);
+    config.hnsw.max_connections = 6;
+    config.hnsw.ef_construction = 32;
+    config.hnsw.ef_search = 10;
+    let index = VectorIndex::new(config).unwrap();
+    index.rebuild(rows(vectors)).unwrap();
+    let ours = found(&index, queries);
+    index.set_graph_search(GraphSearch::Library);
+    let library = found(&index, queries);
+    assert!(
+        ours >= 970,
+        "recall@10 {ours}/1000 (hnsw_rs's search: {library})"
+    );
+    assert!(ours > library, "ours {ours}, hnsw_rs's {library}");
+}

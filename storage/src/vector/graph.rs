@@ -254,6 +254,9 @@ impl Graph {
 
     fn point(&self, PointId(layer, slot): PointId) -> &GraphPoint {
         #[allow(clippy::cast_sign_loss)] // hnsw_rs's slots of stored points are never negative
-        &self.points[usize::from(layer)][slot as usize]
+        let point = &self.points[usize::from(layer)][slot as usize];
+        // The mirror holds each layer's points in hnsw_rs's order, where a slot is a position.
+        debug_assert_eq!(point.get_point_id(), PointId(layer, slot));
+        point
     }
 }

@@ -24,6 +24,7 @@
 mod binary;
 mod client;
 mod connector;
+mod python;
 mod spec;
 
 use std::io::{BufRead, BufReader};
@@ -36,6 +37,7 @@ use hyper::StatusCode;
 
 pub use self::binary::{NODE_BIN_ENV, node_binary, workspace_root};
 pub use self::client::{HttpClient, HttpError, KeyRing, REQUEST_TIMEOUT, Reply, turn};
+pub use self::python::{checked_python, venv_python};
 pub use self::spec::{NodeSpec, Sandbox, write_secret};
 
 /// Whether the suites run under CI (`CI=true`, as CI services set it): there a test that

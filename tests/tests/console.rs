@@ -25,20 +25,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use engram_tests::harness::{Sandbox, turn, under_ci, workspace_root};
+use engram_tests::harness::{Sandbox, checked_python, turn, under_ci, workspace_root};
 use serde_json::json;
 
 /// How long the script may take (about 10 s on an idle machine).
 const SCRIPT_DEADLINE: Duration = Duration::from_secs(240);
-
-/// The virtual environment's interpreter.
-fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("ENGRAM_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/engram")))
-        .unwrap_or_else(|| PathBuf::from(".cache/engram"));
-    cache.join("venv/bin/python")
-}
 
 /// The interpreter with Playwright, and the browser; otherwise why not.
 fn tools() -> Result<(PathBuf, PathBuf), String> {
@@ -50,24 +41,7 @@ fn tools() -> Result<(PathBuf, PathBuf), String> {
             chromium.display()
         ));
     }
-    let python = venv_python();
-    if !python.is_file() {
-        return Err(format!(
-            "{} does not exist (.ci/setup makes it)",
-            python.display()
-        ));
-    }
-    let check = Command::new(&python)
-        .args(["-c", "import playwright.sync_api"])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    if !check.status.success() {
-        return Err(format!(
-            "{} lacks playwright (.ci/setup installs it): {}",
-            python.display(),
-            String::from_utf8_lossy(&check.stderr).trim()
-        ));
-    }
+    let python = checked_python("import playwright.sync_api", "playwright")?;
     Ok((python, chromium))
 }
 

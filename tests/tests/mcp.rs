@@ -39,7 +39,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use engram_tests::harness::{
-    HttpClient, Sandbox, node_binary, under_ci, workspace_root, write_secret,
+    HttpClient, Sandbox, checked_python, node_binary, under_ci, workspace_root, write_secret,
 };
 use hyper::StatusCode;
 use rcgen::{
@@ -54,36 +54,9 @@ const SCRIPT_DEADLINE: Duration = Duration::from_secs(300);
 const IMPORT_CHECK: &str = "import importlib.metadata as m, mcp, httpx2; \
                             assert m.version('mcp') == '2.3.0', m.version('mcp')";
 
-/// The virtual environment's interpreter.
-fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("ENGRAM_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/engram")))
-        .unwrap_or_else(|| PathBuf::from(".cache/engram"));
-    cache.join("venv/bin/python")
-}
-
 /// The interpreter, when it has the MCP client; otherwise why not.
 fn python() -> Result<PathBuf, String> {
-    let python = venv_python();
-    if !python.is_file() {
-        return Err(format!(
-            "{} does not exist (.ci/setup makes it)",
-            python.display()
-        ));
-    }
-    let check = Command::new(&python)
-        .args(["-c", IMPORT_CHECK])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    if !check.status.success() {
-        return Err(format!(
-            "{} lacks the MCP client mcp==2.3.0 (.ci/setup installs it): {}",
-            python.display(),
-            String::from_utf8_lossy(&check.stderr).trim()
-        ));
-    }
-    Ok(python)
+    checked_python(IMPORT_CHECK, "the MCP client mcp==2.3.0")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

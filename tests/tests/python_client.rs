@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use engram_tests::harness::{Sandbox, under_ci, workspace_root};
+use engram_tests::harness::{Sandbox, checked_python, under_ci, workspace_root};
 
 /// How long the suite may take (about 10 s on an idle machine; a busy 2-core one is slower).
 const SUITE_DEADLINE: Duration = Duration::from_secs(300);
@@ -27,36 +27,9 @@ const SUITE_DEADLINE: Duration = Duration::from_secs(300);
 const IMPORT_CHECK: &str = "import importlib.metadata as m, httpx, pytest, pytest_asyncio; \
                             m.version('engram-client')";
 
-/// The virtual environment's interpreter.
-fn venv_python() -> PathBuf {
-    let cache = std::env::var_os("ENGRAM_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/engram")))
-        .unwrap_or_else(|| PathBuf::from(".cache/engram"));
-    cache.join("venv/bin/python")
-}
-
 /// The interpreter, when it has the client and the test tools; otherwise why not.
 fn python() -> Result<PathBuf, String> {
-    let python = venv_python();
-    if !python.is_file() {
-        return Err(format!(
-            "{} does not exist (.ci/setup makes it)",
-            python.display()
-        ));
-    }
-    let check = Command::new(&python)
-        .args(["-c", IMPORT_CHECK])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
-    if !check.status.success() {
-        return Err(format!(
-            "{} lacks the client or its test tools (.ci/setup installs them): {}",
-            python.display(),
-            String::from_utf8_lossy(&check.stderr).trim()
-        ));
-    }
-    Ok(python)
+    checked_python(IMPORT_CHECK, "the client or its test tools")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,10 @@
 //! ("pend", tenant, user)                          users with pending inference (the work index)
 //! ("dist", tenant, user)                          users with pending distillation (its work index)
 //! ("key", key_id)                                 API key: tenant, scope, hash of the secret
+//! ("t", tenant, "sql", entry_id)                  the tenant's semantic SQL cache
+//! ("t", tenant, "fs", example_id)                 the tenant's few-shot library
+//! ("t", tenant, "idem", request_id)               idempotency keys of the tenant's shared sets
+//! ("t", tenant, "settings")                       the tenant's settings of its shared sets
 //! ("audit", tenant, at, entry_id)                 audit trail (append-only)
 //! ("audit-pepper",)                               key of the audit trail's user pseudonyms
 //! ```
@@ -199,6 +203,13 @@ impl Keyspace {
     pub fn user(&self, tenant: &str, user: &str) -> UserKeys {
         UserKeys {
             space: self.root.subspace(&("u", tenant, user)),
+        }
+    }
+
+    /// The keys of a tenant's shared sets (SQL cache, few-shot library).
+    pub fn tenant(&self, tenant: &str) -> TenantKeys {
+        TenantKeys {
+            space: self.root.subspace(&("t", tenant)),
         }
     }
 
@@ -393,8 +404,10 @@ impl<'de> TupleUnpack<'de> for Remainder {
     }
 }
 
+mod tenant;
 mod user;
 
+pub use self::tenant::TenantKeys;
 pub use self::user::UserKeys;
 
 #[cfg(test)]

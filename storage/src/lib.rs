@@ -30,6 +30,7 @@ pub mod keyspace;
 pub mod kv;
 pub mod model;
 pub mod schema;
+pub mod shared;
 pub mod sqlite;
 mod store;
 pub mod vector;

@@ -182,10 +182,23 @@ impl Embedder {
 
     /// Passage embeddings of short texts (topic phrases), in order, through the cache.
     pub async fn cached_passages(&self, tenant: &str, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        let keys: Vec<CacheKey> = texts
-            .iter()
-            .map(|t| cache_key(TextRole::Passage, t))
-            .collect();
+        self.cached(tenant, texts, TextRole::Passage).await
+    }
+
+    /// Query embeddings of questions compared with questions (the tenant's shared sets: a
+    /// symmetric task, so both sides are embedded as queries), in order, through the cache and
+    /// without a deadline (a write, or a lookup that waits for its vector).
+    pub async fn questions(&self, tenant: &str, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+        self.cached(tenant, texts, TextRole::Query).await
+    }
+
+    async fn cached(
+        &self,
+        tenant: &str,
+        texts: &[String],
+        role: TextRole,
+    ) -> Result<Vec<Vec<f32>>> {
+        let keys: Vec<CacheKey> = texts.iter().map(|t| cache_key(role, t)).collect();
         let mut found: Vec<Option<Arc<[f32]>>> = {
             let mut cache = self.cache.lock();
             keys.iter().map(|k| cache.get(k).cloned()).collect()
@@ -195,13 +208,7 @@ impl Embedder {
         if !missing.is_empty() {
             let batch = missing.iter().map(|&i| texts[i].clone()).collect();
             let vectors = self
-                .embed(
-                    tenant,
-                    batch,
-                    TextRole::Passage,
-                    Priority::Interactive,
-                    None,
-                )
+                .embed(tenant, batch, role, Priority::Interactive, None)
                 .await?;
             let mut cache = self.cache.lock();
             for (i, vector) in missing.into_iter().zip(vectors) {

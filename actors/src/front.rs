@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use engram_storage::access::Scope;
 use engram_storage::model::{Intent, MemoryRecord, ReviewFlag, TurnDigest};
+use engram_storage::shared::{Example, SharedSettings};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
@@ -33,6 +34,12 @@ use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::model::context::MemoryContext;
 use crate::placement::UserKey;
+use crate::tenant::api::ExampleAck;
+use crate::tenant::api::{
+    ExampleExport, ExampleFailure, ExampleImport, ExampleList, ExampleRecord, ExampleReview,
+    ExampleSearch, ExampleSearchReply, ImportAck, InvalidateAck, PortableExample, ReadSettings,
+    SettingsAck, SqlInvalidate, SqlLookup, SqlLookupReply, SqlPut, SqlPutAck, WriteSettings,
+};
 use crate::user::api::{
     AnchorMatch, AnchorQuery, ApprovalAck, ApproveReads, ArchiveMatch, ArchivePage, ArchiveQuery,
     ClearAck, ClearSession, ContextQuery, DistilAck, FeedbackAck, FeedbackRequest, Forget,
@@ -165,6 +172,30 @@ front_door! {
     MatchArchive(ArchiveMatch) -> Vec<TurnDigest>;
     /// Approve further sensitive reads of the user (admin).
     ApproveReads(ApproveReads) -> ApprovalAck;
+    /// Look a question up in the tenant's SQL cache (the tenant's actor).
+    SqlLookup(SqlLookup) -> SqlLookupReply;
+    /// Store the SQL of a question in the tenant's SQL cache.
+    SqlPut(SqlPut) -> SqlPutAck;
+    /// Drop the tenant's cached SQL that mentions a table.
+    SqlInvalidate(SqlInvalidate) -> InvalidateAck;
+    /// Record a successful question and SQL in the tenant's few-shot library.
+    RecordExample(ExampleRecord) -> ExampleAck;
+    /// The approved examples closest to a question.
+    SearchExamples(ExampleSearch) -> ExampleSearchReply;
+    /// List the tenant's examples (admin).
+    ListExamples(ExampleList) -> Vec<Example>;
+    /// Approve, reject or edit an example (admin).
+    ReviewExample(ExampleReview) -> ExampleAck;
+    /// Report an example that led to a failure.
+    ExampleFailed(ExampleFailure) -> ExampleAck;
+    /// Export the tenant's examples (admin).
+    ExportExamples(ExampleExport) -> Vec<PortableExample>;
+    /// Import examples (admin).
+    ImportExamples(ExampleImport) -> ImportAck;
+    /// The tenant's settings of its shared sets.
+    ReadSettings(ReadSettings) -> SharedSettings;
+    /// Replace the tenant's settings of its shared sets (admin).
+    WriteSettings(WriteSettings) -> SettingsAck;
 }
 
 impl UserRequest {
@@ -180,7 +211,14 @@ impl UserRequest {
             | UserRequest::Forget(_)
             | UserRequest::WriteIntent(_)
             | UserRequest::ResolveConflict(_)
-            | UserRequest::Distil(_) => true,
+            | UserRequest::Distil(_)
+            | UserRequest::SqlPut(_)
+            | UserRequest::SqlInvalidate(_)
+            | UserRequest::RecordExample(_)
+            | UserRequest::ReviewExample(_)
+            | UserRequest::ExampleFailed(_)
+            | UserRequest::ImportExamples(_)
+            | UserRequest::WriteSettings(_) => true,
             UserRequest::Context(_)
             | UserRequest::Search(_)
             | UserRequest::ListMemories(_)
@@ -192,8 +230,33 @@ impl UserRequest {
             | UserRequest::MatchAnchor(_)
             | UserRequest::ReadArchive(_)
             | UserRequest::MatchArchive(_)
-            | UserRequest::ApproveReads(_) => false,
+            | UserRequest::ApproveReads(_)
+            | UserRequest::SqlLookup(_)
+            | UserRequest::SearchExamples(_)
+            | UserRequest::ListExamples(_)
+            | UserRequest::ExportExamples(_)
+            | UserRequest::ReadSettings(_) => false,
         }
+    }
+
+    /// Whether the request is for the tenant's shared sets (served by the tenant's actor,
+    /// [`crate::tenant`], under the key [`UserKey::shared`]).
+    pub fn is_shared(&self) -> bool {
+        matches!(
+            self,
+            UserRequest::SqlLookup(_)
+                | UserRequest::SqlPut(_)
+                | UserRequest::SqlInvalidate(_)
+                | UserRequest::RecordExample(_)
+                | UserRequest::SearchExamples(_)
+                | UserRequest::ListExamples(_)
+                | UserRequest::ReviewExample(_)
+                | UserRequest::ExampleFailed(_)
+                | UserRequest::ExportExamples(_)
+                | UserRequest::ImportExamples(_)
+                | UserRequest::ReadSettings(_)
+                | UserRequest::WriteSettings(_)
+        )
     }
 }
 

@@ -35,6 +35,7 @@ pub mod pipeline;
 pub mod placement;
 pub mod services;
 pub mod supervisor;
+pub mod tenant;
 pub mod user;
 
 pub use error::{Error, Result};

@@ -31,6 +31,17 @@ impl UserKey {
         }
     }
 
+    /// The key of `tenant`'s actor of shared sets ([`crate::tenant`]): placed, supervised and
+    /// fenced like a user under the reserved id [`crate::tenant::SHARED_USER`].
+    pub fn shared(tenant: impl Into<String>) -> Self {
+        UserKey::new(tenant, crate::tenant::SHARED_USER)
+    }
+
+    /// Whether this is the key of a tenant's actor of shared sets.
+    pub fn is_shared(&self) -> bool {
+        self.user == crate::tenant::SHARED_USER
+    }
+
     /// A stable 64-bit hash of the user, for placement.
     pub fn hash64(&self) -> u64 {
         const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

@@ -16,6 +16,7 @@ use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::placement::UserKey;
 use crate::services::Services;
+use crate::tenant::TenantActor;
 use crate::user::{UserActor, UserArgs, UserMsg};
 
 /// Messages of a shard supervisor.
@@ -62,9 +63,13 @@ impl SupervisorState {
             services: self.args.services.clone(),
             directory: self.args.directory.clone(),
         };
-        let (actor, _) = Actor::spawn_linked(None, UserActor, args, myself.get_cell())
-            .await
-            .map_err(|e| Error::Unavailable(format!("cannot start user actor: {e}")))?;
+        let spawned = if key.is_shared() {
+            Actor::spawn_linked(None, TenantActor, args, myself.get_cell()).await
+        } else {
+            Actor::spawn_linked(None, UserActor, args, myself.get_cell()).await
+        };
+        let (actor, _) =
+            spawned.map_err(|e| Error::Unavailable(format!("cannot start user actor: {e}")))?;
         self.by_id.insert(actor.get_id(), key.clone());
         self.children.insert(key, actor.clone());
         Ok(actor)

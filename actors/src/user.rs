@@ -24,7 +24,7 @@ mod review;
 mod serve;
 pub mod summaries;
 pub mod sweep;
-mod txn;
+pub(crate) mod txn;
 mod validate;
 
 use std::collections::HashMap;

@@ -210,6 +210,23 @@ impl UserState {
                 UserReply::MatchArchive(self.match_archive(query).await?)
             }
             UserRequest::ApproveReads(_) => UserReply::ApproveReads(self.approve_reads().await?),
+            shared @ (UserRequest::SqlLookup(_)
+            | UserRequest::SqlPut(_)
+            | UserRequest::SqlInvalidate(_)
+            | UserRequest::RecordExample(_)
+            | UserRequest::SearchExamples(_)
+            | UserRequest::ListExamples(_)
+            | UserRequest::ReviewExample(_)
+            | UserRequest::ExampleFailed(_)
+            | UserRequest::ExportExamples(_)
+            | UserRequest::ImportExamples(_)
+            | UserRequest::ReadSettings(_)
+            | UserRequest::WriteSettings(_)) => {
+                return Err(Error::Internal(format!(
+                    "{} is for the tenant's shared sets, not a user",
+                    shared.name()
+                )));
+            }
         })
     }
 

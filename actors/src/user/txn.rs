@@ -206,7 +206,7 @@ struct StoredReply {
     ack: serde_json::Value,
 }
 
-fn stored_reply<T: Replayable>(ack: &T) -> engram_storage::Result<Vec<u8>> {
+pub(crate) fn stored_reply<T: Replayable>(ack: &T) -> engram_storage::Result<Vec<u8>> {
     let encode_error = |e: serde_json::Error| engram_storage::Error::Encode {
         what: "acknowledgement",
         reason: e.to_string(),
@@ -223,7 +223,7 @@ fn stored_reply<T: Replayable>(ack: &T) -> engram_storage::Result<Vec<u8>> {
 /// means the id was reused: refused. A reply of this kind that this build cannot read is
 /// ours (500), not the client's. Replies stored before replies carried their kind are read
 /// as they are.
-fn replayed<T: Replayable>(bytes: &[u8]) -> Result<T> {
+pub(crate) fn replayed<T: Replayable>(bytes: &[u8]) -> Result<T> {
     let reused = || Error::invalid("request_id", "already used for a different request");
     match serde_json::from_slice::<StoredReply>(bytes) {
         Ok(stored) if stored.kind != T::KIND => Err(reused()),

@@ -54,6 +54,7 @@ impl Mode {
 
 pub struct Node {
     pub directory: Arc<Directory>,
+    pub clock: Arc<ManualClock>,
     pub store: Store,
     pub pipeline: Option<Pipeline>,
 }
@@ -73,10 +74,11 @@ pub async fn node_with(dir: &TempDir, embedder: Embedder, mode: Mode) -> Node {
         Mode::Synchronous => (None, false),
         Mode::Behind { config, started } => (Some(Pipeline::new(config.clone())), *started),
     };
+    let clock = ManualClock::new(Timestamp(1_780_000_000_000));
     let services = Services {
         store: store.clone(),
         keyspace: Keyspace::new("engram"),
-        clock: ManualClock::new(Timestamp(1_780_000_000_000)) as SharedClock,
+        clock: Arc::clone(&clock) as SharedClock,
         extractor: Arc::new(EntityExtractor::default()),
         embedder: Some(embedder),
         pipeline: pipeline.clone(),
@@ -91,6 +93,7 @@ pub async fn node_with(dir: &TempDir, embedder: Embedder, mode: Mode) -> Node {
     }
     Node {
         directory,
+        clock,
         store,
         pipeline,
     }

@@ -1,0 +1,500 @@
+//! The tenant's actor: the single writer of a tenant's shared sets, the semantic SQL cache
+//! ([`sql`]) and the few-shot library ([`examples`]), which every user of the tenant shares.
+//!
+//! It is placed, started, supervised, fenced and taken over exactly like a user's actor: it
+//! lives under the reserved user id [`SHARED_USER`] (no user id can take it: ids are letters,
+//! digits and `-_.:@`), so its shard is `hash(tenant, "#shared")`, the front door sends its
+//! requests to the shard's owner, the shard's supervisor starts it, and every write is one
+//! transaction fenced by the shard's lease that also records its request id. Its state is a
+//! cache of storage: the entries, and one node-local vector index per set built from the
+//! embeddings stored with them, loaded in pages when it starts (after a restart, a passivation
+//! or a take-over by another node).
+//!
+//! Lifetimes follow the injected clock: a lookup never serves an expired entry, and the
+//! actor's tick removes expired SQL entries, examples unused for [`EXAMPLE_TTL_MS`], and
+//! idempotency entries older than a day.
+
+pub mod api;
+mod examples;
+mod sets;
+mod sql;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use engram_storage::model::{IdempotencyEntry, Timestamp};
+use engram_storage::shared::{Example, SharedSettings, SqlEntry, TenantData};
+use ractor::concurrency::JoinHandle;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::time::Instant;
+
+use self::api::{ExampleAck, ImportAck, InvalidateAck, SettingsAck, SqlPutAck};
+use self::sets::SetIndex;
+use crate::error::{Error, Result};
+use crate::front::{Reader, UserReply, UserRequest};
+use crate::ownership::{Lease, fenced_write};
+use crate::user::txn::{replayed, stored_reply};
+use crate::user::{Replayable, UserArgs, UserMsg};
+
+/// The user id the tenant's actor is placed under (not a valid user id).
+pub const SHARED_USER: &str = "#shared";
+/// An example not served or recorded for this long expires (30 days).
+pub const EXAMPLE_TTL_MS: i64 = 30 * 24 * 3_600_000;
+/// Failures after which an example is removed (more than three).
+pub const MAX_FAILURES: u32 = 3;
+/// Idempotency entries of the shared sets are kept this long (a day).
+const IDEMPOTENCY_MS: i64 = 24 * 3_600_000;
+/// Entries a tick removes in one transaction, at most.
+const SWEEP_BATCH: usize = 500;
+/// Entries read per transaction when the actor loads its sets.
+const LOAD_PAGE: usize = 500;
+
+/// The tenant's actor.
+#[derive(Debug)]
+pub struct TenantActor;
+
+/// The tenant actor's state: a cache of its shared sets.
+pub struct TenantState {
+    args: UserArgs,
+    settings: SharedSettings,
+    sql: HashMap<String, SqlEntry>,
+    sql_index: SetIndex,
+    examples: HashMap<String, Example>,
+    example_index: SetIndex,
+    /// Examples served since the last flush, and when (their `last_used_at`).
+    used: HashMap<String, Timestamp>,
+    last_active: Instant,
+    ticker: Option<JoinHandle<()>>,
+}
+
+macro_rules! replayable {
+    ($($t:ty => $kind:literal),*) => {$(
+        impl Replayable for $t {
+            const KIND: &'static str = $kind;
+
+            fn mark_replayed(&mut self) {
+                self.replayed = true;
+            }
+        }
+    )*};
+}
+replayable!(
+    SqlPutAck => "sql-put",
+    InvalidateAck => "sql-invalidate",
+    ExampleAck => "example",
+    ImportAck => "example-import",
+    SettingsAck => "shared-settings"
+);
+
+impl Actor for TenantActor {
+    type Msg = UserMsg;
+    type State = TenantState;
+    type Arguments = UserArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<UserMsg>,
+        args: UserArgs,
+    ) -> Result<TenantState, ActorProcessingErr> {
+        let tick =
+            (args.services.settings.idle_timeout / 2).max(std::time::Duration::from_millis(10));
+        let mut state = TenantState {
+            args,
+            settings: SharedSettings::default(),
+            sql: HashMap::new(),
+            sql_index: SetIndex::default(),
+            examples: HashMap::new(),
+            example_index: SetIndex::default(),
+            used: HashMap::new(),
+            last_active: Instant::now(),
+            ticker: None,
+        };
+        state.load().await?;
+        state.ticker = Some(myself.send_interval(tick, || UserMsg::Tick));
+        tracing::debug!(
+            tenant = %state.args.key.tenant,
+            sql = state.sql.len(),
+            examples = state.examples.len(),
+            "tenant actor started"
+        );
+        Ok(state)
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<UserMsg>,
+        state: &mut TenantState,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some(ticker) = state.ticker.take() {
+            ticker.abort();
+        }
+        // Best effort: what is not flushed only makes an example expire a little earlier.
+        if let Err(err) = state.flush_used().await {
+            tracing::debug!(error = %err, "last uses of examples not written at stop");
+        }
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<UserMsg>,
+        msg: UserMsg,
+        state: &mut TenantState,
+    ) -> Result<(), ActorProcessingErr> {
+        if !matches!(msg, UserMsg::Tick | UserMsg::Embedded(_)) {
+            state.last_active = Instant::now();
+        }
+        match msg {
+            UserMsg::Call {
+                reader,
+                request,
+                reply,
+            } => {
+                let result = state.serve(&reader, *request).await;
+                let _ = reply.send(result);
+            }
+            UserMsg::Sweep(_, reply) => {
+                let result = state.sweep().await.map(|_| Default::default());
+                let _ = reply.send(result);
+            }
+            UserMsg::Evict => {
+                if state.args.directory.evictable(&state.args.key) {
+                    let _ = state.flush_used().await;
+                    state.leave(&myself, "evicted");
+                }
+            }
+            UserMsg::Fail => return Err("fault injected".into()),
+            UserMsg::Embedded(_) => {}
+            UserMsg::Tick => {
+                if let Err(err) = state.sweep().await {
+                    tracing::warn!(tenant = %state.args.key.tenant, error = %err, "sweep of the shared sets failed");
+                }
+                if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
+                    state.leave(&myself, "idle");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TenantState {
+    fn leave(&mut self, myself: &ActorRef<UserMsg>, why: &str) {
+        self.args.directory.remove(&self.args.key, myself.get_id());
+        myself.stop(Some(why.to_owned()));
+    }
+
+    fn now(&self) -> Timestamp {
+        self.args.services.clock.now()
+    }
+
+    fn tenant(&self) -> &str {
+        &self.args.key.tenant
+    }
+
+    /// Reads the settings and both sets in pages; expired entries are left for the sweep.
+    async fn load(&mut self) -> Result<()> {
+        let now = self.now();
+        let (store, ks, tenant) = (
+            self.args.services.store.clone(),
+            self.args.services.keyspace.clone(),
+            self.tenant().to_owned(),
+        );
+        let (k, t) = (ks.clone(), tenant.clone());
+        self.settings = store
+            .read(move |txn| TenantData::new(txn, &k, &t).settings())
+            .await?;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let (k, t, a) = (ks.clone(), tenant.clone(), after.clone());
+            let (page, next) = store
+                .read(move |txn| TenantData::new(txn, &k, &t).sql_page(a.as_deref(), LOAD_PAGE))
+                .await?;
+            for entry in page.into_iter().filter(|e| e.expires_at > now) {
+                self.cache_sql(entry);
+            }
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let (k, t, a) = (ks.clone(), tenant.clone(), after.clone());
+            let (page, next) = store
+                .read(move |txn| TenantData::new(txn, &k, &t).example_page(a.as_deref(), LOAD_PAGE))
+                .await?;
+            for example in page.into_iter().filter(|e| !examples::expired(e, now)) {
+                self.cache_example(example);
+            }
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    fn cache_sql(&mut self, entry: SqlEntry) {
+        self.sql_index.upsert(&entry.id, &entry.vector);
+        self.sql.insert(entry.id.clone(), entry);
+    }
+
+    fn uncache_sql(&mut self, id: &str) {
+        self.sql_index.remove(id);
+        self.sql.remove(id);
+    }
+
+    fn cache_example(&mut self, example: Example) {
+        self.example_index.upsert(&example.id, &example.vector);
+        self.examples.insert(example.id.clone(), example);
+    }
+
+    fn uncache_example(&mut self, id: &str) {
+        self.example_index.remove(id);
+        self.examples.remove(id);
+        self.used.remove(id);
+    }
+
+    /// Who may ask what: the reader acts for this tenant; reviewing, listing, exporting,
+    /// importing and the settings' changes need an admin key; operator keys ask nothing here.
+    fn admit(&self, reader: &Reader, request: &UserRequest) -> Result<()> {
+        use engram_storage::access::Scope;
+        if reader.tenant != self.args.key.tenant {
+            return Err(Error::Forbidden(
+                "the key acts for another tenant than the shared sets'".into(),
+            ));
+        }
+        let admin_only = matches!(
+            request,
+            UserRequest::ListExamples(_)
+                | UserRequest::ReviewExample(_)
+                | UserRequest::ExportExamples(_)
+                | UserRequest::ImportExamples(_)
+                | UserRequest::WriteSettings(_)
+        );
+        match reader.scope {
+            Scope::Admin => Ok(()),
+            Scope::Gateway if !admin_only => Ok(()),
+            Scope::Gateway => Err(Error::Forbidden(format!(
+                "{} needs an admin key",
+                request.name()
+            ))),
+            Scope::Operator => Err(Error::Forbidden(
+                "operator keys serve cluster operations only".into(),
+            )),
+        }
+    }
+
+    async fn serve(&mut self, reader: &Reader, request: UserRequest) -> Result<UserReply> {
+        self.admit(reader, &request)?;
+        Ok(match request {
+            UserRequest::SqlLookup(q) => UserReply::SqlLookup(self.sql_lookup(q).await?),
+            UserRequest::SqlPut(q) => UserReply::SqlPut(self.sql_put(q).await?),
+            UserRequest::SqlInvalidate(q) => {
+                UserReply::SqlInvalidate(self.sql_invalidate(q).await?)
+            }
+            UserRequest::RecordExample(q) => {
+                UserReply::RecordExample(self.record_example(reader, q).await?)
+            }
+            UserRequest::SearchExamples(q) => {
+                UserReply::SearchExamples(self.search_examples(q).await?)
+            }
+            UserRequest::ListExamples(q) => UserReply::ListExamples(self.list_examples(&q)?),
+            UserRequest::ReviewExample(q) => {
+                UserReply::ReviewExample(self.review_example(reader, q).await?)
+            }
+            UserRequest::ExampleFailed(q) => {
+                UserReply::ExampleFailed(self.example_failed(q).await?)
+            }
+            UserRequest::ExportExamples(q) => UserReply::ExportExamples(self.export_examples(&q)),
+            UserRequest::ImportExamples(q) => {
+                UserReply::ImportExamples(self.import_examples(q).await?)
+            }
+            UserRequest::ReadSettings(_) => UserReply::ReadSettings(self.settings.clone()),
+            UserRequest::WriteSettings(q) => {
+                UserReply::WriteSettings(self.write_settings(q).await?)
+            }
+            other @ (UserRequest::Turn(_)
+            | UserRequest::Feedback(_)
+            | UserRequest::Context(_)
+            | UserRequest::Search(_)
+            | UserRequest::WriteMemory(_)
+            | UserRequest::SetStatus(_)
+            | UserRequest::ListMemories(_)
+            | UserRequest::ListSessions(_)
+            | UserRequest::SessionMemory(_)
+            | UserRequest::ClearSession(_)
+            | UserRequest::Forget(_)
+            | UserRequest::WriteIntent(_)
+            | UserRequest::Intents(_)
+            | UserRequest::Distil(_)
+            | UserRequest::KeyIntents(_)
+            | UserRequest::Flags(_)
+            | UserRequest::ResolveConflict(_)
+            | UserRequest::MatchAnchor(_)
+            | UserRequest::ReadArchive(_)
+            | UserRequest::MatchArchive(_)
+            | UserRequest::ApproveReads(_)) => {
+                return Err(Error::Internal(format!(
+                    "{} is a user's request, not the tenant's",
+                    other.name()
+                )));
+            }
+        })
+    }
+
+    async fn write_settings(&mut self, req: api::WriteSettings) -> Result<SettingsAck> {
+        sql::check_settings(&req.settings)?;
+        let settings = req.settings.clone();
+        let ack = self
+            .write(&req.request_id, move |t, _| {
+                t.put_settings(&settings)?;
+                Ok(Ok(SettingsAck {
+                    settings: settings.clone(),
+                    replayed: false,
+                }))
+            })
+            .await?;
+        if !ack.replayed {
+            self.settings = ack.settings.clone();
+        }
+        Ok(ack)
+    }
+
+    /// The lease this node holds on the tenant's shard now (`None` without leases).
+    fn lease(&self) -> Result<Option<Lease>> {
+        let services = &self.args.services;
+        let shard = self.args.key.shard(services.settings.shards);
+        Ok(match &services.ownership {
+            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
+            None => None,
+        })
+    }
+
+    /// Runs a write of the shared sets as one transaction fenced by the tenant shard's lease.
+    async fn run<T, F>(&self, mut body: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut TenantData<'_>) -> engram_storage::Result<T> + Send + 'static,
+    {
+        let services = &self.args.services;
+        let shard = self.args.key.shard(services.settings.shards);
+        let (ks, tenant) = (services.keyspace.clone(), self.tenant().to_owned());
+        fenced_write(
+            &services.store,
+            &services.keyspace,
+            shard,
+            self.lease()?,
+            move |txn| body(&mut TenantData::new(txn, &ks, &tenant)),
+        )
+        .await
+    }
+
+    /// Runs an idempotent write: a retry of `request_id` replays the stored answer; a
+    /// rejection (the inner error) writes nothing.
+    async fn write<T, F>(&self, request_id: &str, mut body: F) -> Result<T>
+    where
+        T: Replayable + Clone,
+        F: FnMut(&mut TenantData<'_>, Timestamp) -> engram_storage::Result<Result<T>>
+            + Send
+            + 'static,
+    {
+        crate::user::check_id("request_id", request_id)?;
+        let now = self.now();
+        let request_id = request_id.to_owned();
+        let outcome = self
+            .run(move |t| {
+                if let Some(entry) = t.idempotency(&request_id)? {
+                    return Ok(Err(entry.response));
+                }
+                match body(t, now)? {
+                    Ok(ack) => {
+                        let response = stored_reply(&ack)?;
+                        t.put_idempotency(&request_id, &IdempotencyEntry { at: now, response })?;
+                        Ok(Ok(Ok(ack)))
+                    }
+                    Err(rejection) => Ok(Ok(Err(rejection))),
+                }
+            })
+            .await?;
+        match outcome {
+            Ok(result) => result,
+            Err(bytes) => {
+                let mut ack: T = replayed(&bytes)?;
+                ack.mark_replayed();
+                Ok(ack)
+            }
+        }
+    }
+
+    /// Removes what expired (SQL entries, unused examples, old idempotency entries) and
+    /// writes the last uses of served examples.
+    async fn sweep(&mut self) -> Result<()> {
+        self.flush_used().await?;
+        let now = self.now();
+        let sql: Vec<String> = self
+            .sql
+            .values()
+            .filter(|e| e.expires_at <= now)
+            .map(|e| e.id.clone())
+            .take(SWEEP_BATCH)
+            .collect();
+        let examples: Vec<String> = self
+            .examples
+            .values()
+            .filter(|e| examples::expired(e, now))
+            .map(|e| e.id.clone())
+            .take(SWEEP_BATCH)
+            .collect();
+        let (s, x) = (sql.clone(), examples.clone());
+        let before = now.plus_millis(-IDEMPOTENCY_MS);
+        self.run(move |t| {
+            for id in &s {
+                t.delete_sql_entry(id)?;
+            }
+            for id in &x {
+                t.delete_example(id)?;
+            }
+            t.prune_idempotency_before(before, SWEEP_BATCH)
+        })
+        .await?;
+        for id in &sql {
+            self.uncache_sql(id);
+        }
+        for id in &examples {
+            self.uncache_example(id);
+        }
+        if !sql.is_empty() || !examples.is_empty() {
+            tracing::debug!(tenant = %self.tenant(), sql = sql.len(), examples = examples.len(), "expired shared entries removed");
+        }
+        Ok(())
+    }
+
+    /// Writes the last uses of the examples served since the last flush.
+    async fn flush_used(&mut self) -> Result<()> {
+        if self.used.is_empty() {
+            return Ok(());
+        }
+        let used: Vec<(String, Timestamp)> = self.used.drain().collect();
+        let stamps = used.clone();
+        self.run(move |t| {
+            for (id, at) in &stamps {
+                if let Some(mut example) = t.example(id)?
+                    && example.last_used_at < *at
+                {
+                    example.last_used_at = *at;
+                    t.put_example(&example)?;
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        for (id, at) in used {
+            if let Some(example) = self.examples.get_mut(&id) {
+                example.last_used_at = example.last_used_at.max(at);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,420 @@
+//! The semantic SQL cache: a question close enough to one answered within the entry's lifetime
+//! (cosine similarity of the two questions' embeddings at least the tenant's or the domain's
+//! threshold, 0.92 and 15 minutes by default), in the same route and domain, reuses its SQL.
+//! Entries hold the normalised question, its embedding, the route and domain and the SQL text,
+//! never results. A schema change of a table drops every entry whose SQL mentions it.
+
+use engram_storage::shared::{SharedSettings, SqlEntry};
+
+use super::TenantState;
+use super::api::{
+    InvalidateAck, MAX_QUESTION_CHARS, MAX_SQL_BYTES, SqlHit, SqlInvalidate, SqlLookup,
+    SqlLookupReply, SqlPut, SqlPutAck,
+};
+use super::sets::{id_of, normalise_question};
+use crate::embed::QueryVector;
+use crate::error::{Error, Result};
+use crate::user::check_id;
+
+/// Entries a tenant's cache holds at most; a new one past it replaces the oldest.
+pub const MAX_SQL_ENTRIES: usize = 100_000;
+/// Deletions per transaction of an invalidation.
+const INVALIDATE_BATCH: usize = 2_000;
+/// Longest lifetime of an entry: a day.
+pub const MAX_TTL_MS: i64 = 24 * 3_600_000;
+
+/// Checks a question and returns it normalised.
+pub(super) fn question(text: &str) -> Result<String> {
+    if text.chars().count() > MAX_QUESTION_CHARS {
+        return Err(Error::invalid(
+            "question",
+            format!("is longer than {MAX_QUESTION_CHARS} characters"),
+        ));
+    }
+    let normalised = normalise_question(text);
+    if normalised.is_empty() {
+        return Err(Error::invalid("question", "must not be empty"));
+    }
+    Ok(normalised)
+}
+
+/// Checks a SQL text.
+pub(super) fn sql_text(sql: &str) -> Result<()> {
+    if sql.trim().is_empty() {
+        return Err(Error::invalid("sql", "must not be empty"));
+    }
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(Error::invalid(
+            "sql",
+            format!("is {} bytes long; at most {MAX_SQL_BYTES}", sql.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks settings of the shared sets.
+pub(super) fn check_settings(settings: &SharedSettings) -> Result<()> {
+    let similarity = |field: &str, s: f32| {
+        if (0.5..=1.0).contains(&s) {
+            Ok(())
+        } else {
+            Err(Error::invalid(field, "must be between 0.5 and 1"))
+        }
+    };
+    let ttl = |field: &str, ms: i64| {
+        if (1_000..=MAX_TTL_MS).contains(&ms) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                field,
+                "must be between 1 second and 24 hours",
+            ))
+        }
+    };
+    similarity("sql_similarity", settings.sql_similarity)?;
+    ttl("sql_ttl", settings.sql_ttl_ms)?;
+    for (domain, d) in &settings.domains {
+        check_id("domain", domain)?;
+        if let Some(s) = d.similarity {
+            similarity("domains.similarity", s)?;
+        }
+        if let Some(ms) = d.ttl_ms {
+            ttl("domains.ttl", ms)?;
+        }
+    }
+    Ok(())
+}
+
+/// An identifier of the SQL as an invalidation compares it: unquoted, lower case.
+fn identifier(token: &str) -> String {
+    token
+        .trim_matches(|c| matches!(c, '"' | '`' | '[' | ']'))
+        .to_lowercase()
+}
+
+/// The SQL's words and the commas between them.
+fn tokens(sql: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = None;
+    for (i, c) in sql.char_indices() {
+        let part = c.is_alphanumeric() || matches!(c, '_' | '.' | '$' | '"' | '`' | '[' | ']');
+        match (part, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                out.push(&sql[s..i]);
+                start = None;
+            }
+            _ => {}
+        }
+        if c == ',' {
+            out.push(",");
+        }
+    }
+    if let Some(s) = start {
+        out.push(&sql[s..]);
+    }
+    out
+}
+
+const KEYWORDS: [&str; 12] = [
+    "where", "join", "on", "group", "order", "limit", "left", "right", "inner", "outer", "union",
+    "having",
+];
+
+/// The tables a SQL text reads or writes: the names after `FROM` (and its comma list),
+/// `JOIN`, `UPDATE`, `INTO` and `TABLE`, unquoted and lower case, in order, once each.
+pub fn tables_of(sql: &str) -> Vec<String> {
+    let tokens = tokens(sql);
+    let mut found: Vec<String> = Vec::new();
+    let mut add = |name: &str| {
+        let name = identifier(name);
+        if !name.is_empty() && name != "select" && name != "(" && !found.contains(&name) {
+            found.push(name);
+        }
+    };
+    let mut i = 0;
+    while i < tokens.len() {
+        let word = tokens[i].to_lowercase();
+        if matches!(word.as_str(), "from" | "join" | "update" | "into" | "table") {
+            let list = word == "from";
+            let mut j = i + 1;
+            while let Some(name) = tokens.get(j).filter(|t| **t != ",") {
+                if name.eq_ignore_ascii_case("select") {
+                    break;
+                }
+                add(name);
+                j += 1;
+                // An alias (`orders o`, `orders AS o`) is skipped.
+                while tokens
+                    .get(j)
+                    .is_some_and(|t| *t != "," && !KEYWORDS.contains(&t.to_lowercase().as_str()))
+                    && j < i + 4
+                {
+                    j += 1;
+                }
+                if list && tokens.get(j) == Some(&",") {
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            i = j;
+        } else {
+            i += 1;
+        }
+    }
+    found
+}
+
+/// Whether the SQL of `entry` mentions `table` (lower case): among the tables it names, or
+/// as any identifier, schema-qualified or not.
+pub fn mentions(entry: &SqlEntry, table: &str) -> bool {
+    entry
+        .tables
+        .iter()
+        .any(|t| t == table || t.ends_with(&format!(".{table}")))
+        || tokens(&entry.sql).into_iter().any(|t| {
+            let id = identifier(t);
+            id == table || id.ends_with(&format!(".{table}"))
+        })
+}
+
+impl TenantState {
+    pub(super) async fn sql_lookup(&mut self, q: SqlLookup) -> Result<SqlLookupReply> {
+        let question = question(&q.question)?;
+        check_id("route", &q.route)?;
+        check_id("domain", &q.domain)?;
+        let now = self.now();
+        let threshold = self.settings.similarity(&q.domain);
+        let live = |e: &SqlEntry| e.expires_at > now && e.route == q.route && e.domain == q.domain;
+        let hit = |e: &SqlEntry, similarity: f32| SqlHit {
+            entry_id: e.id.clone(),
+            sql: e.sql.clone(),
+            question: e.question.clone(),
+            similarity,
+            age_ms: now.0 - e.stored_at.0,
+        };
+        // The same question, normalised, needs no vector.
+        let exact = id_of(&[&q.route, &q.domain, &question]);
+        if let Some(entry) = self.sql.get(&exact).filter(|e| live(e)) {
+            return Ok(SqlLookupReply {
+                hit: Some(hit(entry, 1.0)),
+                threshold,
+                fallback: None,
+            });
+        }
+        let Some(embedder) = self.args.services.embedder.clone() else {
+            return Ok(SqlLookupReply {
+                hit: None,
+                threshold,
+                fallback: None,
+            });
+        };
+        let vector = match embedder.query(self.tenant(), &question).await {
+            QueryVector::Embedded(vector) => vector,
+            QueryVector::Fallback(why) => {
+                return Ok(SqlLookupReply {
+                    hit: None,
+                    threshold,
+                    fallback: Some(why),
+                });
+            }
+        };
+        let sql = &self.sql;
+        let best = self
+            .sql_index
+            .nearest(&vector, 1, |id| sql.get(id).is_some_and(live))
+            .into_iter()
+            .next()
+            .filter(|(_, similarity)| *similarity >= threshold);
+        Ok(SqlLookupReply {
+            hit: best.and_then(|(id, similarity)| sql.get(&id).map(|e| hit(e, similarity))),
+            threshold,
+            fallback: None,
+        })
+    }
+
+    pub(super) async fn sql_put(&mut self, q: SqlPut) -> Result<SqlPutAck> {
+        let question = question(&q.question)?;
+        check_id("route", &q.route)?;
+        check_id("domain", &q.domain)?;
+        sql_text(&q.sql)?;
+        let id = id_of(&[&q.route, &q.domain, &question]);
+        let (vector, model) = self.question_vector(&question).await?;
+        let now = self.now();
+        let entry = SqlEntry {
+            id: id.clone(),
+            tables: tables_of(&q.sql),
+            question,
+            route: q.route,
+            domain: q.domain.clone(),
+            sql: q.sql,
+            vector,
+            model,
+            stored_at: now,
+            expires_at: now.plus_millis(self.settings.ttl_ms(&q.domain)),
+        };
+        // A full cache makes room by its oldest entry.
+        let evicted = (self.sql.len() >= MAX_SQL_ENTRIES && !self.sql.contains_key(&id))
+            .then(|| {
+                self.sql
+                    .values()
+                    .min_by_key(|e| (e.stored_at, e.id.clone()))
+                    .map(|e| e.id.clone())
+            })
+            .flatten();
+        let replaced = self.sql.contains_key(&id);
+        let (stored, gone) = (entry.clone(), evicted.clone());
+        let ack = self
+            .write(&q.request_id, move |t, _| {
+                if let Some(gone) = &gone {
+                    t.delete_sql_entry(gone)?;
+                }
+                t.put_sql_entry(&stored)?;
+                Ok(Ok(SqlPutAck {
+                    entry_id: stored.id.clone(),
+                    tables: stored.tables.clone(),
+                    expires_at: stored.expires_at,
+                    replaced,
+                    replayed: false,
+                }))
+            })
+            .await?;
+        if !ack.replayed {
+            if let Some(gone) = evicted {
+                self.uncache_sql(&gone);
+            }
+            self.cache_sql(entry);
+        }
+        Ok(ack)
+    }
+
+    pub(super) async fn sql_invalidate(&mut self, q: SqlInvalidate) -> Result<InvalidateAck> {
+        let table = identifier(q.table.trim());
+        if table.is_empty()
+            || table.len() > 256
+            || !table
+                .chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | '$'))
+        {
+            return Err(Error::invalid(
+                "table",
+                "must be a table name: letters, digits and _.$, at most 256 bytes",
+            ));
+        }
+        let doomed: Vec<String> = self
+            .sql
+            .values()
+            .filter(|e| mentions(e, &table))
+            .map(|e| e.id.clone())
+            .collect();
+        // Large invalidations delete in batches; the last batch records the request id (a
+        // retry after a partial one removes the rest).
+        let (batches, last) = match doomed.len() {
+            0 => (Vec::new(), Vec::new()),
+            n => {
+                let cut = (n - 1) / INVALIDATE_BATCH * INVALIDATE_BATCH;
+                (doomed[..cut].to_vec(), doomed[cut..].to_vec())
+            }
+        };
+        for batch in batches.chunks(INVALIDATE_BATCH) {
+            let ids = batch.to_vec();
+            self.run(move |t| {
+                for id in &ids {
+                    t.delete_sql_entry(id)?;
+                }
+                Ok(())
+            })
+            .await?;
+            for id in batch {
+                self.uncache_sql(id);
+            }
+        }
+        let before = batches.len();
+        let ids = last.clone();
+        let ack = self
+            .write(&q.request_id, move |t, _| {
+                for id in &ids {
+                    t.delete_sql_entry(id)?;
+                }
+                Ok(Ok(InvalidateAck {
+                    removed: before + ids.len(),
+                    replayed: false,
+                }))
+            })
+            .await?;
+        if !ack.replayed {
+            for id in &last {
+                self.uncache_sql(id);
+            }
+        }
+        Ok(ack)
+    }
+
+    /// The embedding of a normalised question, and the encoder's name (empty without one).
+    pub(super) async fn question_vector(&self, question: &str) -> Result<(Vec<f32>, String)> {
+        self.question_vectors(&[question.to_owned()])
+            .await
+            .map(|(mut v, model)| (v.pop().unwrap_or_default(), model))
+    }
+
+    /// The embeddings of normalised questions, in order.
+    pub(super) async fn question_vectors(
+        &self,
+        questions: &[String],
+    ) -> Result<(Vec<Vec<f32>>, String)> {
+        match &self.args.services.embedder {
+            Some(embedder) => Ok((
+                embedder.questions(self.tenant(), questions).await?,
+                embedder.model_name().to_owned(),
+            )),
+            None => Ok((vec![Vec::new(); questions.len()], String::new())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_are_found_after_from_join_update_and_into() {
+        assert_eq!(
+            tables_of("SELECT a FROM Sales.Orders o JOIN customers AS c ON o.c = c.id"),
+            vec!["sales.orders", "customers"]
+        );
+        assert_eq!(
+            tables_of("select * from a, b x, \"C\" where a.id = b.id"),
+            vec!["a", "b", "c"]
+        );
+        assert_eq!(tables_of("UPDATE stock SET n = 1"), vec!["stock"]);
+        assert_eq!(tables_of("insert into `log` values (1)"), vec!["log"]);
+    }
+
+    fn entry(sql: &str) -> SqlEntry {
+        SqlEntry {
+            id: "e".into(),
+            question: "q".into(),
+            route: "r".into(),
+            domain: "d".into(),
+            sql: sql.into(),
+            tables: tables_of(sql),
+            vector: Vec::new(),
+            model: String::new(),
+            stored_at: engram_storage::model::Timestamp(0),
+            expires_at: engram_storage::model::Timestamp(1),
+        }
+    }
+
+    #[test]
+    fn an_entry_mentions_the_tables_its_sql_names_and_no_others() {
+        let e = entry("SELECT sum(x) FROM sales.orders WHERE day > now() - 7");
+        assert!(mentions(&e, "orders"));
+        assert!(mentions(&e, "sales.orders"));
+        assert!(!mentions(&e, "order"));
+        assert!(!mentions(&e, "customers"));
+        // A sub-query's table counts.
+        let e = entry("SELECT * FROM (SELECT id FROM refunds) r");
+        assert!(mentions(&e, "refunds"));
+    }
+}

@@ -36,8 +36,10 @@ const IN_FLIGHT_BATCHES: usize = 4;
 /// ever sent for a lost one.
 pub const MAX_UNWRITTEN: usize = QUEUE + BATCH * IN_FLIGHT_BATCHES;
 /// Actions of masked gateway reads, audited without waiting when reads are batched.
-const MASKED_READS: [&str; 6] = [
+const MASKED_READS: [&str; 8] = [
     "context.read",
+    "sqlcache.lookup",
+    "fewshot.search",
     "memory.list",
     "memory.search",
     "session.list",

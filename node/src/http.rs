@@ -26,6 +26,7 @@ mod routes;
 #[cfg(test)]
 mod security_tests;
 mod seed;
+mod shared;
 pub mod table;
 #[cfg(test)]
 mod tests;

@@ -42,6 +42,7 @@ pub struct NodeMetrics {
     job_items: IntCounterVec,
     auth_refused: IntCounterVec,
     audit: IntCounterVec,
+    shared: HistogramVec,
 }
 
 impl std::fmt::Debug for NodeMetrics {
@@ -111,6 +112,19 @@ impl NodeMetrics {
             &["outcome"],
         )
         .expect("valid metric");
+        let shared = HistogramVec::new(
+            HistogramOpts::new(
+                "engram_shared_lookup_seconds",
+                "Lookups of the tenants' shared sets as the gateway saw them, by set \
+                 (sql_cache, few_shot) and outcome (hit, miss, fallback); its count is the \
+                 number of lookups",
+            )
+            .buckets(vec![
+                0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+            ]),
+            &["set", "outcome"],
+        )
+        .expect("valid metric");
         // Metric vectors share their state between clones: the registry gets clones.
         registry
             .register(Box::new(requests.clone()))
@@ -133,6 +147,9 @@ impl NodeMetrics {
         registry
             .register(Box::new(audit.clone()))
             .expect("unique metric");
+        registry
+            .register(Box::new(shared.clone()))
+            .expect("unique metric");
         NodeMetrics {
             registry,
             requests,
@@ -142,7 +159,16 @@ impl NodeMetrics {
             job_items,
             auth_refused,
             audit,
+            shared,
         }
+    }
+
+    /// Records a lookup of a tenant's shared set (`sql_cache`, `few_shot`) and its outcome
+    /// (`hit`, `miss`, `fallback`).
+    pub fn shared(&self, set: &str, outcome: &str, elapsed: Duration) {
+        self.shared
+            .with_label_values(&[set, outcome])
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts a request refused by authentication or authorisation.

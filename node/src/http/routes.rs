@@ -115,15 +115,26 @@ pub async fn context(
     ApiJson(body): ApiJson<ContextBody>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
+    let asked = body.query.clone();
     let query = ContextQuery {
         session_id: body.session_id,
         query: body.query,
         route: parse_route(body.route.as_deref())?,
         token_budget: body.token_budget.unwrap_or(s.token_budget),
     };
-    let ctx = s.ask(&caller, &key, query).await?;
+    let user_context = s.ask(&caller, &key, query);
+    let (ctx, shared) = match body.shared {
+        Some(ask) => {
+            let shared = super::shared::for_context(&s, &caller, ask, asked);
+            let (ctx, shared) = tokio::join!(user_context, shared);
+            (ctx?, Some(shared?))
+        }
+        None => (user_context.await?, None),
+    };
     let sensitive = ctx.sensitive;
-    Ok(sensitive_if(sensitive, ok(ContextResponse::from(ctx))))
+    let mut response = ContextResponse::from(ctx);
+    response.shared = shared;
+    Ok(sensitive_if(sensitive, ok(response)))
 }
 
 #[utoipa::path(post, path = "/v1/users/{user}/memories/search", tag = "memories",

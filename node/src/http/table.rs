@@ -24,6 +24,7 @@ use utoipa_axum::routes;
 
 use super::{
     ApiError, AppState, Limits, admin, console, metadata, openapi, operations, routes as v1, seed,
+    shared,
 };
 use crate::auth::Access::{self, Admin, Gateway, Operator, Public};
 
@@ -59,6 +60,32 @@ pub fn table() -> Vec<Route> {
         Route::new(routes!(seed::write), Gateway, "memory.write"),
         Route::new(routes!(seed::recall), Gateway, "memory.search"),
         Route::new(routes!(seed::prewarm), Gateway, "user.prewarm"),
+        Route::new(routes!(shared::sql_lookup), Gateway, "sqlcache.lookup"),
+        Route::new(routes!(shared::sql_put), Gateway, "sqlcache.write"),
+        Route::new(
+            routes!(shared::sql_invalidate),
+            Gateway,
+            "sqlcache.invalidate",
+        ),
+        Route::new(routes!(shared::record_example), Gateway, "fewshot.record"),
+        Route::new(routes!(shared::search_examples), Gateway, "fewshot.search"),
+        Route::new(routes!(shared::example_failed), Gateway, "fewshot.failure"),
+        Route::new(routes!(shared::list_examples), Admin, "fewshot.list"),
+        Route::new(routes!(shared::approve_example), Admin, "fewshot.approve"),
+        Route::new(routes!(shared::reject_example), Admin, "fewshot.reject"),
+        Route::new(routes!(shared::edit_example), Admin, "fewshot.edit"),
+        Route::new(routes!(shared::export_examples), Admin, "fewshot.export"),
+        Route::new(routes!(shared::import_examples), Admin, "fewshot.import"),
+        Route::new(
+            routes!(shared::read_settings),
+            Admin,
+            "shared.settings.read",
+        ),
+        Route::new(
+            routes!(shared::write_settings),
+            Admin,
+            "shared.settings.write",
+        ),
         Route::new(routes!(admin::create_key), Admin, "key.create"),
         Route::new(routes!(admin::list_keys), Admin, "key.list"),
         Route::new(routes!(admin::rotate_key), Admin, "key.rotate"),

@@ -257,6 +257,8 @@ pub struct ContextBody {
     pub route: Option<String>,
     /// Token budget; default from `[memory] token-budget`.
     pub token_budget: Option<usize>,
+    /// Also serve the tenant's few-shot examples and cached SQL for the question.
+    pub shared: Option<super::shared::SharedAsk>,
 }
 
 /// What `POST /v1/cluster/drain` drains.
@@ -484,6 +486,9 @@ pub struct ContextResponse {
     /// the query or the session mentions.
     #[serde(default)]
     pub tables: Vec<ContextTableView>,
+    /// The tenant's few-shot examples and cached SQL for the question, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<super::shared::SharedContext>,
 }
 
 /// A table's cached metadata in a context.
@@ -558,6 +563,7 @@ impl From<MemoryContext> for ContextResponse {
                     metadata: t.metadata,
                 })
                 .collect(),
+            shared: None,
         }
     }
 }

@@ -59,7 +59,7 @@ static APP: LazyLock<Fuzzed> = LazyLock::new(|| {
 });
 
 /// Extra query strings for routes that read one, `{q}` standing for fuzzed text.
-const QUERIES: [(&str, &str); 7] = [
+const QUERIES: [(&str, &str); 10] = [
     ("/v1/users/{user}/memories", "?kind={q}&limit={q}"),
     (
         "/v1/users/{user}/sessions/{session_id}/memory",
@@ -76,6 +76,12 @@ const QUERIES: [(&str, &str); 7] = [
         "/v1/admin/users/{user}/archive",
         "?after_session={q}&after_seq={q}",
     ),
+    (
+        "/v1/admin/few-shot/examples",
+        "?status={q}&route={q}&limit={q}",
+    ),
+    ("/v1/admin/few-shot/export", "?status={q}"),
+    ("/v1/admin/few-shot/import", "?request_id={q}"),
 ];
 
 /// Every route of the table, as (method, path with `{u}` for the user and `{q}` for fuzzed
@@ -94,14 +100,15 @@ static ROUTES: LazyLock<Vec<(String, String)>> = LazyLock::new(|| {
                 .replace("{session_id}", "{q}")
                 .replace("{flag_id}", "{q}")
                 .replace("{name}", "{q}")
-                .replace("{key_id}", "{q}");
+                .replace("{key_id}", "{q}")
+                .replace("{example_id}", "{q}");
             routes.push((method.as_str().to_owned(), uri));
         }
     }
     routes
 });
 
-const FIELDS: [&str; 20] = [
+const FIELDS: [&str; 27] = [
     "request_id",
     "session_id",
     "user_text",
@@ -122,6 +129,13 @@ const FIELDS: [&str; 20] = [
     "clarification",
     "content",
     "ttl_seconds",
+    "question",
+    "sql",
+    "domain",
+    "confidence",
+    "table",
+    "settings",
+    "examples",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {

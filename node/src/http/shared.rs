@@ -665,7 +665,8 @@ pub struct ImportResponse {
 #[utoipa::path(post, path = "/v1/admin/few-shot/import", tag = "shared",
     params(ImportParams),
     request_body(content = String, content_type = "application/yaml",
-        description = "A document as the export writes it (at most 1,000 examples)"),
+        description = "A document as the export writes it (at most 1,000 examples); the \
+        same document as JSON is taken too"),
     responses((status = 200, body = ImportResponse), (status = 400, body = ErrorBody)))]
 /// Imports examples from YAML, as the export writes them (admin): each is stored by its
 /// route, question and SQL, with the status and counts the document gives.
@@ -676,18 +677,21 @@ pub async fn import_examples(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let yaml = headers
+    // JSON is YAML too: a document in either reads the same.
+    let readable = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| {
             let essence = v.split(';').next().unwrap_or("").trim();
-            essence.eq_ignore_ascii_case(YAML) || essence.eq_ignore_ascii_case("text/yaml")
+            [YAML, "text/yaml", "application/json"]
+                .iter()
+                .any(|t| essence.eq_ignore_ascii_case(t))
         });
-    if !yaml {
+    if !readable {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
-            "expected a request with `Content-Type: application/yaml`",
+            "expected a request with `Content-Type: application/yaml` (or application/json)",
         ));
     }
     let library: Library = serde_yaml_ng::from_slice(&body)

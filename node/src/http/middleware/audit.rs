@@ -18,7 +18,7 @@ use crate::http::{ApiError, AppState};
 
 /// The ids a request names in its path (memory, session, key, review flag), never content.
 fn path_ids(params: &HashMap<String, String>) -> Vec<String> {
-    ["memory_id", "session_id", "key_id", "flag_id"]
+    ["memory_id", "session_id", "key_id", "flag_id", "example_id"]
         .iter()
         .filter_map(|name| params.get(*name).map(|v| format!("{name}={v}")))
         .collect()

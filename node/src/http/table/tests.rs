@@ -64,6 +64,7 @@ fn the_document_describes_exactly_the_routes_of_the_table_each_with_its_operatio
                 "PUT" => &item.put,
                 "POST" => &item.post,
                 "DELETE" => &item.delete,
+                "PATCH" => &item.patch,
                 other => panic!("{other} {path}: a method the gateway does not use"),
             };
             assert!(

@@ -5,7 +5,8 @@
 //!   the served OpenAPI document) against tenant B's users, sessions, memories, intents and
 //!   keys, and gets 403 or 404 (or, for reads of A's own namesake user, nothing of B's);
 //!   B's state is unchanged afterwards, in full: memories, session turns, intents, keys
-//!   (still listed the same and still valid) and the breaker's count of B's sensitive reads.
+//!   (still listed the same and still valid), its shared sets (cached SQL, few-shot library,
+//!   settings) and the breaker's count of B's sensitive reads.
 //!   A's admin cannot make an operator key, and no key of A's reaches /v1/cluster.
 //! - Keys: unauthenticated, unknown, revoked and rotated keys get 401; scopes open only their
 //!   endpoints; keys are listed without secrets; the CLI manages keys in the store.
@@ -78,6 +79,36 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
     let schema = json!({"content": {"columns": "SCHEMA-B-7731"}});
     let (code, text) = status(&b, Method::PUT, "/v1/metadata/b_table", Some(&schema)).await;
     assert_eq!(code, 200, "{text}");
+    // B's shared sets: a cached SQL and an approved few-shot example.
+    let b_sql = json!({"request_id": "b-sql", "question": "what is the vault code",
+                       "route": "nl2sql", "domain": "vault",
+                       "sql": "SELECT code FROM b_vault -- SQL-B-5521"});
+    b.must_post("/v1/sql-cache", &b_sql).await;
+    let b_example = b
+        .must_post(
+            "/v1/few-shot/examples",
+            &json!({"request_id": "b-fs", "question": "vault code of the tenant",
+                    "sql": "SELECT 'FEWSHOT-B-8812'", "route": "nl2sql", "confidence": 0.95}),
+        )
+        .await["example"]["example_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    b_adm
+        .must_post(
+            &format!("/v1/admin/few-shot/examples/{b_example}/approve"),
+            &json!({"request_id": "b-fs-ok"}),
+        )
+        .await;
+    let b_lookup = json!({"question": "what is the vault code", "route": "nl2sql",
+                          "domain": "vault"});
+    let b_search = json!({"question": "vault code of the tenant", "route": "nl2sql"});
+    let shared_before = (
+        b.must_post("/v1/sql-cache/lookup", &b_lookup).await,
+        b.must_post("/v1/few-shot/search", &b_search).await["examples"].clone(),
+        b_adm.get("/v1/admin/few-shot/export").await.unwrap().text(),
+        b_adm.must_get("/v1/admin/shared/settings").await,
+    );
     // B's state in full, as B sees it (the memory list is B's first sensitive read).
     let before = b.must_get("/v1/users/bob/memories").await;
     let metadata_before = b.must_get("/v1/metadata").await;
@@ -94,6 +125,8 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         secret,
         "QX93ZK",
         "SCHEMA-B-7731",
+        "SQL-B-5521",
+        "FEWSHOT-B-8812",
         &b_gateway_id,
         &b_admin_id,
     ];
@@ -212,6 +245,75 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
             Some(json!({"value": ID})),
         ),
         (Method::POST, "/v1/users/bob/prewarm".into(), None),
+        (
+            Method::POST,
+            "/v1/sql-cache/lookup".into(),
+            Some(b_lookup.clone()),
+        ),
+        (
+            Method::POST,
+            "/v1/sql-cache".into(),
+            Some(
+                json!({"request_id": "a-sql", "question": "what is the vault code",
+                        "route": "nl2sql", "domain": "vault", "sql": "SELECT 1"}),
+            ),
+        ),
+        (
+            Method::POST,
+            "/v1/sql-cache/invalidate".into(),
+            Some(json!({"request_id": "a-inv", "table": "b_vault"})),
+        ),
+        (
+            Method::POST,
+            "/v1/few-shot/examples".into(),
+            Some(
+                json!({"request_id": "a-fs", "question": "vault code of the tenant",
+                        "sql": "SELECT 2", "route": "nl2sql", "confidence": 0.95}),
+            ),
+        ),
+        (
+            Method::POST,
+            "/v1/few-shot/search".into(),
+            Some(b_search.clone()),
+        ),
+        (
+            Method::POST,
+            format!("/v1/few-shot/examples/{b_example}/failure"),
+            Some(json!({"request_id": "a-fail"})),
+        ),
+        (Method::GET, "/v1/admin/few-shot/examples".into(), None),
+        (
+            Method::POST,
+            format!("/v1/admin/few-shot/examples/{b_example}/approve"),
+            Some(json!({"request_id": "a-ok"})),
+        ),
+        (
+            Method::POST,
+            format!("/v1/admin/few-shot/examples/{b_example}/reject"),
+            Some(json!({"request_id": "a-no"})),
+        ),
+        (
+            Method::PATCH,
+            format!("/v1/admin/few-shot/examples/{b_example}"),
+            Some(json!({"request_id": "a-edit", "sql": "SELECT 3"})),
+        ),
+        (Method::GET, "/v1/admin/few-shot/export".into(), None),
+        (
+            Method::POST,
+            "/v1/admin/few-shot/import?request_id=a-imp".into(),
+            Some(json!({"examples": [{"question": "vault code of the tenant",
+                        "sql": "SELECT 4", "route": "nl2sql", "confidence": 0.95,
+                        "status": "approved"}]})),
+        ),
+        (Method::GET, "/v1/admin/shared/settings".into(), None),
+        (
+            Method::PUT,
+            "/v1/admin/shared/settings".into(),
+            Some(
+                json!({"request_id": "a-set", "settings": {"sql_similarity": 0.5,
+                        "sql_ttl_seconds": 60, "auto_promote": true}}),
+            ),
+        ),
         (
             Method::POST,
             "/v1/admin/keys".into(),
@@ -344,6 +446,40 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
     );
     assert_eq!(b_adm.must_get("/v1/admin/keys").await, keys_before);
     assert_eq!(b.must_get("/v1/metadata").await, metadata_before);
+    let shared_after = (
+        b.must_post("/v1/sql-cache/lookup", &b_lookup).await,
+        b.must_post("/v1/few-shot/search", &b_search).await["examples"].clone(),
+        b_adm.get("/v1/admin/few-shot/export").await.unwrap().text(),
+        b_adm.must_get("/v1/admin/shared/settings").await,
+    );
+    // (What changes by itself is left out: an entry's age, an example's last use.)
+    let served = |examples: &Value| -> Vec<(Value, Value)> {
+        let list = examples.as_array().unwrap();
+        list.iter()
+            .map(|h| {
+                (
+                    h["example"]["example_id"].clone(),
+                    h["example"]["sql"].clone(),
+                )
+            })
+            .collect()
+    };
+    for field in ["entry_id", "sql"] {
+        assert_eq!(shared_after.0["hit"][field], shared_before.0["hit"][field]);
+    }
+    assert!(
+        shared_before.0["hit"]["sql"].is_string(),
+        "{:?}",
+        shared_before.0
+    );
+    assert_eq!(
+        served(&shared_after.1),
+        served(&shared_before.1),
+        "B's examples served"
+    );
+    assert_eq!(served(&shared_before.1).len(), 1);
+    assert_eq!(shared_after.2, shared_before.2, "B's library");
+    assert_eq!(shared_after.3, shared_before.3, "B's settings");
     for _ in 0..3 {
         b.must_get("/v1/users/bob/memories").await;
     }

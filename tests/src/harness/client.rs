@@ -231,7 +231,7 @@ impl HttpClient {
             .send(
                 Method::POST,
                 "/v1/admin/keys",
-                Some(&body),
+                Some(("application/json", Bytes::from(body.to_string()))),
                 Some(&ring.root),
             )
             .await?;
@@ -273,6 +273,20 @@ impl HttpClient {
         body: Option<&Value>,
     ) -> Result<Reply, HttpError> {
         let token = self.token(&method, path).await?;
+        let body = body.map(|b| ("application/json", Bytes::from(b.to_string())));
+        self.send(method, path, body, token.as_deref()).await
+    }
+
+    /// Sends `method path` with a body of `content_type` as it is, and this client's API key.
+    pub async fn request_raw(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &'static str,
+        body: impl Into<Bytes>,
+    ) -> Result<Reply, HttpError> {
+        let token = self.token(&method, path).await?;
+        let body = Some((content_type, body.into()));
         self.send(method, path, body, token.as_deref()).await
     }
 
@@ -280,7 +294,7 @@ impl HttpClient {
         &self,
         method: Method,
         path: &str,
-        body: Option<&Value>,
+        body: Option<(&'static str, Bytes)>,
         token: Option<&str>,
     ) -> Result<Reply, HttpError> {
         let mut builder = Request::builder()
@@ -293,9 +307,9 @@ impl HttpClient {
             builder = builder.header(AUTHORIZATION, format!("Bearer {token}"));
         }
         let bytes = match body {
-            Some(body) => {
-                builder = builder.header(CONTENT_TYPE, "application/json");
-                Bytes::from(body.to_string())
+            Some((content_type, bytes)) => {
+                builder = builder.header(CONTENT_TYPE, content_type);
+                bytes
             }
             None => Bytes::new(),
         };

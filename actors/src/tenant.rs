@@ -16,6 +16,7 @@
 
 pub mod api;
 mod examples;
+pub mod literals;
 mod sets;
 mod sql;
 

@@ -510,3 +510,58 @@ async fn sets_survive_a_restart_and_an_export_imports_into_another_tenant_unchan
     );
     second.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_literal_guard_keeps_other_times_and_numbers_from_a_close_questions_sql() {
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let node = node(&dir, &pool).await;
+    put(
+        &node,
+        "p1",
+        "How many orders did we get last week?",
+        "sales",
+        ORDERS,
+    )
+    .await;
+    put(
+        &node,
+        "p2",
+        "top 5 customers by revenue",
+        "sales",
+        "SELECT c FROM rev LIMIT 5",
+    )
+    .await;
+    // Close in meaning, other literals: no hit, however similar.
+    let month = "How many orders did we get last month?";
+    assert_eq!(hit(&node, month, "sales").await, None);
+    assert_eq!(
+        hit(&node, "top 10 customers by revenue", "sales").await,
+        None
+    );
+    // The same literals in other words still hit.
+    assert!(
+        hit(
+            &node,
+            "how many orders did we receive in the past week",
+            "sales"
+        )
+        .await
+        .is_some()
+    );
+    // Turned off, the nearest question's SQL is served.
+    let mut settings = node
+        .directory
+        .ask_admin(&acme(), ReadSettings)
+        .await
+        .unwrap();
+    assert!(settings.literal_guard, "on by default");
+    settings.literal_guard = false;
+    let write = WriteSettings {
+        request_id: "s1".into(),
+        settings,
+    };
+    node.directory.ask_admin(&acme(), write).await.unwrap();
+    assert_eq!(hit(&node, month, "sales").await.as_deref(), Some(ORDERS));
+    node.shutdown().await;
+}

@@ -125,6 +125,9 @@ pub struct SharedSettings {
     /// Whether examples that keep succeeding and are near-duplicates of approved ones are
     /// approved without a reviewer (off by default).
     pub auto_promote: bool,
+    /// Whether a cached SQL answers only questions with the same literals (numbers, time
+    /// expressions) as its own, however similar (on by default).
+    pub literal_guard: bool,
 }
 
 impl Default for SharedSettings {
@@ -134,6 +137,7 @@ impl Default for SharedSettings {
             sql_ttl_ms: 15 * 60 * 1000,
             domains: BTreeMap::new(),
             auto_promote: false,
+            literal_guard: true,
         }
     }
 }

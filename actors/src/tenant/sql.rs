@@ -11,11 +11,14 @@ use super::api::{
     InvalidateAck, MAX_QUESTION_CHARS, MAX_SQL_BYTES, SqlHit, SqlInvalidate, SqlLookup,
     SqlLookupReply, SqlPut, SqlPutAck,
 };
+use super::literals::literals;
 use super::sets::{id_of, normalise_question};
 use crate::embed::QueryVector;
 use crate::error::{Error, Result};
 use crate::user::check_id;
 
+/// Candidates above the threshold a lookup checks for the question's literals.
+const GUARD_CANDIDATES: usize = 5;
 /// Entries a tenant's cache holds at most; a new one past it replaces the oldest.
 pub const MAX_SQL_ENTRIES: usize = 100_000;
 /// Deletions per transaction of an invalidation.
@@ -145,10 +148,11 @@ pub fn tables_of(sql: &str) -> Vec<String> {
                 add(name);
                 j += 1;
                 // An alias (`orders o`, `orders AS o`) is skipped.
-                while tokens
-                    .get(j)
-                    .is_some_and(|t| *t != "," && !KEYWORDS.contains(&t.to_lowercase().as_str()))
-                    && j < i + 4
+                let alias_end = j + 2;
+                while j < alias_end
+                    && tokens.get(j).is_some_and(|t| {
+                        *t != "," && !KEYWORDS.contains(&t.to_lowercase().as_str())
+                    })
                 {
                     j += 1;
                 }
@@ -220,13 +224,22 @@ impl TenantState {
                 });
             }
         };
+        // The nearest few above the threshold; with the literal guard, the first whose
+        // numbers and time expressions are the question's.
         let sql = &self.sql;
+        let wanted = self.settings.literal_guard.then(|| literals(&question));
         let best = self
             .sql_index
-            .nearest(&vector, 1, |id| sql.get(id).is_some_and(live))
+            .nearest(&vector, GUARD_CANDIDATES, |id| {
+                sql.get(id).is_some_and(live)
+            })
             .into_iter()
-            .next()
-            .filter(|(_, similarity)| *similarity >= threshold);
+            .filter(|(_, similarity)| *similarity >= threshold)
+            .find(|(id, _)| {
+                wanted
+                    .as_ref()
+                    .is_none_or(|w| sql.get(id).is_some_and(|e| literals(&e.question) == *w))
+            });
         Ok(SqlLookupReply {
             hit: best.and_then(|(id, similarity)| sql.get(&id).map(|e| hit(e, similarity))),
             threshold,

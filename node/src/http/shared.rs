@@ -738,6 +738,14 @@ pub struct SettingsView {
     /// approved automatically (audited); default false.
     #[serde(default)]
     pub auto_promote: bool,
+    /// Whether a cached SQL answers only questions with the same numbers and time expressions
+    /// as its own ("last week" is not "last month"); default true.
+    #[serde(default = "yes")]
+    pub literal_guard: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A settings change.
@@ -767,6 +775,7 @@ impl From<SharedSettings> for SettingsView {
                 })
                 .collect(),
             auto_promote: s.auto_promote,
+            literal_guard: s.literal_guard,
         }
     }
 }
@@ -799,6 +808,7 @@ impl SettingsView {
             sql_ttl_ms: seconds_to_ms("sql_ttl_seconds", self.sql_ttl_seconds)?,
             domains,
             auto_promote: self.auto_promote,
+            literal_guard: self.literal_guard,
         })
     }
 }

@@ -179,7 +179,44 @@ impl Actor for TenantActor {
     }
 }
 
+/// The vector of `question` (normalised as the sets compare questions) for a lookup or a
+/// search of `tenant`'s sets, within the node's query deadline: made by the node that takes
+/// the request, before it reaches the tenant's actor. `None` without an encoder, or when the
+/// question is not one the sets take (the actor says why).
+pub async fn embed_question(
+    services: &crate::services::Services,
+    tenant: &str,
+    question: &str,
+) -> Option<api::QuestionVector> {
+    let embedder = services.embedder.as_ref()?;
+    let normalised = sql::question(question).ok()?;
+    Some(match embedder.query(tenant, &normalised).await {
+        crate::embed::QueryVector::Embedded(v) => api::QuestionVector::Embedded(v.to_vec()),
+        crate::embed::QueryVector::Fallback(why) => api::QuestionVector::Fallback(why),
+    })
+}
+
 impl TenantState {
+    /// The question's vector: the one the request brought, or the encoder's within the
+    /// query deadline. `Err` is why there is none; `Ok(None)`: the node has no encoder.
+    async fn vector_of(
+        &self,
+        normalised: &str,
+        given: Option<api::QuestionVector>,
+    ) -> std::result::Result<Option<Vec<f32>>, crate::embed::Fallback> {
+        match given {
+            Some(api::QuestionVector::Embedded(v)) => Ok(Some(v)),
+            Some(api::QuestionVector::Fallback(why)) => Err(why),
+            None => match &self.args.services.embedder {
+                None => Ok(None),
+                Some(embedder) => match embedder.query(self.tenant(), normalised).await {
+                    crate::embed::QueryVector::Embedded(v) => Ok(Some(v.to_vec())),
+                    crate::embed::QueryVector::Fallback(why) => Err(why),
+                },
+            },
+        }
+    }
+
     fn leave(&mut self, myself: &ActorRef<UserMsg>, why: &str) {
         self.args.directory.remove(&self.args.key, myself.get_id());
         myself.stop(Some(why.to_owned()));

@@ -7,6 +7,7 @@ mod support;
 
 use engram_actors::Error;
 use engram_actors::clock::Clock;
+use engram_actors::embed::Fallback;
 use engram_actors::placement::UserKey;
 use engram_actors::tenant::api::*;
 use engram_storage::Keyspace;
@@ -39,6 +40,7 @@ async fn lookup(node: &Node, question: &str, domain: &str) -> SqlLookupReply {
         question: question.into(),
         route: "nl2sql".into(),
         domain: domain.into(),
+        vector: None,
     };
     node.directory.ask_admin(&acme(), lookup).await.unwrap()
 }
@@ -71,6 +73,25 @@ async fn a_close_question_reuses_the_sql_within_its_domain_threshold_and_lifetim
     assert!((0.92..1.0).contains(&similarity), "{similarity}");
     assert_eq!(close.threshold, 0.92);
     assert_eq!(hit(&node, "show revenue by region", "sales").await, None);
+    // A question whose vector did not come in time finds only its own normalised text.
+    let late = |question: &str| SqlLookup {
+        question: question.into(),
+        route: "nl2sql".into(),
+        domain: "sales".into(),
+        vector: Some(QuestionVector::Fallback(Fallback::Deadline)),
+    };
+    let reply = node
+        .directory
+        .ask_admin(&acme(), late("how many orders did we receive last week"))
+        .await
+        .unwrap();
+    assert_eq!((reply.hit, reply.fallback), (None, Some(Fallback::Deadline)));
+    let reply = node
+        .directory
+        .ask_admin(&acme(), late("How many orders did we get last week"))
+        .await
+        .unwrap();
+    assert_eq!(reply.hit.map(|h| h.similarity), Some(1.0));
     // Another domain, or another route, never sees the entry.
     assert_eq!(
         hit(&node, "How many orders did we get last week?", "hr").await,
@@ -80,6 +101,7 @@ async fn a_close_question_reuses_the_sql_within_its_domain_threshold_and_lifetim
         question: "How many orders did we get last week?".into(),
         route: "chat".into(),
         domain: "sales".into(),
+        vector: None,
     };
     let reply = node
         .directory
@@ -234,6 +256,7 @@ async fn served(node: &Node, question: &str) -> Vec<(String, f32)> {
         question: question.into(),
         route: "nl2sql".into(),
         limit: 3,
+        vector: None,
     };
     let reply = node.directory.ask_admin(&acme(), search).await.unwrap();
     reply

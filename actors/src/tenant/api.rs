@@ -16,6 +16,17 @@ pub const MAX_EXAMPLES_SERVED: usize = 3;
 /// Most examples one listing or export returns, and one import takes.
 pub const MAX_EXAMPLE_PAGE: usize = 1_000;
 
+/// A question's vector as the node that took the request made it ([`super::embed_question`]),
+/// so that the tenant's actor, which serialises every request of the tenant, never waits
+/// for the encoder on a lookup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum QuestionVector {
+    /// The normalised question's embedding.
+    Embedded(Vec<f32>),
+    /// Why there is none: the lookup compares normalised texts only.
+    Fallback(Fallback),
+}
+
 /// Look a question up in the SQL cache.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SqlLookup {
@@ -25,6 +36,10 @@ pub struct SqlLookup {
     pub route: String,
     /// The data domain.
     pub domain: String,
+    /// The question's vector, made before the request reached the actor (`None`: the actor
+    /// embeds it itself).
+    #[serde(default)]
+    pub vector: Option<QuestionVector>,
 }
 
 /// A cached SQL that answers a question close enough.
@@ -143,6 +158,10 @@ pub struct ExampleSearch {
     pub route: String,
     /// At most this many (1 to 3).
     pub limit: usize,
+    /// The question's vector, made before the request reached the actor (`None`: the actor
+    /// embeds it itself).
+    #[serde(default)]
+    pub vector: Option<QuestionVector>,
 }
 
 /// An example served, with its similarity to the question.

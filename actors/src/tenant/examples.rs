@@ -21,7 +21,6 @@ use super::api::{
 use super::sets::id_of;
 use super::sql::{question, sql_text};
 use super::{EXAMPLE_TTL_MS, MAX_FAILURES, TenantState};
-use crate::embed::QueryVector;
 use crate::error::{Error, Result};
 use crate::front::Reader;
 use crate::user::check_id;
@@ -184,10 +183,11 @@ impl TenantState {
         }
         let now = self.now();
         let ok = |e: &Example| e.route == q.route && servable(e) && !expired(e, now);
-        let (mut hits, fallback) = match self.args.services.embedder.clone() {
-            None => (Vec::new(), None),
-            Some(embedder) => match embedder.query(self.tenant(), &normalised).await {
-                QueryVector::Embedded(vector) => {
+        let (mut hits, fallback) = match self.vector_of(&normalised, q.vector.clone()).await {
+            Ok(None) => (Vec::new(), None),
+            Err(why) => (Vec::new(), Some(why)),
+            Ok(Some(vector)) => {
+                {
                     let examples = &self.examples;
                     let found = self
                         .example_index
@@ -209,8 +209,7 @@ impl TenantState {
                         .collect();
                     (found, None)
                 }
-                QueryVector::Fallback(why) => (Vec::new(), Some(why)),
-            },
+            }
         };
         // Without a vector, or when the index has it below the bar, the same question still
         // finds its examples.

@@ -13,7 +13,6 @@ use super::api::{
 };
 use super::literals::literals;
 use super::sets::{id_of, normalise_question};
-use crate::embed::QueryVector;
 use crate::error::{Error, Result};
 use crate::user::check_id;
 
@@ -207,20 +206,13 @@ impl TenantState {
                 fallback: None,
             });
         }
-        let Some(embedder) = self.args.services.embedder.clone() else {
-            return Ok(SqlLookupReply {
-                hit: None,
-                threshold,
-                fallback: None,
-            });
-        };
-        let vector = match embedder.query(self.tenant(), &question).await {
-            QueryVector::Embedded(vector) => vector,
-            QueryVector::Fallback(why) => {
+        let vector = match self.vector_of(&question, q.vector.clone()).await {
+            Ok(Some(vector)) => vector,
+            found => {
                 return Ok(SqlLookupReply {
                     hit: None,
                     threshold,
-                    fallback: Some(why),
+                    fallback: found.err(),
                 });
             }
         };

@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use engram_actors::placement::UserKey;
 use engram_actors::tenant::api::{
     ExampleAck, ExampleExport, ExampleFailure, ExampleImport, ExampleRecord, ExampleReview,
-    ExampleSearch, ExampleSearchReply, MAX_EXAMPLES_SERVED, PortableExample, ReadSettings,
-    ReviewAction, SqlHit, SqlInvalidate, SqlLookup, SqlLookupReply, SqlPut, WriteSettings,
+    ExampleSearch, ExampleSearchReply, MAX_EXAMPLES_SERVED, PortableExample, QuestionVector,
+    ReadSettings, ReviewAction, SqlHit, SqlInvalidate, SqlLookup, SqlLookupReply, SqlPut,
+    WriteSettings,
 };
 use engram_storage::shared::{DomainSettings, Example, ExampleStatus, SharedSettings};
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,13 @@ use utoipa::{IntoParams, ToSchema};
 use super::wire::ErrorBody;
 use super::{ApiError, ApiJson, AppState, ok};
 use crate::auth::Caller;
+
+/// The question's vector, made here before the request goes to the tenant's actor (which
+/// serialises all of the tenant's requests and so must not wait for the encoder).
+async fn question_vector(s: &AppState, caller: &Caller, question: &str) -> Option<QuestionVector> {
+    let services = s.users.directory().services();
+    engram_actors::tenant::embed_question(services, &caller.tenant, question).await
+}
 
 /// The key of the caller's tenant's shared sets.
 fn shared(caller: &Caller) -> UserKey {
@@ -155,6 +163,7 @@ pub async fn sql_lookup(
     ApiJson(body): ApiJson<SqlLookupBody>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    let vector = question_vector(&s, &caller, &body.question).await;
     let reply = s
         .ask(
             &caller,
@@ -163,6 +172,7 @@ pub async fn sql_lookup(
                 question: body.question,
                 route: body.route,
                 domain: body.domain,
+                vector,
             },
         )
         .await?;
@@ -399,6 +409,7 @@ pub async fn search_examples(
     ApiJson(body): ApiJson<SearchExamplesBody>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    let vector = question_vector(&s, &caller, &body.question).await;
     let reply = s
         .ask(
             &caller,
@@ -407,6 +418,7 @@ pub async fn search_examples(
                 question: body.question,
                 route: body.route,
                 limit: body.limit.unwrap_or(MAX_EXAMPLES_SERVED),
+                vector,
             },
         )
         .await?;
@@ -900,12 +912,14 @@ pub async fn for_context(
     };
     let key = shared(caller);
     let started = Instant::now();
+    let vector = question_vector(s, caller, &question).await;
     let examples = async {
         if ask.examples.unwrap_or(true) {
             let search = ExampleSearch {
                 question: question.clone(),
                 route: ask.route.clone(),
                 limit: MAX_EXAMPLES_SERVED,
+                vector: vector.clone(),
             };
             s.ask(caller, &key, search).await.map(Some)
         } else {
@@ -919,6 +933,7 @@ pub async fn for_context(
                     question: question.clone(),
                     route: ask.route.clone(),
                     domain: domain.clone(),
+                    vector: vector.clone(),
                 };
                 s.ask(caller, &key, lookup).await.map(Some)
             }

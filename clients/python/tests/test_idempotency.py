@@ -16,6 +16,14 @@ from engram_client import AsyncEngram, Engram, RetryEvent, RetryPolicy
 FAST = RetryPolicy(initial_backoff=0.01, max_backoff=0.05)
 
 
+def json_body(request: httpx.Request) -> dict[str, object]:
+    """The request's JSON body; ``{}`` for none, or one that is not JSON (a YAML import)."""
+    if not request.content or request.headers.get("content-type") != "application/json":
+        return {}
+    body: dict[str, object] = json.loads(request.content)
+    return body
+
+
 class LosesFirstAnswer(httpx.BaseTransport):
     """Sends to the node; the first answer is read, then dropped (``ReadError``)."""
 
@@ -23,10 +31,12 @@ class LosesFirstAnswer(httpx.BaseTransport):
         self.inner = httpx.HTTPTransport()
         self.bodies: list[dict[str, object]] = []
         self.headers: list[httpx.Headers] = []
+        self.urls: list[httpx.URL] = []
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.bodies.append(json.loads(request.content) if request.content else {})
+        self.bodies.append(json_body(request))
         self.headers.append(request.headers)
+        self.urls.append(request.url)
         response = self.inner.handle_request(request)
         response.read()
         if len(self.bodies) == 1:
@@ -44,7 +54,7 @@ class AsyncLosesFirstAnswer(httpx.AsyncBaseTransport):
         self.bodies: list[dict[str, object]] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.bodies.append(json.loads(request.content) if request.content else {})
+        self.bodies.append(json_body(request))
         response = await self.inner.handle_async_request(request)
         await response.aread()
         if len(self.bodies) == 1:
@@ -136,3 +146,48 @@ async def test_the_async_client_retries_a_lost_write_once(url: str, keys: Keys) 
         [listed] = await c.list_sessions(user)
     assert listed.turn_count == 1
     assert len(events) == 1
+
+
+def test_shared_set_writes_whose_answer_is_lost_are_applied_once(
+    url: str, keys: Keys, gateway: Engram, admin: Engram
+) -> None:
+    question, sql = "How many orders last week?", "SELECT count(*) FROM orders"
+    lossy = LosesFirstAnswer()
+    with Engram(url, keys.gateway, transport=lossy, retry=FAST) as c:
+        put = c.sql_cache_put(question, sql, route="nl2sql", domain="sales")
+    assert put.replayed is True and put.replaced is False
+    first, second = lossy.bodies
+    assert first["request_id"] == second["request_id"]
+
+    lossy = LosesFirstAnswer()
+    with Engram(url, keys.gateway, transport=lossy, retry=FAST) as c:
+        recorded = c.record_success(question, sql, route="nl2sql", confidence=0.95)
+    assert recorded.replayed is True and recorded.example is not None
+    assert recorded.example.successes == 1, "the retry did not count a second success"
+    assert lossy.bodies[0]["request_id"] == lossy.bodies[1]["request_id"]
+
+    # The import's request id is in its query, the same in both attempts.
+    yaml = admin.export_examples()
+    admin.reject_example(recorded.example.example_id)
+    lossy = LosesFirstAnswer()
+    with Engram(url, keys.admin, transport=lossy, retry=FAST) as c:
+        imported = c.import_examples(yaml)
+    assert (imported.updated, imported.replayed) == (1, True)
+    rids = [u.params["request_id"] for u in lossy.urls]
+    assert len(rids) == 2 and rids[0] == rids[1]
+    assert [h["content-type"] for h in lossy.headers] == ["application/yaml"] * 2
+    [example] = admin.list_examples()
+    assert (example.status, example.reviewed_by) == ("pending_review", "import")
+
+
+async def test_the_async_client_retries_a_lost_failure_report_once(
+    url: str, keys: Keys, gateway: Engram
+) -> None:
+    recorded = gateway.record_success("top products", "SELECT 1", route="nl2sql", confidence=0.9)
+    assert recorded.example is not None
+    lossy = AsyncLosesFirstAnswer()
+    async with AsyncEngram(url, keys.gateway, transport=lossy, retry=FAST) as c:
+        failed = await c.report_failure(recorded.example.example_id)
+    assert failed.replayed is True and failed.example is not None
+    assert failed.example.fail_count == 1, "counted once"
+    assert lossy.bodies[0]["request_id"] == lossy.bodies[1]["request_id"]

@@ -16,6 +16,8 @@ from engram_client import (
     AsyncEngram,
     BadRequest,
     Engram,
+    Forbidden,
+    ProtocolError,
     RateLimited,
     RetryPolicy,
     TransportError,
@@ -231,5 +233,47 @@ def test_sync_and_async_clients_have_the_same_methods() -> None:
         "list_sessions", "session_turns", "clear_session", "forget_user", "prewarm",
         "write_intent", "distil_message", "recall_intent",
         "create_key", "list_keys", "rotate_key", "revoke_key", "audit",
+        "sql_cache_lookup", "sql_cache_put", "sql_cache_invalidate",
+        "record_success", "search_similar", "report_failure",
+        "list_examples", "approve_example", "reject_example", "edit_example",
+        "export_examples", "import_examples", "shared_settings", "set_shared_settings",
         "health", "ready",
     }  # fmt: skip
+
+
+def test_a_yaml_import_keeps_its_request_id_in_the_query_across_retries() -> None:
+    script = Script(
+        error(503, "overloaded", "1"),
+        httpx.Response(200, json={"created": 1, "updated": 0, "replayed": False}),
+    )
+    sleeps: list[float] = []
+    document = "examples:\n- question: q\n"
+    with client(script, sleeps) as c:
+        ack = c.import_examples(document)
+    assert (ack.created, ack.updated, ack.replayed) == (1, 0, False)
+    assert sleeps and sleeps[0] >= 1.0
+    first, second = script.sent
+    assert first.url.params["request_id"] == second.url.params["request_id"]
+    for sent in script.sent:
+        assert sent.headers["content-type"] == "application/yaml"
+        assert sent.content == document.encode()
+
+
+def test_an_export_is_read_as_text_and_its_errors_as_json() -> None:
+    yaml = "examples:\n- question: revenue by region\n"
+    script = Script(
+        error(503, "unavailable"),
+        httpx.Response(200, text=yaml, headers={"content-type": "application/yaml"}),
+        error(403, "forbidden"),
+        httpx.Response(200, content=b"\xff\xfe", headers={"content-type": "application/yaml"}),
+    )
+    sleeps: list[float] = []
+    with client(script, sleeps) as c:
+        assert c.export_examples(status="approved") == yaml
+        with pytest.raises(Forbidden) as refused:
+            c.export_examples()
+        assert refused.value.code == "forbidden"
+        with pytest.raises(ProtocolError):
+            c.export_examples()
+    assert script.sent[0].url.params["status"] == "approved"
+    assert "application/yaml" in script.sent[0].headers["accept"]

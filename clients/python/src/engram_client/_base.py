@@ -64,7 +64,9 @@ class Settings:
     def request_args(self, call: Call[Any]) -> dict[str, Any]:
         """The keyword arguments of ``httpx.Client.request`` for ``call``."""
         args: dict[str, Any] = {"method": call.method, "url": call.path}
-        if call.body is not None:
+        if call.content is not None:
+            args["content"] = call.content
+        elif call.body is not None:
             args["json"] = call.body
         if call.params:
             args["params"] = dict(call.params)

@@ -4,6 +4,9 @@ answers (:func:`answer`), so both speak the API the same way.
 
 Writes get their request id here (a fresh uuid4 unless the caller gives one); it is in the
 call, so every attempt of a call sends the same one.
+
+Bodies and answers are JSON, except the few-shot library's YAML: its import sends ``content``
+as it is (with its ``content-type``) and its export's answer is read as text (``text``).
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
 from . import models as m
 from .errors import ProtocolError, error_from_answer
 from .models.admin import keys_from_json
 from .models.memories import conflicts_from_json, memories_from_json
+from .models.shared import examples_from_json
 from .models.users import intents_from_json, sessions_from_json
 from .retry import parse_retry_after
 
@@ -37,15 +41,29 @@ class Call(Generic[T]):
     path: str
     parse: Callable[[Any], T]
     body: Mapping[str, Any] | None = None
+    """Sent as JSON."""
     params: Mapping[str, str] | None = None
     headers: Mapping[str, str] | None = None
     idempotent: bool = True
     retry: bool = True
     request_id: str | None = None
+    content: bytes | None = None
+    """Sent as it is, instead of a JSON body (``headers`` give its content type)."""
+    text: bool = False
+    """The answer is text (UTF-8), not JSON: ``parse`` gets a ``str``. Errors are JSON."""
 
 
 def answer(call: Call[T], status: int, headers: Mapping[str, str], content: bytes) -> T:
     """The value of a call's answer, or the exception it stands for (raised)."""
+    if call.text and 200 <= status < 300:
+        try:
+            return call.parse(content.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ProtocolError(
+                f"the answer of {call.method} {call.route} is not UTF-8 text",
+                status=status,
+                request_id=call.request_id,
+            ) from None
     try:
         body: Any = json.loads(content) if content else None
     except ValueError:
@@ -177,9 +195,16 @@ def context(
     query: str | None,
     route: m.Route | None,
     token_budget: int | None,
+    shared: m.SharedAsk | None,
 ) -> Call[m.Context]:
     body = _compact(
-        {"session_id": session_id, "query": query, "route": route, "token_budget": token_budget}
+        {
+            "session_id": session_id,
+            "query": query,
+            "route": route,
+            "token_budget": token_budget,
+            "shared": shared.to_json() if shared is not None else None,
+        }
     )
     return Call(
         "POST",
@@ -454,6 +479,195 @@ def audit(
         "/v1/admin/audit",
         m.AuditPage.from_json,
         params=params or None,
+    )
+
+
+# --- the tenant's shared sets: the SQL cache -------------------------------------------------
+
+
+def sql_cache_lookup(question: str, *, route: str, domain: str) -> Call[m.SqlLookup]:
+    return Call(
+        "POST",
+        "/v1/sql-cache/lookup",
+        "/v1/sql-cache/lookup",
+        m.SqlLookup.from_json,
+        body={"question": question, "route": route, "domain": domain},
+    )
+
+
+def sql_cache_put(
+    question: str, sql: str, *, route: str, domain: str, request_id: str | None
+) -> Call[m.SqlCacheAck]:
+    rid = _rid(request_id)
+    body = {"request_id": rid, "question": question, "route": route, "domain": domain, "sql": sql}
+    return Call(
+        "POST", "/v1/sql-cache", "/v1/sql-cache", m.SqlCacheAck.from_json, body=body, request_id=rid
+    )
+
+
+def sql_cache_invalidate(table: str, *, request_id: str | None) -> Call[m.Invalidation]:
+    rid = _rid(request_id)
+    return Call(
+        "POST",
+        "/v1/sql-cache/invalidate",
+        "/v1/sql-cache/invalidate",
+        m.Invalidation.from_json,
+        body={"request_id": rid, "table": table},
+        request_id=rid,
+    )
+
+
+# --- the tenant's shared sets: the few-shot library ------------------------------------------
+
+
+def _example(example_id: str) -> str:
+    return f"/v1/few-shot/examples/{_seg(example_id)}"
+
+
+def _admin_example(example_id: str) -> str:
+    return f"/v1/admin/few-shot/examples/{_seg(example_id)}"
+
+
+def record_success(
+    question: str, sql: str, *, route: str, confidence: float, request_id: str | None
+) -> Call[m.ExampleAck]:
+    rid = _rid(request_id)
+    body = {
+        "request_id": rid,
+        "question": question,
+        "sql": sql,
+        "route": route,
+        "confidence": confidence,
+    }
+    return Call(
+        "POST",
+        "/v1/few-shot/examples",
+        "/v1/few-shot/examples",
+        m.ExampleAck.from_json,
+        body=body,
+        request_id=rid,
+    )
+
+
+def search_similar(question: str, *, route: str, limit: int | None) -> Call[m.ExampleSearch]:
+    return Call(
+        "POST",
+        "/v1/few-shot/search",
+        "/v1/few-shot/search",
+        m.ExampleSearch.from_json,
+        body=_compact({"question": question, "route": route, "limit": limit}),
+    )
+
+
+def report_failure(example_id: str, *, request_id: str | None) -> Call[m.ExampleAck]:
+    rid = _rid(request_id)
+    return Call(
+        "POST",
+        "/v1/few-shot/examples/{example_id}/failure",
+        f"{_example(example_id)}/failure",
+        m.ExampleAck.from_json,
+        body={"request_id": rid},
+        request_id=rid,
+    )
+
+
+def list_examples(
+    *,
+    status: m.ExampleStatus | None,
+    route: str | None,
+    after: str | None,
+    limit: int | None,
+) -> Call[list[m.Example]]:
+    raw = {"status": status, "route": route, "after": after, "limit": limit}
+    params = {k: str(v) for k, v in raw.items() if v is not None}
+    return Call(
+        "GET",
+        "/v1/admin/few-shot/examples",
+        "/v1/admin/few-shot/examples",
+        examples_from_json,
+        params=params or None,
+    )
+
+
+def review_example(
+    example_id: str, action: Literal["approve", "reject"], *, request_id: str | None
+) -> Call[m.ExampleAck]:
+    rid = _rid(request_id)
+    return Call(
+        "POST",
+        f"/v1/admin/few-shot/examples/{{example_id}}/{action}",
+        f"{_admin_example(example_id)}/{action}",
+        m.ExampleAck.from_json,
+        body={"request_id": rid},
+        request_id=rid,
+    )
+
+
+def edit_example(
+    example_id: str, *, question: str | None, sql: str | None, request_id: str | None
+) -> Call[m.ExampleAck]:
+    rid = _rid(request_id)
+    return Call(
+        "PATCH",
+        "/v1/admin/few-shot/examples/{example_id}",
+        _admin_example(example_id),
+        m.ExampleAck.from_json,
+        body=_compact({"request_id": rid, "question": question, "sql": sql}),
+        request_id=rid,
+    )
+
+
+def _text(value: str) -> str:
+    return value
+
+
+def export_examples(*, status: m.ExampleStatus | None) -> Call[str]:
+    return Call(
+        "GET",
+        "/v1/admin/few-shot/export",
+        "/v1/admin/few-shot/export",
+        _text,
+        params={"status": status} if status is not None else None,
+        headers={"accept": "application/yaml, application/json"},
+        text=True,
+    )
+
+
+def import_examples(yaml_text: str | bytes, *, request_id: str | None) -> Call[m.ImportAck]:
+    rid = _rid(request_id)
+    content = yaml_text.encode("utf-8") if isinstance(yaml_text, str) else bytes(yaml_text)
+    return Call(
+        "POST",
+        "/v1/admin/few-shot/import",
+        "/v1/admin/few-shot/import",
+        m.ImportAck.from_json,
+        params={"request_id": rid},
+        headers={"content-type": "application/yaml"},
+        content=content,
+        request_id=rid,
+    )
+
+
+def shared_settings() -> Call[m.SharedSettings]:
+    return Call(
+        "GET",
+        "/v1/admin/shared/settings",
+        "/v1/admin/shared/settings",
+        m.SharedSettings.from_json,
+    )
+
+
+def set_shared_settings(
+    settings: m.SharedSettings, *, request_id: str | None
+) -> Call[m.SharedSettings]:
+    rid = _rid(request_id)
+    return Call(
+        "PUT",
+        "/v1/admin/shared/settings",
+        "/v1/admin/shared/settings",
+        m.SharedSettings.from_json,
+        body={"request_id": rid, "settings": settings.to_json()},
+        request_id=rid,
     )
 
 

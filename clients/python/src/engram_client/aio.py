@@ -163,11 +163,18 @@ class AsyncEngram:
         query: str | None = None,
         route: m.Route | None = None,
         token_budget: int | None = None,
+        shared: m.SharedAsk | None = None,
     ) -> m.Context:
-        """The memory context for the next LLM call (``text`` goes into the prompt)."""
+        """The memory context for the next LLM call (``text`` goes into the prompt); with
+        ``shared``, also the tenant's served examples and cached SQL (``Context.shared``)."""
         return await self._run(
             _calls.context(
-                user, session_id=session_id, query=query, route=route, token_budget=token_budget
+                user,
+                session_id=session_id,
+                query=query,
+                route=route,
+                token_budget=token_budget,
+                shared=shared,
             )
         )
 
@@ -367,6 +374,128 @@ class AsyncEngram:
         return await self._run(
             _calls.audit(user=user, principal=principal, from_ms=from_ms, to_ms=to_ms, limit=limit)
         )
+
+    # --- the tenant's shared sets: the SQL cache ---------------------------------------------
+
+    async def sql_cache_lookup(self, question: str, *, route: str, domain: str) -> m.SqlLookup:
+        """The cached SQL of the closest question of the same route and domain, when it is
+        similar and young enough (``hit`` is ``None`` on a miss)."""
+        return await self._run(_calls.sql_cache_lookup(question, route=route, domain=domain))
+
+    async def sql_cache_put(
+        self,
+        question: str,
+        sql: str,
+        *,
+        route: str,
+        domain: str,
+        request_id: str | None = None,
+    ) -> m.SqlCacheAck:
+        """Caches the SQL that answered a question (never its results), replacing the entry of
+        the same question."""
+        return await self._run(
+            _calls.sql_cache_put(question, sql, route=route, domain=domain, request_id=request_id)
+        )
+
+    async def sql_cache_invalidate(
+        self, table: str, *, request_id: str | None = None
+    ) -> m.Invalidation:
+        """A table's schema changed: drops every cached SQL that mentions it."""
+        return await self._run(_calls.sql_cache_invalidate(table, request_id=request_id))
+
+    # --- the tenant's shared sets: the few-shot library --------------------------------------
+
+    async def record_success(
+        self,
+        question: str,
+        sql: str,
+        *,
+        route: str,
+        confidence: float,
+        request_id: str | None = None,
+    ) -> m.ExampleAck:
+        """Records a question and the SQL that answered it well: a new example waits for
+        review (``pending_review``), a known one counts one more success."""
+        return await self._run(
+            _calls.record_success(
+                question, sql, route=route, confidence=confidence, request_id=request_id
+            )
+        )
+
+    async def search_similar(
+        self, question: str, *, route: str, limit: int | None = None
+    ) -> m.ExampleSearch:
+        """The approved examples of the route closest to a question, best first (at most
+        ``limit``, 1 to 3; default 3)."""
+        return await self._run(_calls.search_similar(question, route=route, limit=limit))
+
+    async def report_failure(
+        self, example_id: str, *, request_id: str | None = None
+    ) -> m.ExampleAck:
+        """Counts a failure of an example; the fourth removes it (``removed``)."""
+        return await self._run(_calls.report_failure(example_id, request_id=request_id))
+
+    async def list_examples(
+        self,
+        *,
+        status: m.ExampleStatus | None = None,
+        route: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+    ) -> list[m.Example]:
+        """The tenant's examples in id order (admin keys); ``status="pending_review"`` is the
+        review queue, ``after`` the last id of the previous page."""
+        return await self._run(
+            _calls.list_examples(status=status, route=route, after=after, limit=limit)
+        )
+
+    async def approve_example(
+        self, example_id: str, *, request_id: str | None = None
+    ) -> m.ExampleAck:
+        """Approves an example: it is served from now on (admin keys)."""
+        return await self._run(_calls.review_example(example_id, "approve", request_id=request_id))
+
+    async def reject_example(
+        self, example_id: str, *, request_id: str | None = None
+    ) -> m.ExampleAck:
+        """Rejects an example: it is never served (admin keys)."""
+        return await self._run(_calls.review_example(example_id, "reject", request_id=request_id))
+
+    async def edit_example(
+        self,
+        example_id: str,
+        *,
+        question: str | None = None,
+        sql: str | None = None,
+        request_id: str | None = None,
+    ) -> m.ExampleAck:
+        """Edits an example's question or SQL; its status stays (admin keys)."""
+        return await self._run(
+            _calls.edit_example(example_id, question=question, sql=sql, request_id=request_id)
+        )
+
+    async def export_examples(self, *, status: m.ExampleStatus | None = None) -> str:
+        """The tenant's examples (of one status, or all) as the YAML document the node writes
+        (admin keys)."""
+        return await self._run(_calls.export_examples(status=status))
+
+    async def import_examples(
+        self, yaml_text: str | bytes, *, request_id: str | None = None
+    ) -> m.ImportAck:
+        """Imports examples from a YAML document as :meth:`export_examples` returns it (at
+        most 1,000; admin keys), each with the status and counts it gives."""
+        return await self._run(_calls.import_examples(yaml_text, request_id=request_id))
+
+    async def shared_settings(self) -> m.SharedSettings:
+        """The tenant's settings of its shared sets (admin keys)."""
+        return await self._run(_calls.shared_settings())
+
+    async def set_shared_settings(
+        self, settings: m.SharedSettings, *, request_id: str | None = None
+    ) -> m.SharedSettings:
+        """Replaces the tenant's settings of its shared sets (admin keys); answers them as
+        stored."""
+        return await self._run(_calls.set_shared_settings(settings, request_id=request_id))
 
     # --- probes ------------------------------------------------------------------------------
 

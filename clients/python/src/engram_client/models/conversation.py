@@ -17,6 +17,7 @@ from ._json import (
     str_item,
     string,
 )
+from .shared import SharedContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +204,9 @@ class Context:
     """Why the query was ranked without its vector: ``deadline``, ``overloaded`` or
     ``unavailable``."""
     tables: list[ContextTable] = field(default_factory=list)
+    shared: SharedContext | None = None
+    """The tenant's shared sets (served examples, cached SQL) when the request asked for them
+    (``shared=``)."""
 
     @classmethod
     def from_json(cls, value: Any) -> Context:
@@ -224,4 +228,5 @@ class Context:
             query_embedded=boolean(d, "query_embedded", False),
             fallback=opt_string(d, "fallback"),
             tables=items(d, "tables", ContextTable.from_json, optional=True),
+            shared=SharedContext.from_json(d["shared"]) if d.get("shared") is not None else None,
         )

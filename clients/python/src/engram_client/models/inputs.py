@@ -1,5 +1,5 @@
 """What callers pass that is more than a string: the accepted names of kinds, statuses,
-routes, modes, ratings, resolutions and scopes, and the parts of a turn."""
+routes, modes, ratings, resolutions, scopes and example statuses, and the parts of a turn."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ Resolution = Literal["keep_old", "keep_new", "keep_both"]
 """How a flagged contradiction is settled."""
 Scope = Literal["gateway", "operator", "admin"]
 """What an API key may do (docs/security.md)."""
+ExampleStatus = Literal["pending_review", "approved", "rejected"]
+"""A few-shot example's status: waiting for review, served, or never served."""
 
 
 @dataclass(frozen=True, slots=True)

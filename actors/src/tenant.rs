@@ -62,6 +62,9 @@ pub struct TenantState {
     sql_index: SetIndex,
     examples: HashMap<String, Example>,
     example_index: SetIndex,
+    /// Examples by what they hold now (`examples::content_key`): an edited example keeps its
+    /// id, and a success or an import of what it holds now finds it by this.
+    example_ids: HashMap<String, String>,
     /// Examples served since the last flush, and when (their `last_used_at`).
     used: HashMap<String, Timestamp>,
     last_active: Instant,
@@ -106,6 +109,7 @@ impl Actor for TenantActor {
             sql_index: SetIndex::default(),
             examples: HashMap::new(),
             example_index: SetIndex::default(),
+            example_ids: HashMap::new(),
             used: HashMap::new(),
             last_active: Instant::now(),
             ticker: None,
@@ -285,12 +289,19 @@ impl TenantState {
 
     fn cache_example(&mut self, example: Example) {
         self.example_index.upsert(&example.id, &example.vector);
+        if let Some(old) = self.examples.get(&example.id) {
+            self.example_ids.remove(&examples::content_key(old));
+        }
+        self.example_ids
+            .insert(examples::content_key(&example), example.id.clone());
         self.examples.insert(example.id.clone(), example);
     }
 
     fn uncache_example(&mut self, id: &str) {
         self.example_index.remove(id);
-        self.examples.remove(id);
+        if let Some(old) = self.examples.remove(id) {
+            self.example_ids.remove(&examples::content_key(&old));
+        }
         self.used.remove(id);
     }
 

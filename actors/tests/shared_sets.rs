@@ -85,7 +85,10 @@ async fn a_close_question_reuses_the_sql_within_its_domain_threshold_and_lifetim
         .ask_admin(&acme(), late("how many orders did we receive last week"))
         .await
         .unwrap();
-    assert_eq!((reply.hit, reply.fallback), (None, Some(Fallback::Deadline)));
+    assert_eq!(
+        (reply.hit, reply.fallback),
+        (None, Some(Fallback::Deadline))
+    );
     let reply = node
         .directory
         .ask_admin(&acme(), late("How many orders did we get last week"))
@@ -525,6 +528,33 @@ async fn sets_survive_a_restart_and_an_export_imports_into_another_tenant_unchan
     };
     let ack = second.directory.ask_admin(&other, import).await.unwrap();
     assert_eq!((ack.created, ack.updated), (0, 2));
+    // An edited example keeps its id: what it holds now finds it, on import and on success.
+    let edit = ReviewAction::Edit {
+        question: Some("regional revenue".into()),
+        sql: None,
+    };
+    review(&second, "v2", &a.id, edit).await;
+    let edited = second
+        .directory
+        .ask_admin(&acme(), ExampleExport { status: None })
+        .await
+        .unwrap();
+    let import = ExampleImport {
+        request_id: "imp3".into(),
+        examples: edited,
+    };
+    let ack = second.directory.ask_admin(&acme(), import).await.unwrap();
+    assert_eq!((ack.created, ack.updated), (0, 2), "re-imported in place");
+    let again = record(
+        &second,
+        "r3",
+        "Regional revenue",
+        "SELECT region, sum(x) FROM sales GROUP BY region",
+        0.95,
+    )
+    .await;
+    let again = again.example.unwrap();
+    assert_eq!((again.id, again.successes), (a.id.clone(), 2));
     // The first tenant's sets are not the second's.
     assert_eq!(
         served(&second, "stock below minimum").await.len(),

@@ -38,6 +38,11 @@ pub const PROMOTE_SIMILARITY: f32 = 0.98;
 /// The principal automatic promotions are audited under.
 pub const AUTO_PROMOTION: &str = "auto-promotion";
 
+/// The key of what an example holds: its route, question and SQL (a new example's id).
+pub(super) fn content_key(example: &Example) -> String {
+    id_of(&[&example.route, &example.question, &example.sql])
+}
+
 /// Whether `example` has expired at `now`: too many failures, or unused for 30 days.
 pub(super) fn expired(example: &Example, now: Timestamp) -> bool {
     example.fail_count > MAX_FAILURES || now.0 - example.last_used_at.0 >= EXAMPLE_TTL_MS
@@ -75,7 +80,7 @@ impl TenantState {
         check_id("route", &q.route)?;
         let confidence = confidence(q.confidence)?;
         let sql = q.sql.trim().to_owned();
-        let id = id_of(&[&q.route, &normalised, &sql]);
+        let id = self.example_id(&q.route, &normalised, &sql);
         let now = self.now();
         let existing = self.examples.get(&id).cloned();
         if existing.is_none() && self.examples.len() >= MAX_EXAMPLES {
@@ -153,6 +158,13 @@ impl TenantState {
             self.cache_example(example);
         }
         Ok(ack)
+    }
+
+    /// The id of the example holding (route, normalised question, SQL): the one that holds
+    /// them now (an edited example keeps its first id), or a new example's.
+    fn example_id(&self, route: &str, question: &str, sql: &str) -> String {
+        let key = id_of(&[route, question, sql]);
+        self.example_ids.get(&key).cloned().unwrap_or(key)
     }
 
     /// The highest similarity of `example`'s question to an approved example of its route.
@@ -416,7 +428,7 @@ impl TenantState {
                 ));
             }
             let sql = p.sql.trim().to_owned();
-            let id = id_of(&[&p.route, &normalised, &sql]);
+            let id = self.example_id(&p.route, &normalised, &sql);
             prepared.push((id, normalised, sql, p));
         }
         let new: Vec<usize> = (0..prepared.len())
@@ -432,11 +444,14 @@ impl TenantState {
         for (i, vector) in new.into_iter().zip(vectors) {
             fresh.insert(i, vector);
         }
-        let mut examples = Vec::with_capacity(prepared.len());
+        let mut examples: Vec<Example> = Vec::with_capacity(prepared.len());
         let (mut created, mut updated) = (0, 0);
         for (i, (id, normalised, sql, p)) in prepared.into_iter().enumerate() {
             let existing = self.examples.get(&id);
-            if existing.is_some() {
+            // The same example twice in one document: the later one stands.
+            if let Some(at) = examples.iter().position(|e| e.id == id) {
+                examples.remove(at);
+            } else if existing.is_some() {
                 updated += 1;
             } else {
                 created += 1;

@@ -1,19 +1,25 @@
 //! Vector index benchmark: HNSW build time, memory per vector, recall@10 against exact search,
-//! and single-thread query latency (p50/p99), on SYNTHETIC data.
+//! and single-thread query latency (p50/p99), on synthetic data or on real embeddings.
 //!
-//! Data (`--data`), seeded, 384-d unit vectors in 64 clusters, queries drawn the same way but not
-//! in the set; real embeddings come later and recall on them will differ:
-//! - `clustered` (default): a random unit centre plus isotropic Gaussian noise (cosine to the
-//!   centre about 0.6). The noise fills all 384 dimensions, so within a cluster the true
-//!   neighbours are barely nearer than the rest: hard for any graph index.
-//! - `lowdim`: a centre plus a Gaussian point of a random 24-d subspace of the cluster, plus
-//!   small isotropic noise (cosine to the centre about 0.6): low intrinsic dimension, closer to
-//!   sentence embeddings.
+//! Data (`--data`):
+//! - `clustered` (default): SYNTHETIC, seeded, 384-d unit vectors in 64 clusters, queries drawn
+//!   the same way but not in the set (`vector/synthetic.rs`): a random unit centre plus
+//!   isotropic Gaussian noise (cosine to the centre about 0.6). The noise fills all 384
+//!   dimensions, so within a cluster the true neighbours are barely nearer than the rest: hard
+//!   for any graph index.
+//! - `lowdim`: SYNTHETIC, a centre plus a Gaussian point of a random 24-d subspace of the
+//!   cluster, plus small isotropic noise (cosine to the centre about 0.6): low intrinsic
+//!   dimension, closer to sentence embeddings.
+//! - `file:PATH`: REAL multilingual-e5-small embeddings of LoCoMo and MemDaily texts, made by
+//!   `cargo run --release -p engram-tests --bin embed_corpus` (`vector/file.rs` reads them; a
+//!   relative PATH is taken from the workspace root). The first `size` corpus rows, in file
+//!   order, are indexed; every query row (questions, then held-out corpus texts) is searched.
+//!   `--sizes` defaults to the whole corpus.
 //!
 //! Each figure is printed for the three graph searches on the same graph: `scan` (the default:
 //! the nearest point of the sparse upper layers, then down), `descent` (greedy from the single
-//! entry point) and `library` (`hnsw_rs`'s own search). The build inserts the vectors in random cluster order, or grouped by cluster with
-//! `--order clustered`.
+//! entry point) and `library` (`hnsw_rs`'s own search). The build inserts synthetic vectors in
+//! random cluster order, or grouped by cluster with `--order clustered`.
 //!
 //! "similarity kept" is the sum of the cosines HNSW returned over the sum of the true top-k
 //! cosines: it tells near-ties (a miss whose cosine is within rounding of the truth) from real
@@ -24,90 +30,107 @@
 //! (1,536 bytes) as well as `hnsw_rs`'s copy and graph.
 //!
 //! Run: `cargo bench -p engram-storage --bench vector` (sizes 10k and 100k), `-- --quick` for a
-//! smoke run, `-- --sizes 10000,100000,1000000` to choose, `--data lowdim`, `--order clustered`,
-//! `--m 32`, `--ef-construction 256`, `--ef 64,128`, `--keep-pruned` to try `hnsw_rs`'s
-//! `keep_pruned`.
+//! smoke run, `-- --sizes 10000,100000,1000000` to choose, `--data lowdim`,
+//! `--data file:target/bench-data/e5-corpus-100000.f32`, `--order clustered`, `--m 32`,
+//! `--ef-construction 256`, `--ef 64,128`, `--keep-pruned` to try `hnsw_rs`'s `keep_pruned`.
 
+#[path = "vector/file.rs"]
+mod file;
+#[path = "vector/synthetic.rs"]
+mod synthetic;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use engram_storage::vector::{GraphSearch, VectorConfig, VectorIndex};
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 
-const DIM: usize = 384;
-const CLUSTERS: usize = 64;
+use self::synthetic::{CLUSTERS, DIM, Data, Synthetic};
+
 const K: usize = 10;
-const NOISE: f32 = 0.068;
-/// `lowdim`: dimension of each cluster's subspace, spread along it, and isotropic noise.
-const SUBSPACE: usize = 24;
-const SPREAD: f32 = 1.2;
-const LOWDIM_NOISE: f32 = 0.01;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Data {
-    Clustered,
-    LowDim,
+/// Where the vectors come from.
+enum Source {
+    Synthetic(Data),
+    File {
+        path: PathBuf,
+        vectors: file::Vectors,
+    },
 }
 
-struct Synthetic {
-    data: Data,
-    centres: Vec<Vec<f32>>,
-    /// `lowdim`: per cluster, `SUBSPACE` random unit directions.
-    bases: Vec<Vec<Vec<f32>>>,
-}
+/// Vectors with their cluster (0 for real embeddings: one "cluster", the whole set).
+type Rows = Vec<(usize, Vec<f32>)>;
 
-impl Synthetic {
-    fn new(data: Data, seed: u64) -> Synthetic {
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let random_unit = |rng: &mut SmallRng| unit((0..DIM).map(|_| gaussian(rng)).collect());
-        let centres = (0..CLUSTERS).map(|_| random_unit(&mut rng)).collect();
-        let bases = match data {
-            Data::Clustered => Vec::new(),
-            Data::LowDim => (0..CLUSTERS)
-                .map(|_| (0..SUBSPACE).map(|_| random_unit(&mut rng)).collect())
-                .collect(),
-        };
-        Synthetic {
-            data,
-            centres,
-            bases,
+impl Source {
+    fn dimension(&self) -> usize {
+        match self {
+            Source::Synthetic(_) => DIM,
+            Source::File { vectors, .. } => vectors.dimension,
         }
     }
 
-    /// A vector and its cluster.
-    fn vector(&self, rng: &mut SmallRng) -> (usize, Vec<f32>) {
-        let cluster = rng.random_range(0..CLUSTERS);
-        let centre = &self.centres[cluster];
-        let v = match self.data {
-            Data::Clustered => centre.iter().map(|c| c + NOISE * gaussian(rng)).collect(),
-            Data::LowDim => {
-                let mut v = centre.clone();
-                #[allow(clippy::cast_precision_loss)]
-                let scale = SPREAD / (SUBSPACE as f32).sqrt();
-                for direction in &self.bases[cluster] {
-                    let z = scale * gaussian(rng);
-                    v.iter_mut().zip(direction).for_each(|(x, d)| *x += z * d);
-                }
-                v.iter_mut()
-                    .for_each(|x| *x += LOWDIM_NOISE * gaussian(rng));
-                v
-            }
-        };
-        (cluster, unit(v))
+    /// The first line of the report, up to the index's parameters.
+    fn describe(&self, options: &Options) -> String {
+        match self {
+            Source::Synthetic(data) => format!(
+                "SYNTHETIC {} unit vectors, d={DIM}, {CLUSTERS} clusters, {} order, {} queries",
+                data.name(),
+                if options.clustered_order {
+                    "clustered"
+                } else {
+                    "random"
+                },
+                options.queries,
+            ),
+            Source::File { path, vectors } => format!(
+                "REAL embeddings from {}, d={}, {} corpus rows in file order, {} queries \
+                 (questions, then held-out corpus texts)",
+                path.display(),
+                vectors.dimension,
+                vectors.corpus.len(),
+                vectors.queries.len(),
+            ),
+        }
     }
-}
 
-/// A standard normal sample (Box-Muller).
-fn gaussian(rng: &mut SmallRng) -> f32 {
-    let u1: f32 = rng.random_range(f32::EPSILON..1.0);
-    let u2: f32 = rng.random();
-    (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
-}
+    /// The sizes run when `--sizes` is not given.
+    fn default_sizes(&self, quick: bool) -> Vec<usize> {
+        match self {
+            Source::Synthetic(_) if quick => vec![5_000],
+            Source::Synthetic(_) => vec![10_000, 100_000],
+            Source::File { vectors, .. } => vec![vectors.corpus.len()],
+        }
+    }
 
-fn unit(mut v: Vec<f32>) -> Vec<f32> {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.iter_mut().for_each(|x| *x /= norm);
-    v
+    /// `size` rows to index and the queries.
+    fn vectors(&self, size: usize, options: &Options) -> (Rows, Rows) {
+        match self {
+            Source::Synthetic(data) => {
+                let data = Synthetic::new(*data, 42);
+                let mut rng = SmallRng::seed_from_u64(7);
+                let queries = (0..options.queries)
+                    .map(|_| data.vector(&mut rng))
+                    .collect();
+                let mut rng = SmallRng::seed_from_u64(1);
+                let mut rows: Rows = (0..size).map(|_| data.vector(&mut rng)).collect();
+                if options.clustered_order {
+                    rows.sort_by_key(|(cluster, _)| *cluster);
+                }
+                (rows, queries)
+            }
+            Source::File { path, vectors } => {
+                assert!(
+                    size <= vectors.corpus.len(),
+                    "{} holds {} corpus rows, fewer than {size}",
+                    path.display(),
+                    vectors.corpus.len()
+                );
+                let whole = |v: &[Vec<f32>]| v.iter().map(|v| (0, v.clone())).collect();
+                (whole(&vectors.corpus[..size]), whole(&vectors.queries))
+            }
+        }
+    }
 }
 
 /// Resident set size in bytes, from `/proc/self/status` (0 where unavailable).
@@ -139,17 +162,21 @@ fn micros(d: Duration) -> f64 {
 
 /// What a run measures besides the data.
 struct Options {
-    data: Data,
+    /// Synthetic data: insert grouped by cluster instead of in random cluster order.
     clustered_order: bool,
+    /// Synthetic data: queries drawn (a file brings its own).
     queries: usize,
+    /// The `ef` values searched with.
     ef_values: Vec<usize>,
 }
 
-/// For a few queries, the 10th-nearest distance (`1 - cosine`) within the query's cluster over
-/// the median distance to the cluster's points: near 1, the true neighbours hardly stand out.
-fn hardness(rows: &[(usize, Vec<f32>)], queries: &[(usize, Vec<f32>)]) {
+/// For 20 queries spread over the list, the 10th-nearest distance (`1 - cosine`) within the
+/// query's cluster (real embeddings: within the set) over the median distance to the cluster's
+/// points: near 1, the true neighbours hardly stand out.
+fn hardness(rows: &[(usize, Vec<f32>)], queries: &[(usize, Vec<f32>)], scope: &str) {
     let mut ratios: Vec<f64> = queries
         .iter()
+        .step_by((queries.len() / 20).max(1))
         .take(20)
         .map(|(cluster, q)| {
             let mut dists: Vec<f32> = rows
@@ -163,26 +190,22 @@ fn hardness(rows: &[(usize, Vec<f32>)], queries: &[(usize, Vec<f32>)]) {
         .collect();
     ratios.sort_by(f64::total_cmp);
     println!(
-        "  hardness: 10th-nearest / median distance within the query's cluster, 20 queries: \
+        "  hardness: 10th-nearest / median distance {scope}, {} queries: \
          min {:.3}  median {:.3}  max {:.3}",
+        ratios.len(),
         ratios[0],
         ratios[ratios.len() / 2],
         ratios[ratios.len() - 1],
     );
 }
 
-fn run(size: usize, options: &Options, config: &VectorConfig) {
-    let data = Synthetic::new(options.data, 42);
-    let mut rng = SmallRng::seed_from_u64(7);
-    let query_vectors: Vec<(usize, Vec<f32>)> = (0..options.queries)
-        .map(|_| data.vector(&mut rng))
-        .collect();
-    let mut rng = SmallRng::seed_from_u64(1);
-    let mut rows: Vec<(usize, Vec<f32>)> = (0..size).map(|_| data.vector(&mut rng)).collect();
-    if options.clustered_order {
-        rows.sort_by_key(|(cluster, _)| *cluster);
-    }
-    hardness(&rows, &query_vectors);
+fn run(size: usize, source: &Source, options: &Options, config: &VectorConfig) {
+    let (rows, query_vectors) = source.vectors(size, options);
+    let scope = match source {
+        Source::Synthetic(_) => "within the query's cluster",
+        Source::File { .. } => "in the set",
+    };
+    hardness(&rows, &query_vectors, scope);
 
     let index = VectorIndex::new(config.clone()).expect("valid config");
     // The rows exist before the measurement starts, so only the index's growth counts.
@@ -212,7 +235,7 @@ fn run(size: usize, options: &Options, config: &VectorConfig) {
         rss_after.saturating_sub(rss_before) as f64 / (1024.0 * 1024.0),
     );
 
-    let queries = options.queries;
+    let queries = query_vectors.len();
     let mut exact_times = Vec::with_capacity(queries);
     let truth: Vec<Vec<(String, f32)>> = query_vectors
         .iter()
@@ -304,23 +327,26 @@ fn list(value: &str) -> Vec<usize> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let sizes = match flag::<String>(&args, "--sizes") {
-        Some(sizes) => list(&sizes),
-        None if quick => vec![5_000],
-        None => vec![10_000, 100_000],
+    let source = match flag::<String>(&args, "--data").as_deref() {
+        None | Some("clustered") => Source::Synthetic(Data::Clustered),
+        Some("lowdim") => Source::Synthetic(Data::LowDim),
+        Some(other) => match other.strip_prefix("file:") {
+            Some(path) => {
+                let path = file::resolve(path);
+                let vectors = file::load(&path);
+                Source::File { path, vectors }
+            }
+            None => panic!("--data is clustered, lowdim or file:PATH, not {other}"),
+        },
     };
-    let data = match flag::<String>(&args, "--data").as_deref() {
-        None | Some("clustered") => Data::Clustered,
-        Some("lowdim") => Data::LowDim,
-        Some(other) => panic!("--data is clustered or lowdim, not {other}"),
-    };
+    let sizes =
+        flag::<String>(&args, "--sizes").map_or_else(|| source.default_sizes(quick), |l| list(&l));
     let options = Options {
-        data,
         clustered_order: flag::<String>(&args, "--order").as_deref() == Some("clustered"),
         queries: if quick { 100 } else { 500 },
         ef_values: flag::<String>(&args, "--ef").map_or(vec![32, 64, 128, 256, 512], |l| list(&l)),
     };
-    let mut config = VectorConfig::with_dimension(DIM);
+    let mut config = VectorConfig::with_dimension(source.dimension());
     config.hnsw.keep_pruned = args.iter().any(|a| a == "--keep-pruned");
     if let Some(m) = flag(&args, "--m") {
         config.hnsw.max_connections = m;
@@ -330,25 +356,14 @@ fn main() {
     }
     let threads = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
-        "vector index bench: SYNTHETIC {} unit vectors, d={DIM}, {CLUSTERS} clusters, {} order, \
-         M={}, ef_construction={}, keep_pruned={}, k={K}, {} queries, {threads} threads for the \
-         build, queries single-threaded",
-        if data == Data::LowDim {
-            "lowdim"
-        } else {
-            "clustered"
-        },
-        if options.clustered_order {
-            "clustered"
-        } else {
-            "random"
-        },
+        "vector index bench: {}, M={}, ef_construction={}, keep_pruned={}, k={K}, {threads} \
+         threads for the build, queries single-threaded",
+        source.describe(&options),
         config.hnsw.max_connections,
         config.hnsw.ef_construction,
         config.hnsw.keep_pruned,
-        options.queries,
     );
     for size in sizes {
-        run(size, &options, &config);
+        run(size, &source, &options, &config);
     }
 }

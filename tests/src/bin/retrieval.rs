@@ -105,24 +105,11 @@ struct Args {
     whole: bool,
 }
 
-fn default_files() -> Result<Vec<PathBuf>> {
-    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
-    let mut files = vec![data.join("locomo-dev.json")];
-    let mut memdaily: Vec<PathBuf> = std::fs::read_dir(data.join("memdaily-dev"))
-        .with_context(|| format!("listing {}/memdaily-dev", data.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    memdaily.sort();
-    files.extend(memdaily);
-    Ok(files)
-}
-
 fn main() -> Result<()> {
     let args = Args::parse();
     let command: Vec<String> = std::env::args().collect();
     let files = if args.files.is_empty() {
-        default_files()?
+        dataset::default_files()?
     } else {
         args.files.clone()
     };

@@ -6,7 +6,7 @@
 //! is a passage (`mid`), `target_step_id` is the evidence and the file's prefix the category.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
@@ -166,6 +166,21 @@ fn dia_ids(evidence: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// Every evaluation file under shared/data: `locomo-dev.json`, then `memdaily-dev/*.json` in
+/// name order.
+pub fn default_files() -> Result<Vec<PathBuf>> {
+    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
+    let mut files = vec![data.join("locomo-dev.json")];
+    let mut memdaily: Vec<PathBuf> = std::fs::read_dir(data.join("memdaily-dev"))
+        .with_context(|| format!("listing {}/memdaily-dev", data.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    memdaily.sort();
+    files.extend(memdaily);
+    Ok(files)
 }
 
 /// Loads a LoCoMo or MemDaily file, telling them apart by shape.

@@ -6,7 +6,9 @@
 //!
 //! Literals are canonical: `last week`, `past week`, `previous week`, `上周` and `上星期` are one
 //! literal (`week-1`); digits are numbers whatever surrounds them (`Q3` is `3`, `2024年` is
-//! `2024`); a few Chinese numerals are read where they count (`前十` is `10`).
+//! `2024`), with thousands separators and scales read (`10,000`, `10k` and `1万` are `10000`);
+//! English number words are numbers (`eight` is `8`); a few Chinese numerals are read where
+//! they count (`前十` is `10`, `五万` is `50000`).
 
 use std::collections::BTreeSet;
 
@@ -66,8 +68,36 @@ const EN_CALENDAR: [&str; 19] = [
     "weekend",
 ];
 
+/// English number words, read as numbers where they stand alone.
+const EN_NUMBERS: [(&str, u32); 21] = [
+    ("zero", 0),
+    ("one", 1),
+    ("two", 2),
+    ("three", 3),
+    ("four", 4),
+    ("five", 5),
+    ("six", 6),
+    ("seven", 7),
+    ("eight", 8),
+    ("nine", 9),
+    ("ten", 10),
+    ("eleven", 11),
+    ("twelve", 12),
+    ("fifteen", 15),
+    ("twenty", 20),
+    ("thirty", 30),
+    ("forty", 40),
+    ("fifty", 50),
+    ("hundred", 100),
+    ("thousand", 1000),
+    ("million", 1_000_000),
+];
+
 /// Chinese relative time: (words, canonical), matched as substrings, longest first.
-const ZH_RELATIVE: [(&str, &str); 36] = [
+const ZH_RELATIVE: [(&str, &str); 39] = [
+    ("上个季度", "quarter-1"),
+    ("下个季度", "quarter+1"),
+    ("这个季度", "quarter+0"),
     ("上个星期", "week-1"),
     ("上个礼拜", "week-1"),
     ("下个星期", "week+1"),
@@ -138,6 +168,22 @@ fn zh_number(chars: &[char]) -> Option<u32> {
     }
 }
 
+/// A number's canonical text: no leading zeros, scaled (`10k` is `10000`).
+fn canonical_number(digits: &str, scale: u32) -> String {
+    if scale == 1 {
+        let trimmed = digits.trim_start_matches('0');
+        return match trimmed {
+            "" => "0".to_owned(),
+            t if t.starts_with('.') => digits.to_owned(),
+            t => t.to_owned(),
+        };
+    }
+    match digits.parse::<f64>() {
+        Ok(value) => format!("{}", (value * f64::from(scale)).round() as u64),
+        Err(_) => digits.to_owned(),
+    }
+}
+
 fn is_zh_numeral(c: char) -> bool {
     c == '十' || ZH_DIGITS.iter().any(|(d, _)| *d == c)
 }
@@ -173,6 +219,8 @@ pub fn literals(question: &str) -> BTreeSet<String> {
     for word in spaced.split_whitespace() {
         if EN_CALENDAR.contains(&word) {
             found.insert(word.to_owned());
+        } else if let Some((_, n)) = EN_NUMBERS.iter().find(|(w, _)| *w == word) {
+            found.insert(n.to_string());
         }
     }
     // Numbers: every run of ASCII digits (with a decimal part), leading zeros dropped.
@@ -181,20 +229,28 @@ pub fn literals(question: &str) -> BTreeSet<String> {
     while i < chars.len() {
         if chars[i].is_ascii_digit() {
             let start = i;
+            // Digits, a decimal part, and thousands separators (`10,000`: a comma followed by
+            // exactly three digits).
             while i < chars.len()
                 && (chars[i].is_ascii_digit()
-                    || (chars[i] == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit)))
+                    || (chars[i] == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit))
+                    || (chars[i] == ','
+                        && chars
+                            .get(i + 1..i + 4)
+                            .is_some_and(|d| d.iter().all(char::is_ascii_digit))
+                        && !chars.get(i + 4).is_some_and(char::is_ascii_digit)))
             {
                 i += 1;
             }
-            let number: String = chars[start..i].iter().collect();
-            let trimmed = number.trim_start_matches('0');
-            let canonical = match trimmed {
-                "" => "0",
-                t if t.starts_with('.') => number.as_str(),
-                t => t,
+            let number: String = chars[start..i].iter().filter(|c| **c != ',').collect();
+            // A scale right after the number: `10k`, `2m`, `5万`.
+            let scale = match chars.get(i) {
+                Some('k') if !chars.get(i + 1).is_some_and(|c| c.is_alphanumeric()) => 1_000,
+                Some('m') if !chars.get(i + 1).is_some_and(|c| c.is_alphanumeric()) => 1_000_000,
+                Some('万') => 10_000,
+                _ => 1,
             };
-            found.insert(canonical.to_owned());
+            found.insert(canonical_number(&number, scale));
         } else if is_zh_numeral(chars[i]) {
             let start = i;
             while i < chars.len() && is_zh_numeral(chars[i]) {
@@ -202,9 +258,11 @@ pub fn literals(question: &str) -> BTreeSet<String> {
             }
             let after_qian = start > 0 && chars[start - 1] == '前';
             let before_counter = chars.get(i).is_some_and(|c| ZH_COUNTERS.contains(c));
-            if (after_qian || before_counter)
+            let before_wan = chars.get(i) == Some(&'万');
+            if (after_qian || before_counter || before_wan)
                 && let Some(n) = zh_number(&chars[start..i])
             {
+                let n = if before_wan { n * 10_000 } else { n };
                 found.insert(n.to_string());
             }
         } else {
@@ -240,6 +298,19 @@ mod tests {
         assert_eq!(of("销售额前5的门店"), vec!["5"]);
         assert_eq!(of("三个月内的退款"), vec!["3"]);
         assert_eq!(of("amount over 1000.50"), vec!["1000.50"]);
+        assert_eq!(literals("over $10,000"), literals("over 10k"));
+        assert_eq!(literals("超过1万元的订单"), literals("orders over 10000"));
+        assert_eq!(literals("超过五万的订单"), literals("orders over 50,000"));
+        assert_eq!(
+            literals("the last eight weeks"),
+            literals("the last 8 weeks")
+        );
+        assert_eq!(
+            of("2,3 and 4"),
+            vec!["2", "3", "4"],
+            "a list is not a number"
+        );
+        assert_eq!(literals("上个季度的营收"), literals("上季度营收"));
     }
 
     #[test]

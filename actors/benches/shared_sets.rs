@@ -249,6 +249,7 @@ impl Bench {
                     route: ROUTE.into(),
                     domain: pair.id.clone(),
                     sql: format!("SELECT '{}' AS pair FROM {}", pair.id, pair.domain),
+                    vector: None,
                 };
                 directory.ask_admin(key, put).await?;
                 let reply = directory
@@ -324,6 +325,7 @@ impl Bench {
                 route: ROUTE.into(),
                 domain: "metrics".into(),
                 sql: format!("SELECT {i} AS entry FROM facts"),
+                vector: None,
             };
             self.directory().ask_admin(&key, put).await?;
         }

@@ -200,7 +200,35 @@ pub async fn embed_question(
     })
 }
 
+/// The vector of `question` for a write of `tenant`'s sets (a SQL cache entry, a recorded
+/// example), made by the node that takes the request, without a deadline: an entry is not
+/// stored without its vector. `Ok(None)` without an encoder, or when the question is not one
+/// the sets take (the actor says why).
+pub async fn embed_for_write(
+    services: &crate::services::Services,
+    tenant: &str,
+    question: &str,
+) -> Result<Option<Vec<f32>>> {
+    let (Some(embedder), Ok(normalised)) = (&services.embedder, sql::question(question)) else {
+        return Ok(None);
+    };
+    Ok(embedder.questions(tenant, &[normalised]).await?.pop())
+}
+
 impl TenantState {
+    /// The embedding of a normalised question for a write, and the encoder's name: the one
+    /// the request brought, or the encoder's.
+    async fn write_vector(
+        &self,
+        normalised: &str,
+        given: Option<Vec<f32>>,
+    ) -> Result<(Vec<f32>, String)> {
+        match (given, &self.args.services.embedder) {
+            (Some(vector), Some(embedder)) => Ok((vector, embedder.model_name().to_owned())),
+            _ => self.question_vector(normalised).await,
+        }
+    }
+
     /// The question's vector: the one the request brought, or the encoder's within the
     /// query deadline. `Err` is why there is none; `Ok(None)`: the node has no encoder.
     async fn vector_of(

@@ -31,6 +31,7 @@ async fn put(node: &Node, id: &str, question: &str, domain: &str, sql: &str) -> 
         route: "nl2sql".into(),
         domain: domain.into(),
         sql: sql.into(),
+        vector: None,
     };
     node.directory.ask_admin(&acme(), put).await.unwrap()
 }
@@ -241,6 +242,7 @@ async fn record(node: &Node, id: &str, question: &str, sql: &str, confidence: f3
         sql: sql.into(),
         route: "nl2sql".into(),
         confidence,
+        vector: None,
     };
     node.directory.ask_admin(&acme(), record).await.unwrap()
 }

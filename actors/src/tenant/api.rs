@@ -81,6 +81,10 @@ pub struct SqlPut {
     pub domain: String,
     /// The SQL text (never its results).
     pub sql: String,
+    /// The normalised question's embedding, made before the request reached the actor
+    /// ([`super::embed_for_write`]; `None`: the actor embeds it itself).
+    #[serde(default)]
+    pub vector: Option<Vec<f32>>,
 }
 
 /// A stored SQL cache entry.
@@ -131,6 +135,10 @@ pub struct ExampleRecord {
     pub route: String,
     /// The gateway's confidence in the SQL, 0 to 1.
     pub confidence: f32,
+    /// The normalised question's embedding, made before the request reached the actor
+    /// ([`super::embed_for_write`]; `None`: the actor embeds it itself).
+    #[serde(default)]
+    pub vector: Option<Vec<f32>>,
 }
 
 /// An example after a write.

@@ -98,7 +98,7 @@ impl TenantState {
                 e
             }
             None => {
-                let (vector, model) = self.question_vector(&normalised).await?;
+                let (vector, model) = self.write_vector(&normalised, q.vector.clone()).await?;
                 Example {
                     id: id.clone(),
                     question: normalised,

@@ -245,7 +245,7 @@ impl TenantState {
         check_id("domain", &q.domain)?;
         sql_text(&q.sql)?;
         let id = id_of(&[&q.route, &q.domain, &question]);
-        let (vector, model) = self.question_vector(&question).await?;
+        let (vector, model) = self.write_vector(&question, q.vector.clone()).await?;
         let now = self.now();
         let entry = SqlEntry {
             id: id.clone(),

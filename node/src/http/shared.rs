@@ -31,6 +31,16 @@ async fn question_vector(s: &AppState, caller: &Caller, question: &str) -> Optio
     engram_actors::tenant::embed_question(services, &caller.tenant, question).await
 }
 
+/// The question's vector for a write, made here (without a deadline) for the same reason.
+async fn write_vector(
+    s: &AppState,
+    caller: &Caller,
+    question: &str,
+) -> Result<Option<Vec<f32>>, ApiError> {
+    let services = s.users.directory().services();
+    Ok(engram_actors::tenant::embed_for_write(services, &caller.tenant, question).await?)
+}
+
 /// The key of the caller's tenant's shared sets.
 fn shared(caller: &Caller) -> UserKey {
     UserKey::shared(caller.tenant.as_str())
@@ -190,6 +200,7 @@ pub async fn sql_put(
     caller: Caller,
     ApiJson(body): ApiJson<SqlPutBody>,
 ) -> Result<Response, ApiError> {
+    let vector = write_vector(&s, &caller, &body.question).await?;
     let ack = s
         .ask(
             &caller,
@@ -200,6 +211,7 @@ pub async fn sql_put(
                 route: body.route,
                 domain: body.domain,
                 sql: body.sql,
+                vector,
             },
         )
         .await?;
@@ -335,6 +347,7 @@ pub async fn record_example(
     caller: Caller,
     ApiJson(body): ApiJson<RecordBody>,
 ) -> Result<Response, ApiError> {
+    let vector = write_vector(&s, &caller, &body.question).await?;
     let ack = s
         .ask(
             &caller,
@@ -345,6 +358,7 @@ pub async fn record_example(
                 sql: body.sql,
                 route: body.route,
                 confidence: body.confidence,
+                vector,
             },
         )
         .await?;

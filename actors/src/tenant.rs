@@ -19,11 +19,11 @@ mod examples;
 pub mod literals;
 mod sets;
 mod sql;
+mod txn;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use engram_storage::model::{IdempotencyEntry, Timestamp};
+use engram_storage::model::Timestamp;
 use engram_storage::shared::{Example, SharedSettings, SqlEntry, TenantData};
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -33,8 +33,6 @@ use self::api::{ExampleAck, ImportAck, InvalidateAck, SettingsAck, SqlPutAck};
 use self::sets::SetIndex;
 use crate::error::{Error, Result};
 use crate::front::{Reader, UserReply, UserRequest};
-use crate::ownership::{Lease, fenced_write};
-use crate::user::txn::{replayed, stored_reply};
 use crate::user::{Replayable, UserArgs, UserMsg};
 
 /// The user id the tenant's actor is placed under (not a valid user id).
@@ -67,6 +65,12 @@ pub struct TenantState {
     example_ids: HashMap<String, String>,
     /// Examples served since the last flush, and when (their `last_used_at`).
     used: HashMap<String, Timestamp>,
+    /// Entries found expired when the sets were loaded (they expired while no actor ran):
+    /// not cached, deleted by the next sweeps.
+    stale_sql: Vec<String>,
+    stale_examples: Vec<String>,
+    /// Where the sweep's pruning of old idempotency entries goes on from.
+    idempotency_cursor: Option<Vec<u8>>,
     last_active: Instant,
     ticker: Option<JoinHandle<()>>,
 }
@@ -111,6 +115,9 @@ impl Actor for TenantActor {
             example_index: SetIndex::default(),
             example_ids: HashMap::new(),
             used: HashMap::new(),
+            stale_sql: Vec::new(),
+            stale_examples: Vec::new(),
+            idempotency_cursor: None,
             last_active: Instant::now(),
             ticker: None,
         };
@@ -262,7 +269,8 @@ impl TenantState {
         &self.args.key.tenant
     }
 
-    /// Reads the settings and both sets in pages; expired entries are left for the sweep.
+    /// Reads the settings and both sets in pages; expired entries are not cached, and are
+    /// left to the sweep to delete.
     async fn load(&mut self) -> Result<()> {
         let now = self.now();
         let (store, ks, tenant) = (
@@ -280,8 +288,12 @@ impl TenantState {
             let (page, next) = store
                 .read(move |txn| TenantData::new(txn, &k, &t).sql_page(a.as_deref(), LOAD_PAGE))
                 .await?;
-            for entry in page.into_iter().filter(|e| e.expires_at > now) {
-                self.cache_sql(entry);
+            for entry in page {
+                if entry.expires_at > now {
+                    self.cache_sql(entry);
+                } else {
+                    self.stale_sql.push(entry.id);
+                }
             }
             match next {
                 Some(next) => after = Some(next),
@@ -294,8 +306,12 @@ impl TenantState {
             let (page, next) = store
                 .read(move |txn| TenantData::new(txn, &k, &t).example_page(a.as_deref(), LOAD_PAGE))
                 .await?;
-            for example in page.into_iter().filter(|e| !examples::expired(e, now)) {
-                self.cache_example(example);
+            for example in page {
+                if examples::expired(&example, now) {
+                    self.stale_examples.push(example.id);
+                } else {
+                    self.cache_example(example);
+                }
             }
             match next {
                 Some(next) => after = Some(next),
@@ -305,8 +321,21 @@ impl TenantState {
         Ok(())
     }
 
+    /// Whether vectors made by `model` may be compared with this node's query vectors (an
+    /// entry of another encoder is matched by its normalised text only).
+    fn indexable<'v>(&self, model: &str, vector: &'v [f32]) -> &'v [f32] {
+        let same = self
+            .args
+            .services
+            .embedder
+            .as_ref()
+            .is_some_and(|e| e.model_name() == model);
+        if same { vector } else { &[] }
+    }
+
     fn cache_sql(&mut self, entry: SqlEntry) {
-        self.sql_index.upsert(&entry.id, &entry.vector);
+        let vector = self.indexable(&entry.model, &entry.vector);
+        self.sql_index.upsert(&entry.id, vector);
         self.sql.insert(entry.id.clone(), entry);
     }
 
@@ -316,7 +345,8 @@ impl TenantState {
     }
 
     fn cache_example(&mut self, example: Example) {
-        self.example_index.upsert(&example.id, &example.vector);
+        let vector = self.indexable(&example.model, &example.vector);
+        self.example_index.upsert(&example.id, vector);
         if let Some(old) = self.examples.get(&example.id) {
             self.example_ids.remove(&examples::content_key(old));
         }
@@ -334,7 +364,7 @@ impl TenantState {
     }
 
     /// Who may ask what: the reader acts for this tenant; reviewing, listing, exporting,
-    /// importing and the settings' changes need an admin key; operator keys ask nothing here.
+    /// importing and the settings need an admin key; operator keys ask nothing here.
     fn admit(&self, reader: &Reader, request: &UserRequest) -> Result<()> {
         use engram_storage::access::Scope;
         if reader.tenant != self.args.key.tenant {
@@ -348,6 +378,7 @@ impl TenantState {
                 | UserRequest::ReviewExample(_)
                 | UserRequest::ExportExamples(_)
                 | UserRequest::ImportExamples(_)
+                | UserRequest::ReadSettings(_)
                 | UserRequest::WriteSettings(_)
         );
         match reader.scope {
@@ -433,145 +464,8 @@ impl TenantState {
                 }))
             })
             .await?;
-        if !ack.replayed {
-            self.settings = ack.settings.clone();
-        }
+        // Replayed or not, what is stored is what the answer says.
+        self.settings = ack.settings.clone();
         Ok(ack)
-    }
-
-    /// The lease this node holds on the tenant's shard now (`None` without leases).
-    fn lease(&self) -> Result<Option<Lease>> {
-        let services = &self.args.services;
-        let shard = self.args.key.shard(services.settings.shards);
-        Ok(match &services.ownership {
-            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
-            None => None,
-        })
-    }
-
-    /// Runs a write of the shared sets as one transaction fenced by the tenant shard's lease.
-    async fn run<T, F>(&self, mut body: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut TenantData<'_>) -> engram_storage::Result<T> + Send + 'static,
-    {
-        let services = &self.args.services;
-        let shard = self.args.key.shard(services.settings.shards);
-        let (ks, tenant) = (services.keyspace.clone(), self.tenant().to_owned());
-        fenced_write(
-            &services.store,
-            &services.keyspace,
-            shard,
-            self.lease()?,
-            move |txn| body(&mut TenantData::new(txn, &ks, &tenant)),
-        )
-        .await
-    }
-
-    /// Runs an idempotent write: a retry of `request_id` replays the stored answer; a
-    /// rejection (the inner error) writes nothing.
-    async fn write<T, F>(&self, request_id: &str, mut body: F) -> Result<T>
-    where
-        T: Replayable + Clone,
-        F: FnMut(&mut TenantData<'_>, Timestamp) -> engram_storage::Result<Result<T>>
-            + Send
-            + 'static,
-    {
-        crate::user::check_id("request_id", request_id)?;
-        let now = self.now();
-        let request_id = request_id.to_owned();
-        let outcome = self
-            .run(move |t| {
-                if let Some(entry) = t.idempotency(&request_id)? {
-                    return Ok(Err(entry.response));
-                }
-                match body(t, now)? {
-                    Ok(ack) => {
-                        let response = stored_reply(&ack)?;
-                        t.put_idempotency(&request_id, &IdempotencyEntry { at: now, response })?;
-                        Ok(Ok(Ok(ack)))
-                    }
-                    Err(rejection) => Ok(Ok(Err(rejection))),
-                }
-            })
-            .await?;
-        match outcome {
-            Ok(result) => result,
-            Err(bytes) => {
-                let mut ack: T = replayed(&bytes)?;
-                ack.mark_replayed();
-                Ok(ack)
-            }
-        }
-    }
-
-    /// Removes what expired (SQL entries, unused examples, old idempotency entries) and
-    /// writes the last uses of served examples.
-    async fn sweep(&mut self) -> Result<()> {
-        self.flush_used().await?;
-        let now = self.now();
-        let sql: Vec<String> = self
-            .sql
-            .values()
-            .filter(|e| e.expires_at <= now)
-            .map(|e| e.id.clone())
-            .take(SWEEP_BATCH)
-            .collect();
-        let examples: Vec<String> = self
-            .examples
-            .values()
-            .filter(|e| examples::expired(e, now))
-            .map(|e| e.id.clone())
-            .take(SWEEP_BATCH)
-            .collect();
-        let (s, x) = (sql.clone(), examples.clone());
-        let before = now.plus_millis(-IDEMPOTENCY_MS);
-        self.run(move |t| {
-            for id in &s {
-                t.delete_sql_entry(id)?;
-            }
-            for id in &x {
-                t.delete_example(id)?;
-            }
-            t.prune_idempotency_before(before, SWEEP_BATCH)
-        })
-        .await?;
-        for id in &sql {
-            self.uncache_sql(id);
-        }
-        for id in &examples {
-            self.uncache_example(id);
-        }
-        if !sql.is_empty() || !examples.is_empty() {
-            tracing::debug!(tenant = %self.tenant(), sql = sql.len(), examples = examples.len(), "expired shared entries removed");
-        }
-        Ok(())
-    }
-
-    /// Writes the last uses of the examples served since the last flush.
-    async fn flush_used(&mut self) -> Result<()> {
-        if self.used.is_empty() {
-            return Ok(());
-        }
-        let used: Vec<(String, Timestamp)> = self.used.drain().collect();
-        let stamps = used.clone();
-        self.run(move |t| {
-            for (id, at) in &stamps {
-                if let Some(mut example) = t.example(id)?
-                    && example.last_used_at < *at
-                {
-                    example.last_used_at = *at;
-                    t.put_example(&example)?;
-                }
-            }
-            Ok(())
-        })
-        .await?;
-        for (id, at) in used {
-            if let Some(example) = self.examples.get_mut(&id) {
-                example.last_used_at = example.last_used_at.max(at);
-            }
-        }
-        Ok(())
     }
 }

@@ -620,3 +620,46 @@ async fn the_literal_guard_keeps_other_times_and_numbers_from_a_close_questions_
     assert_eq!(hit(&node, month, "sales").await.as_deref(), Some(ORDERS));
     node.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep() {
+    use engram_actors::user::UserMsg;
+    use engram_actors::user::api::SweepScope;
+    use engram_storage::shared::TenantData;
+
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let first = node(&dir, &pool).await;
+    put(&first, "p1", "How many orders did we get last week?", "sales", ORDERS).await;
+    first.shutdown().await;
+    drop(first);
+    let second = node(&dir, &pool).await;
+    second.clock.advance(16 * MINUTE);
+    let stored = |node: &Node| {
+        let store = node.store.clone();
+        async move {
+            store
+                .read(|txn| {
+                    let ks = Keyspace::new("engram");
+                    Ok(TenantData::new(txn, &ks, "acme").sql_page(None, 10)?.0.len())
+                })
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(stored(&second).await, 1);
+    // Started after the entry expired: never served, and deleted by the sweep.
+    assert_eq!(hit(&second, "How many orders did we get last week", "sales").await, None);
+    let scope = SweepScope {
+        records: true,
+        turns: true,
+        sessions: true,
+    };
+    second
+        .directory
+        .call(&acme(), |reply| UserMsg::Sweep(scope.clone(), reply))
+        .await
+        .unwrap();
+    assert_eq!(stored(&second).await, 0);
+    second.shutdown().await;
+}

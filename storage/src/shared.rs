@@ -285,25 +285,35 @@ impl<'a> TenantData<'a> {
         )
     }
 
-    /// Removes up to `limit` idempotency entries recorded before `before` (a retry comes
-    /// within minutes; a day is kept). Returns how many were removed.
-    pub fn prune_idempotency_before(&mut self, before: Timestamp, limit: usize) -> Result<usize> {
+    /// Reads up to `limit` idempotency entries after the key `after` (from the start when
+    /// `None`) and removes those recorded before `before` (a retry comes within minutes; a day
+    /// is kept). Returns how many were removed and the key to go on from (`None`: the range
+    /// ended, start over next time). Bounded reads, so a sweep never exceeds a transaction's
+    /// limits however many entries there are.
+    pub fn prune_idempotency_page(
+        &mut self,
+        after: Option<&[u8]>,
+        limit: usize,
+        before: Timestamp,
+    ) -> Result<(usize, Option<Vec<u8>>)> {
         let range = self.keys.idempotencies();
+        let begin = match after {
+            Some(after) => [after, &[0u8]].concat(),
+            None => range.begin,
+        };
         let rows = self
             .txn
-            .get_range(&range.begin, &range.end, RangeOptions::default())?;
+            .get_range(&begin, &range.end, RangeOptions::first(limit))?;
+        let next = (rows.len() == limit && limit > 0).then(|| rows[rows.len() - 1].0.clone());
         let mut removed = 0;
         for (key, value) in rows {
-            if removed == limit {
-                break;
-            }
             let entry: IdempotencyEntry = decode("idempotency entry", &value)?;
             if entry.at < before {
                 self.txn.clear(&key)?;
                 removed += 1;
             }
         }
-        Ok(removed)
+        Ok((removed, next))
     }
 }
 

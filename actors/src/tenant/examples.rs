@@ -6,7 +6,7 @@
 //!
 //! Auto-promotion (off unless the tenant turns it on): a pending example recorded successful
 //! at least three times whose question is at least 0.98 similar to an approved example of the
-//! same route is approved without a reviewer, and the approval is written to the audit trail
+//! same route, whose SQL reads the same tables, is approved without a reviewer, and the approval is written to the audit trail
 //! (principal `auto-promotion`) in the same transaction.
 
 use engram_storage::access::AuditEntry;
@@ -19,7 +19,7 @@ use super::api::{
     MAX_EXAMPLES_SERVED, PortableExample, ReviewAction,
 };
 use super::sets::id_of;
-use super::sql::{question, sql_text};
+use super::sql::{question, sql_text, tables_of};
 use super::{EXAMPLE_TTL_MS, MAX_FAILURES, TenantState};
 use crate::error::{Error, Result};
 use crate::front::Reader;
@@ -126,7 +126,7 @@ impl TenantState {
             example.reviewed_by = Some(AUTO_PROMOTION.to_owned());
         }
         let (stored, tenant) = (example.clone(), self.tenant().to_owned());
-        let ack = self
+        let written = self
             .write(&q.request_id, move |t, now| {
                 t.put_example(&stored)?;
                 if promoted {
@@ -150,14 +150,22 @@ impl TenantState {
                     replayed: false,
                 }))
             })
-            .await?;
-        if !ack.replayed {
-            if promoted {
-                tracing::info!(tenant = %self.tenant(), example = %example.id, "few-shot example approved automatically");
-            }
-            self.cache_example(example);
+            .await;
+        self.settle(&written, example).await;
+        if promoted && written.as_ref().is_ok_and(|a| !a.replayed) {
+            tracing::info!(tenant = %self.tenant(), "few-shot example approved automatically");
         }
-        Ok(ack)
+        written
+    }
+
+    /// Brings the cache in line with a write of `example`: the example as written when this
+    /// actor applied it, else what storage holds now (a replay, or an error after which the
+    /// commit is unknown).
+    async fn settle(&mut self, written: &Result<ExampleAck>, example: Example) {
+        match written {
+            Ok(ack) if !ack.replayed => self.cache_example(example),
+            _ => self.refresh_examples(vec![example.id]).await,
+        }
     }
 
     /// The id of the example holding (route, normalised question, SQL): the one that holds
@@ -172,12 +180,17 @@ impl TenantState {
         if example.vector.is_empty() {
             return 0.0;
         }
+        // Only approved examples of the route whose SQL reads the same tables: a question
+        // alone must not carry any SQL into the served set.
         let examples = &self.examples;
+        let tables = tables_of(&example.sql);
         self.example_index
             .nearest(&example.vector, 1, |id| {
                 id != example.id
                     && examples.get(id).is_some_and(|e| {
-                        e.status == ExampleStatus::Approved && e.route == example.route
+                        e.status == ExampleStatus::Approved
+                            && e.route == example.route
+                            && tables_of(&e.sql) == tables
                     })
             })
             .first()
@@ -330,7 +343,7 @@ impl TenantState {
         example.updated_at = now;
         example.last_used_at = example.last_used_at.max(now);
         let stored = example.clone();
-        let ack = self
+        let written = self
             .write(&q.request_id, move |t, _| {
                 t.put_example(&stored)?;
                 Ok(Ok(ExampleAck {
@@ -340,11 +353,9 @@ impl TenantState {
                     replayed: false,
                 }))
             })
-            .await?;
-        if !ack.replayed {
-            self.cache_example(example);
-        }
-        Ok(ack)
+            .await;
+        self.settle(&written, example).await;
+        written
     }
 
     pub(super) async fn example_failed(&mut self, q: ExampleFailure) -> Result<ExampleAck> {
@@ -353,7 +364,7 @@ impl TenantState {
         example.updated_at = self.now();
         let removed = example.fail_count > MAX_FAILURES;
         let stored = example.clone();
-        let ack = self
+        let written = self
             .write(&q.request_id, move |t, _| {
                 if removed {
                     t.delete_example(&stored.id)?;
@@ -367,15 +378,12 @@ impl TenantState {
                     replayed: false,
                 }))
             })
-            .await?;
-        if !ack.replayed {
-            if removed {
-                self.uncache_example(&example.id);
-            } else {
-                self.cache_example(example);
-            }
+            .await;
+        match &written {
+            Ok(ack) if !ack.replayed && removed => self.uncache_example(&example.id),
+            _ => self.settle(&written, example).await,
         }
-        Ok(ack)
+        written
     }
 
     pub(super) fn export_examples(&self, q: &ExampleExport) -> Vec<PortableExample> {
@@ -485,7 +493,7 @@ impl TenantState {
             ));
         }
         let stored = examples.clone();
-        let ack = self
+        let written = self
             .write(&q.request_id, move |t, _| {
                 for e in &stored {
                     t.put_example(e)?;
@@ -496,12 +504,18 @@ impl TenantState {
                     replayed: false,
                 }))
             })
-            .await?;
-        if !ack.replayed {
-            for example in examples {
-                self.cache_example(example);
+            .await;
+        match &written {
+            Ok(ack) if !ack.replayed => {
+                for example in examples {
+                    self.cache_example(example);
+                }
+            }
+            _ => {
+                let ids = examples.into_iter().map(|e| e.id).collect();
+                self.refresh_examples(ids).await;
             }
         }
-        Ok(ack)
+        written
     }
 }

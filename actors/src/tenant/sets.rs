@@ -33,6 +33,20 @@ impl SetIndex {
         }
     }
 
+    /// Rebuilds the graph without its tombstones once they pass the index's share (entries
+    /// expire and are replaced all the time here).
+    pub(super) fn maintain(&self) {
+        if let Some(index) = self.vectors.as_ref().filter(|i| i.needs_rebuild()) {
+            // Off the runtime's other tasks (the actor waits; its requests are serialised).
+            let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+            if matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
+                tokio::task::block_in_place(|| index.compact());
+            } else {
+                index.compact();
+            }
+        }
+    }
+
     pub(super) fn remove(&mut self, id: &str) {
         if let Some(index) = &self.vectors {
             index.remove(id);

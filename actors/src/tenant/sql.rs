@@ -90,8 +90,20 @@ pub(super) fn check_settings(settings: &SharedSettings) -> Result<()> {
 /// An identifier of the SQL as an invalidation compares it: unquoted, lower case.
 fn identifier(token: &str) -> String {
     token
-        .trim_matches(|c| matches!(c, '"' | '`' | '[' | ']'))
+        .split('.')
+        .map(|part| part.trim_matches(|c| matches!(c, '"' | '`' | '[' | ']')))
+        .collect::<Vec<_>>()
+        .join(".")
         .to_lowercase()
+}
+
+/// Whether the identifier `id` names `table`: the same name, `table` qualified by a schema, or
+/// `id` the unqualified name of a qualified `table` (`orders` for `sales.orders`).
+fn names(id: &str, table: &str) -> bool {
+    let last = |name: &str| name.rsplit('.').next().unwrap_or(name).to_owned();
+    id == table
+        || (id.ends_with(table) && id[..id.len() - table.len()].ends_with('.'))
+        || (table.contains('.') && !id.contains('.') && id == last(table))
 }
 
 /// The SQL's words and the commas between them.
@@ -172,14 +184,10 @@ pub fn tables_of(sql: &str) -> Vec<String> {
 /// Whether the SQL of `entry` mentions `table` (lower case): among the tables it names, or
 /// as any identifier, schema-qualified or not.
 pub fn mentions(entry: &SqlEntry, table: &str) -> bool {
-    entry
-        .tables
-        .iter()
-        .any(|t| t == table || t.ends_with(&format!(".{table}")))
-        || tokens(&entry.sql).into_iter().any(|t| {
-            let id = identifier(t);
-            id == table || id.ends_with(&format!(".{table}"))
-        })
+    entry.tables.iter().any(|t| names(t, table))
+        || tokens(&entry.sql)
+            .into_iter()
+            .any(|t| names(&identifier(t), table))
 }
 
 impl TenantState {
@@ -270,7 +278,7 @@ impl TenantState {
             .flatten();
         let replaced = self.sql.contains_key(&id);
         let (stored, gone) = (entry.clone(), evicted.clone());
-        let ack = self
+        let written = self
             .write(&q.request_id, move |t, _| {
                 if let Some(gone) = &gone {
                     t.delete_sql_entry(gone)?;
@@ -284,14 +292,18 @@ impl TenantState {
                     replayed: false,
                 }))
             })
-            .await?;
-        if !ack.replayed {
-            if let Some(gone) = evicted {
-                self.uncache_sql(&gone);
+            .await;
+        match &written {
+            Ok(ack) if !ack.replayed => {
+                if let Some(gone) = evicted {
+                    self.uncache_sql(&gone);
+                }
+                self.cache_sql(entry);
             }
-            self.cache_sql(entry);
+            // Not applied here: what storage holds now is what the cache serves.
+            _ => self.refresh_sql(vec![id]).await,
         }
-        Ok(ack)
+        written
     }
 
     pub(super) async fn sql_invalidate(&mut self, q: SqlInvalidate) -> Result<InvalidateAck> {
@@ -306,6 +318,11 @@ impl TenantState {
                 "table",
                 "must be a table name: letters, digits and _.$, at most 256 bytes",
             ));
+        }
+        // A retry of a finished invalidation replays before anything is deleted.
+        check_id("request_id", &q.request_id)?;
+        if let Some(ack) = self.replayed_answer::<InvalidateAck>(&q.request_id).await? {
+            return Ok(ack);
         }
         let doomed: Vec<String> = self
             .sql
@@ -337,7 +354,7 @@ impl TenantState {
         }
         let before = batches.len();
         let ids = last.clone();
-        let ack = self
+        let written = self
             .write(&q.request_id, move |t, _| {
                 for id in &ids {
                     t.delete_sql_entry(id)?;
@@ -347,13 +364,16 @@ impl TenantState {
                     replayed: false,
                 }))
             })
-            .await?;
-        if !ack.replayed {
-            for id in &last {
-                self.uncache_sql(id);
+            .await;
+        match &written {
+            Ok(ack) if !ack.replayed => {
+                for id in &last {
+                    self.uncache_sql(id);
+                }
             }
+            _ => self.refresh_sql(last).await,
         }
-        Ok(ack)
+        written
     }
 
     /// The embedding of a normalised question, and the encoder's name (empty without one).
@@ -421,5 +441,11 @@ mod tests {
         // A sub-query's table counts.
         let e = entry("SELECT * FROM (SELECT id FROM refunds) r");
         assert!(mentions(&e, "refunds"));
+        // Quoted parts, and a qualified name against an unqualified one, either way.
+        let e = entry(r#"SELECT 1 FROM "Sales"."Orders" JOIN [dbo].[Refunds] ON 1 = 1"#);
+        assert!(mentions(&e, "orders") && mentions(&e, "sales.orders") && mentions(&e, "refunds"));
+        let e = entry("SELECT 1 FROM orders");
+        assert!(mentions(&e, "sales.orders"));
+        assert!(!mentions(&e, "sales.order"));
     }
 }

@@ -87,10 +87,15 @@ fn pruning_removes_only_old_idempotency_entries() {
         };
         with_tenant(&store, &ks, "acme", |t| t.put_idempotency(id, &e));
     }
-    let removed = with_tenant(&store, &ks, "acme", |t| {
-        t.prune_idempotency_before(Timestamp(50), 100)
+    // Two rows a page: the first page reads new and old1, the second old2.
+    let (removed, next) = with_tenant(&store, &ks, "acme", |t| {
+        t.prune_idempotency_page(None, 2, Timestamp(50))
     });
-    assert_eq!(removed, 2);
+    assert_eq!(removed, 1);
+    let (removed, next) = with_tenant(&store, &ks, "acme", |t| {
+        t.prune_idempotency_page(next.as_deref(), 2, Timestamp(50))
+    });
+    assert_eq!((removed, next), (1, None));
     let left = |id: &str| with_tenant(&store, &ks, "acme", |t| t.idempotency(id)).is_some();
     assert!(!left("old1") && !left("old2") && left("new"));
 }

@@ -657,7 +657,7 @@ async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep()
     };
     second
         .directory
-        .call(&acme(), |reply| UserMsg::Sweep(scope.clone(), reply))
+        .call(&acme(), |reply| UserMsg::Sweep(scope, reply))
         .await
         .unwrap();
     assert_eq!(stored(&second).await, 0);

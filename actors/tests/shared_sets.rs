@@ -630,7 +630,14 @@ async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep()
     let dir = TempDir::new().unwrap();
     let pool = pool().await;
     let first = node(&dir, &pool).await;
-    put(&first, "p1", "How many orders did we get last week?", "sales", ORDERS).await;
+    put(
+        &first,
+        "p1",
+        "How many orders did we get last week?",
+        "sales",
+        ORDERS,
+    )
+    .await;
     first.shutdown().await;
     drop(first);
     let second = node(&dir, &pool).await;
@@ -641,7 +648,10 @@ async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep()
             store
                 .read(|txn| {
                     let ks = Keyspace::new("engram");
-                    Ok(TenantData::new(txn, &ks, "acme").sql_page(None, 10)?.0.len())
+                    Ok(TenantData::new(txn, &ks, "acme")
+                        .sql_page(None, 10)?
+                        .0
+                        .len())
                 })
                 .await
                 .unwrap()
@@ -649,7 +659,10 @@ async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep()
     };
     assert_eq!(stored(&second).await, 1);
     // Started after the entry expired: never served, and deleted by the sweep.
-    assert_eq!(hit(&second, "How many orders did we get last week", "sales").await, None);
+    assert_eq!(
+        hit(&second, "How many orders did we get last week", "sales").await,
+        None
+    );
     let scope = SweepScope {
         records: true,
         turns: true,

@@ -52,6 +52,8 @@ impl Mode {
     }
 }
 
+pub mod shared;
+
 pub struct Node {
     pub directory: Arc<Directory>,
     pub clock: Arc<ManualClock>,

@@ -1,0 +1,312 @@
+//! The tenant's few-shot library on a real SQLite file with the real encoder, through the
+//! node's directory, with the injected clock: the review workflow, confidence, edits,
+//! failures and disuse, auto-promotion and its audit entry, and both sets surviving a restart
+//! and an export imported into another tenant.
+
+mod support;
+
+use engram_actors::Error;
+use engram_actors::placement::UserKey;
+use engram_actors::tenant::api::*;
+use engram_storage::Keyspace;
+use engram_storage::access::audit_page;
+use engram_storage::model::Timestamp;
+use engram_storage::shared::ExampleStatus;
+use support::shared::*;
+use support::{node, pool};
+use tempfile::TempDir;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn examples_are_served_only_once_approved_and_leave_after_failures_or_disuse() {
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let node = node(&dir, &pool).await;
+    let q = "How many orders did we get last week?";
+    let ack = record(&node, "r1", q, ORDERS, 0.95).await;
+    let example = ack.example.unwrap();
+    assert_eq!(example.status, ExampleStatus::PendingReview);
+    assert!(
+        example.vector.is_empty(),
+        "embeddings stay inside the actor"
+    );
+    assert!(served(&node, q).await.is_empty(), "pending review");
+    // The review queue lists it; approval serves it, to the same and a close question.
+    let queue = ExampleList {
+        status: Some(ExampleStatus::PendingReview),
+        route: None,
+        after: None,
+        limit: 10,
+    };
+    let listed = node.directory.ask_admin(&acme(), queue).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    review(&node, "v1", &example.id, ReviewAction::Approve).await;
+    assert_eq!(served(&node, q).await, vec![(example.id.clone(), 1.0)]);
+    let close = served(&node, "How many orders did we get last week, please?").await;
+    assert!(close.len() == 1 && close[0].1 >= 0.95, "{close:?}");
+    assert!(
+        served(&node, "how many customers signed up last week")
+            .await
+            .is_empty()
+    );
+
+    // Low confidence is never served, even approved.
+    let low = record(
+        &node,
+        "r2",
+        "total refunds this year",
+        "SELECT sum(x) FROM refunds",
+        0.5,
+    )
+    .await
+    .example
+    .unwrap();
+    review(&node, "v2", &low.id, ReviewAction::Approve).await;
+    assert!(served(&node, "total refunds this year").await.is_empty());
+
+    // An edit keeps the approval and serves the new SQL.
+    let edit = ReviewAction::Edit {
+        question: None,
+        sql: Some("SELECT count(*) FROM sales.orders WHERE week = 1".into()),
+    };
+    let edited = review(&node, "v3", &example.id, edit)
+        .await
+        .example
+        .unwrap();
+    assert_eq!(edited.status, ExampleStatus::Approved);
+
+    // Three failures keep it; the fourth removes it.
+    for i in 0..4 {
+        let failure = ExampleFailure {
+            request_id: format!("f{i}"),
+            example_id: example.id.clone(),
+        };
+        let ack = node.directory.ask_admin(&acme(), failure).await.unwrap();
+        assert_eq!(ack.removed, i == 3, "failure {}", i + 1);
+    }
+    assert!(served(&node, q).await.is_empty());
+    let gone = ExampleFailure {
+        request_id: "f9".into(),
+        example_id: example.id.clone(),
+    };
+    let err = node.directory.ask_admin(&acme(), gone).await.unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+
+    // Unused for 30 days, an approved example expires; used, it stays.
+    let kept = record(
+        &node,
+        "r3",
+        "revenue by region",
+        "SELECT region, sum(x) FROM sales GROUP BY region",
+        0.95,
+    )
+    .await
+    .example
+    .unwrap();
+    let idle = record(
+        &node,
+        "r4",
+        "stock below minimum",
+        "SELECT * FROM stock WHERE n < min",
+        0.95,
+    )
+    .await
+    .example
+    .unwrap();
+    review(&node, "v4", &kept.id, ReviewAction::Approve).await;
+    review(&node, "v5", &idle.id, ReviewAction::Approve).await;
+    node.clock.advance(20 * DAY);
+    assert_eq!(served(&node, "revenue by region").await.len(), 1);
+    node.clock.advance(11 * DAY);
+    assert_eq!(
+        served(&node, "revenue by region").await.len(),
+        1,
+        "used 11 days ago"
+    );
+    assert!(
+        served(&node, "stock below minimum").await.is_empty(),
+        "unused for 31 days"
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_promotion_is_opt_in_needs_three_successes_and_is_audited() {
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let node = node(&dir, &pool).await;
+    let approved = record(
+        &node,
+        "r0",
+        "How many orders did we get last week?",
+        ORDERS,
+        0.95,
+    )
+    .await
+    .example
+    .unwrap();
+    review(&node, "v0", &approved.id, ReviewAction::Approve).await;
+    let near = "How many orders did we get last week, please?";
+    let sql = "SELECT count(*) FROM sales.orders WHERE day > current_date - 7";
+    for i in 0..3 {
+        let ack = record(&node, &format!("off{i}"), near, sql, 0.95).await;
+        assert!(!ack.promoted, "off by default");
+    }
+    let mut settings = node
+        .directory
+        .ask_admin(&acme(), ReadSettings)
+        .await
+        .unwrap();
+    settings.auto_promote = true;
+    let write = WriteSettings {
+        request_id: "s1".into(),
+        settings,
+    };
+    node.directory.ask_admin(&acme(), write).await.unwrap();
+    // A far question never promotes, however often it succeeds.
+    for i in 0..3 {
+        let ack = record(
+            &node,
+            &format!("far{i}"),
+            "headcount by team",
+            "SELECT 1 FROM staff",
+            0.95,
+        )
+        .await;
+        assert!(!ack.promoted);
+    }
+    let ack = record(&node, "on", near, sql, 0.95).await;
+    assert!(ack.promoted);
+    let example = ack.example.unwrap();
+    assert_eq!(example.status, ExampleStatus::Approved);
+    assert_eq!(example.reviewed_by.as_deref(), Some("auto-promotion"));
+    assert_eq!(example.successes, 4);
+
+    let ks = Keyspace::new("engram");
+    let (entries, _) = node
+        .store
+        .read(move |txn| {
+            audit_page(
+                txn,
+                &ks,
+                "acme",
+                (Timestamp(0), Timestamp(i64::MAX)),
+                100,
+                |_| true,
+            )
+        })
+        .await
+        .unwrap();
+    let promoted: Vec<_> = entries
+        .iter()
+        .filter(|e| e.action == "fewshot.auto_approve")
+        .collect();
+    assert_eq!(promoted.len(), 1);
+    assert_eq!(promoted[0].principal, "auto-promotion");
+    assert_eq!(promoted[0].ids, vec![example.id]);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sets_survive_a_restart_and_an_export_imports_into_another_tenant_unchanged() {
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let first = node(&dir, &pool).await;
+    put(
+        &first,
+        "p1",
+        "How many orders did we get last week?",
+        "sales",
+        ORDERS,
+    )
+    .await;
+    let a = record(
+        &first,
+        "r1",
+        "revenue by region",
+        "SELECT region, sum(x) FROM sales GROUP BY region",
+        0.95,
+    )
+    .await
+    .example
+    .unwrap();
+    record(
+        &first,
+        "r2",
+        "stock below minimum",
+        "SELECT * FROM stock WHERE n < min",
+        0.7,
+    )
+    .await;
+    review(&first, "v1", &a.id, ReviewAction::Approve).await;
+    let exported = first
+        .directory
+        .ask_admin(&acme(), ExampleExport { status: None })
+        .await
+        .unwrap();
+    first.shutdown().await;
+    drop(first);
+
+    // A new node on the same file rebuilds both sets (and their vector indexes).
+    let second = node(&dir, &pool).await;
+    assert!(
+        hit(&second, "how many orders did we receive last week", "sales")
+            .await
+            .is_some()
+    );
+    assert_eq!(served(&second, "revenue by region").await.len(), 1);
+
+    let other = UserKey::shared("globex");
+    let import = ExampleImport {
+        request_id: "imp".into(),
+        examples: exported.clone(),
+    };
+    let ack = second.directory.ask_admin(&other, import).await.unwrap();
+    assert_eq!((ack.created, ack.updated), (2, 0));
+    let back = second
+        .directory
+        .ask_admin(&other, ExampleExport { status: None })
+        .await
+        .unwrap();
+    assert_eq!(back, exported, "the round trip keeps every field");
+    // Importing the same document again updates, and adds nothing.
+    let import = ExampleImport {
+        request_id: "imp2".into(),
+        examples: exported,
+    };
+    let ack = second.directory.ask_admin(&other, import).await.unwrap();
+    assert_eq!((ack.created, ack.updated), (0, 2));
+    // An edited example keeps its id: what it holds now finds it, on import and on success.
+    let edit = ReviewAction::Edit {
+        question: Some("regional revenue".into()),
+        sql: None,
+    };
+    review(&second, "v2", &a.id, edit).await;
+    let edited = second
+        .directory
+        .ask_admin(&acme(), ExampleExport { status: None })
+        .await
+        .unwrap();
+    let import = ExampleImport {
+        request_id: "imp3".into(),
+        examples: edited,
+    };
+    let ack = second.directory.ask_admin(&acme(), import).await.unwrap();
+    assert_eq!((ack.created, ack.updated), (0, 2), "re-imported in place");
+    let again = record(
+        &second,
+        "r3",
+        "Regional revenue",
+        "SELECT region, sum(x) FROM sales GROUP BY region",
+        0.95,
+    )
+    .await;
+    let again = again.example.unwrap();
+    assert_eq!((again.id, again.successes), (a.id.clone(), 2));
+    // The first tenant's sets are not the second's.
+    assert_eq!(
+        served(&second, "stock below minimum").await.len(),
+        0,
+        "acme's low-confidence example stays unserved"
+    );
+    second.shutdown().await;
+}

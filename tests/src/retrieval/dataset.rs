@@ -3,7 +3,9 @@
 //!
 //! LoCoMo: every turn is a passage (`dia_id`), category 5 (adversarial, no evidence) is
 //! skipped and malformed evidence lists ("D8:6; D9:17") are split. MemDaily: every message
-//! is a passage (`mid`), `target_step_id` is the evidence and the file's prefix the category.
+//! is a passage (`mid`), `target_step_id` is the evidence and the file's prefix the category;
+//! questions the data set's generator failed to write (text "[ERRORQ]", no answer; 11 of the
+//! dev set's 100 aggregative ones) are skipped and counted like questions without evidence.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -380,7 +382,11 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
                     None => unknown += 1,
                 }
             }
-            if evidence.is_empty() {
+            // The generator's failed questions read "[ERRORQ]" and have no answer: they ask
+            // nothing, whatever their evidence list says.
+            let failed = q.get("answer").is_none_or(Value::is_null)
+                || text(q, "question").contains("[ERRORQ]");
+            if evidence.is_empty() || failed {
                 skipped += 1;
                 continue;
             }
@@ -404,7 +410,7 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
 
 #[cfg(test)]
 mod tests {
-    use super::{Conversation, Dataset, dia_ids, split};
+    use super::{Conversation, Dataset, PassageStyle, dia_ids, load, split};
 
     fn named(names: &[&str], kind: &'static str) -> Dataset {
         Dataset {
@@ -443,5 +449,34 @@ mod tests {
         assert_eq!(dia_ids("D1:3"), ["D1:3"]);
         assert_eq!(dia_ids("D10:2 D:5 D3"), ["D10:2"]);
         assert!(dia_ids("").is_empty());
+    }
+
+    #[test]
+    fn memdaily_questions_the_generator_failed_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("04_aggregative_roles.json");
+        let messages = r#"[{"mid": 0, "message": "m0", "time": "t", "place": "p"},
+                           {"mid": 1, "message": "m1", "time": "t", "place": "p"}]"#;
+        let file = format!(
+            r#"[{{"tid": 7, "message_list": {messages}, "question_list": [
+                {{"qid": 0, "question": "[ERRORQ]", "answer": null, "target_step_id": [0, 1]}},
+                {{"qid": 1, "question": "how many?", "answer": "2", "target_step_id": [0, 1]}}
+            ]}}]"#
+        );
+        std::fs::write(&path, file).unwrap();
+        let style = PassageStyle {
+            dates: false,
+            speakers: false,
+            captions: false,
+        };
+        let set = load(&path, style).unwrap();
+        let conversation = &set.conversations[0];
+        assert_eq!(
+            conversation.skipped_questions, 1,
+            "the failed question is counted"
+        );
+        assert_eq!(conversation.questions.len(), 1);
+        assert_eq!(conversation.questions[0].id, "04_aggregative/7/q1");
+        assert_eq!(conversation.questions[0].evidence, [0, 1]);
     }
 }

@@ -260,13 +260,6 @@ impl VectorIndex {
         self.inner.read().ids.contains_key(id)
     }
 
-    /// The unit vector stored for `id`, if it has a live one.
-    pub fn vector(&self, id: &str) -> Option<Vec<f32>> {
-        let inner = self.inner.read();
-        let internal = *inner.ids.get(id)?;
-        Some(inner.vector(internal).to_vec())
-    }
-
     /// Current counters.
     pub fn stats(&self) -> VectorStats {
         let inner = self.inner.read();

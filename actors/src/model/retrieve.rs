@@ -15,8 +15,6 @@
 //! storage when a user actor starts.
 
 mod bm25;
-mod diversity;
-mod feedback;
 #[cfg(test)]
 mod tests;
 
@@ -28,8 +26,6 @@ use engram_storage::model::Timestamp;
 use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
 
 use self::bm25::Bm25Index;
-pub use self::diversity::{Diversity, is_aggregative};
-pub use self::feedback::Feedback;
 use super::entities::EntityExtractor;
 use super::policy::{DAY_MS, decay};
 
@@ -85,10 +81,6 @@ pub struct RetrieverParams {
     pub salience_weight: f32,
     /// The vector index (its dimension is taken from the first vector indexed).
     pub vectors: VectorConfig,
-    /// A second round seeded by the first round's best documents (hybrid search only).
-    pub feedback: Feedback,
-    /// Re-ranking of aggregative questions' best candidates (hybrid search only).
-    pub diversity: Diversity,
 }
 
 impl Default for RetrieverParams {
@@ -106,8 +98,6 @@ impl Default for RetrieverParams {
             recency_half_life_days: 30.0,
             salience_weight: 0.1,
             vectors: VectorConfig::default(),
-            feedback: Feedback::OFF,
-            diversity: Diversity::OFF,
         }
     }
 }
@@ -357,18 +347,7 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
             SearchMode::Bm25 => self.lexical(extractor, query.text, &allowed),
             SearchMode::Hybrid => self.hybrid(extractor, query, &allowed)?,
         };
-        let diversity = &self.params.diversity;
-        let ranked = if query.mode == SearchMode::Hybrid
-            && diversity.enabled()
-            && is_aggregative(query.text)
-        {
-            let mut top = self.diversify(top_k(ranked, query.k.max(diversity.candidates)));
-            top.truncate(query.k);
-            top
-        } else {
-            top_k(ranked, query.k)
-        };
-        Ok(ranked
+        Ok(top_k(ranked, query.k)
             .into_iter()
             .map(|(slot, score)| (self.docs[slot].id.clone(), score))
             .collect())
@@ -442,69 +421,53 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
                 + p.salience_weight * salience.clamp(0.0, 1.0)
         };
         let mut fused: HashMap<usize, f32> = HashMap::with_capacity(dense.len() + lexical.len());
-        add_list(&mut fused, p.fusion, &dense, p.dense_weight, true);
-        add_list(&mut fused, p.fusion, &lexical, p.bm25_weight, false);
-        if p.feedback.enabled() && !fused.is_empty() {
-            let (dense, lexical) = self.feedback(extractor, query, &fused, allowed)?;
-            let w = p.feedback.weight;
-            add_list(&mut fused, p.fusion, &dense, w * p.dense_weight, true);
-            add_list(&mut fused, p.fusion, &lexical, w * p.bm25_weight, false);
-        }
-        let prior_scale = match p.fusion {
-            Fusion::Rrf { k } => 1.0 / (k + 1.0),
-            Fusion::Weighted => 1.0,
-        };
-        for (slot, score) in &mut fused {
-            *score += prior(*slot) * prior_scale;
+        match p.fusion {
+            Fusion::Rrf { k } => {
+                for (list, weight) in [(&dense, p.dense_weight), (&lexical, p.bm25_weight)] {
+                    // Equal scores share the best of their ranks, so ties stay ties.
+                    let mut rank = 0;
+                    for (at, &(slot, score)) in list.iter().enumerate() {
+                        if at == 0 || score != list[at - 1].1 {
+                            rank = at + 1;
+                        }
+                        *fused.entry(slot).or_insert(0.0) += weight / (k + rank as f32);
+                    }
+                }
+                for (slot, score) in &mut fused {
+                    *score += prior(*slot) / (k + 1.0);
+                }
+            }
+            Fusion::Weighted => {
+                let best = lexical.first().map_or(1.0, |&(_, s)| s.max(f32::EPSILON));
+                for &(slot, s) in &lexical {
+                    *fused.entry(slot).or_insert(0.0) += p.bm25_weight * s / best;
+                }
+                let hi = dense.first().map_or(1.0, |&(_, s)| s);
+                let lo = dense.last().map_or(0.0, |&(_, s)| s);
+                let span = (hi - lo).max(f32::EPSILON);
+                for &(slot, s) in &dense {
+                    *fused.entry(slot).or_insert(0.0) += p.dense_weight * (s - lo) / span;
+                }
+                for (slot, score) in &mut fused {
+                    *score += prior(*slot);
+                }
+            }
         }
         if query.fill {
             // Unmatched documents rank after every matched one, by their priors alone.
             let floor = fused.values().copied().reduce(f32::min).unwrap_or(0.0);
-            let top = (p.recency_weight + p.salience_weight) * prior_scale + f32::EPSILON;
+            let scale = match p.fusion {
+                Fusion::Rrf { k } => 1.0 / (k + 1.0),
+                Fusion::Weighted => 1.0,
+            };
+            let top = (p.recency_weight + p.salience_weight) * scale + f32::EPSILON;
             for slot in (0..self.docs.len()).filter(|&slot| allowed[slot]) {
                 fused
                     .entry(slot)
-                    .or_insert_with(|| floor - top + prior(slot) * prior_scale);
+                    .or_insert_with(|| floor - top + prior(slot) * scale);
             }
         }
         Ok(fused.into_iter().collect())
-    }
-}
-
-/// Adds one ranked list (best first) to the fused scores: `weight / (k + rank)` under RRF
-/// (equal scores share the best of their ranks, so ties stay ties); under the weighted sum,
-/// BM25 divided by the list's best and cosine min-max normalised over the list.
-fn add_list(
-    fused: &mut HashMap<usize, f32>,
-    fusion: Fusion,
-    list: &[(usize, f32)],
-    weight: f32,
-    dense: bool,
-) {
-    match fusion {
-        Fusion::Rrf { k } => {
-            let mut rank = 0;
-            for (at, &(slot, score)) in list.iter().enumerate() {
-                if at == 0 || score != list[at - 1].1 {
-                    rank = at + 1;
-                }
-                *fused.entry(slot).or_insert(0.0) += weight / (k + rank as f32);
-            }
-        }
-        Fusion::Weighted if dense => {
-            let hi = list.first().map_or(1.0, |&(_, s)| s);
-            let lo = list.last().map_or(0.0, |&(_, s)| s);
-            let span = (hi - lo).max(f32::EPSILON);
-            for &(slot, s) in list {
-                *fused.entry(slot).or_insert(0.0) += weight * (s - lo) / span;
-            }
-        }
-        Fusion::Weighted => {
-            let best = list.first().map_or(1.0, |&(_, s)| s.max(f32::EPSILON));
-            for &(slot, s) in list {
-                *fused.entry(slot).or_insert(0.0) += weight * s / best;
-            }
-        }
     }
 }
 

@@ -7,7 +7,8 @@
 //! search, with the search latency (dense and hybrid include embedding the question), and
 //! how many questions no mode found any evidence of in its top 20 (with a few of their ids).
 //! Each set is reported in two halves (`dataset::split`): settings are tuned on the tuning
-//! half only, and the checking half shows how far they carry; `--whole` reports sets whole.
+//! half only, and the checking half shows how far they carry; `--whole` reports sets whole,
+//! `--half tuning` (or `checking`) one half only.
 //!
 //! ```text
 //! cargo run --release -p engram-tests --bin retrieval                       # all shared data
@@ -27,7 +28,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use engram_actors::model::index::IndexParams;
-use engram_actors::model::retrieve::{Diversity, Feedback, Fusion, RetrieverParams};
+use engram_actors::model::retrieve::{Fusion, RetrieverParams};
 use engram_inference::{EncoderConfig, ModelKind, PoolConfig};
 use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
 use engram_tests::retrieval::{Bench, Report};
@@ -121,30 +122,6 @@ struct Args {
     /// Only this half ("tuning" while tuning; "checking" for the final figures).
     #[arg(long, value_enum, conflicts_with = "whole")]
     half: Option<HalfArg>,
-    /// Pseudo-relevance feedback: how many first-round hits seed a second round (0: none).
-    #[arg(long, default_value_t = RetrieverParams::default().feedback.docs)]
-    feedback_docs: usize,
-    /// Words of the seeds added to the question.
-    #[arg(long, default_value_t = Feedback::SEEDED.terms)]
-    feedback_terms: usize,
-    /// Weight of each added word.
-    #[arg(long, default_value_t = Feedback::SEEDED.term_weight)]
-    feedback_term_weight: f32,
-    /// Weight of the seeds' mean vector added to the question's.
-    #[arg(long, default_value_t = Feedback::SEEDED.vector_weight)]
-    feedback_vector_weight: f32,
-    /// Words held by more than this share of a user's documents are never added.
-    #[arg(long, default_value_t = Feedback::SEEDED.max_df)]
-    feedback_max_df: f32,
-    /// Weight of the second round's lists in the fusion.
-    #[arg(long, default_value_t = Feedback::SEEDED.weight)]
-    feedback_weight: f32,
-    /// Aggregative questions: relevance against novelty in the re-ranking (1: none).
-    #[arg(long, default_value_t = RetrieverParams::default().diversity.lambda)]
-    diversity_lambda: f32,
-    /// Aggregative questions: how many of the best candidates are re-ranked.
-    #[arg(long, default_value_t = 30)]
-    diversity_candidates: usize,
 }
 
 fn main() -> Result<()> {
@@ -228,18 +205,6 @@ fn main() -> Result<()> {
             // about any time of the conversation: the priors stay out of these figures.
             recency_weight: 0.0,
             salience_weight: 0.0,
-            feedback: Feedback {
-                docs: args.feedback_docs,
-                terms: args.feedback_terms,
-                term_weight: args.feedback_term_weight,
-                vector_weight: args.feedback_vector_weight,
-                max_df: args.feedback_max_df,
-                weight: args.feedback_weight,
-            },
-            diversity: Diversity {
-                lambda: args.diversity_lambda,
-                candidates: args.diversity_candidates,
-            },
             ..RetrieverParams::default()
         },
         neighbour_weight: args.neighbour_weight,

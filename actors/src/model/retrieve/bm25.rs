@@ -68,101 +68,35 @@ impl Bm25Index {
         b: f32,
         allowed: &[bool],
     ) -> Vec<(usize, f32)> {
-        self.score_terms(&self.lookup(words, 1.0), k1, b, allowed)
-    }
-
-    /// The term ids of the `words` the index knows, each with `weight`.
-    pub(super) fn lookup(&self, words: &[String], weight: f32) -> Vec<(u32, f32)> {
-        words
-            .iter()
-            .filter_map(|word| Some((*self.terms.get(word)?, weight)))
-            .collect()
-    }
-
-    /// [`Bm25Index::score`] over term ids, each term's contribution multiplied by its weight.
-    pub(super) fn score_terms(
-        &self,
-        terms: &[(u32, f32)],
-        k1: f32,
-        b: f32,
-        allowed: &[bool],
-    ) -> Vec<(usize, f32)> {
         if self.live == 0 {
             return Vec::new();
         }
-        let avg_len = (self.total_len as f32 / self.live as f32).max(1.0);
+        let n = self.live as f32;
+        let avg_len = (self.total_len as f32 / n).max(1.0);
         let mut scores: HashMap<u32, f32> = HashMap::new();
-        for &(term, weight) in terms {
-            let Some(idf) = self.idf(term) else {
+        for word in words {
+            let Some(&term) = self.terms.get(word) else {
                 continue;
             };
-            for &(slot, tf) in &self.postings[term as usize] {
+            let postings = &self.postings[term as usize];
+            if postings.is_empty() {
+                continue;
+            }
+            let df = postings.len() as f32;
+            let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+            for &(slot, tf) in postings {
                 if !allowed.get(slot as usize).copied().unwrap_or(false) {
                     continue;
                 }
                 let len = self.docs[slot as usize].0 as f32;
                 let tf = tf as f32;
                 let norm = tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * len / avg_len));
-                *scores.entry(slot).or_insert(0.0) += weight * idf * norm;
+                *scores.entry(slot).or_insert(0.0) += idf * norm;
             }
         }
         scores
             .into_iter()
             .map(|(slot, s)| (slot as usize, s))
-            .collect()
-    }
-
-    /// Lucene's IDF of a term held by at least one live document.
-    fn idf(&self, term: u32) -> Option<f32> {
-        let df = self.postings.get(term as usize)?.len() as f32;
-        if df == 0.0 {
-            return None;
-        }
-        let n = self.live as f32;
-        Some((1.0 + (n - df + 0.5) / (df + 0.5)).ln())
-    }
-
-    /// Words of the `seeds` documents to add to a query (pseudo-relevance feedback): at most
-    /// `n` terms, not among `query`, held by at least one other live document (a word only the
-    /// seeds hold finds nothing new), ranked by how many seeds hold them, then by IDF. Terms
-    /// held by more than `max_df` of the live documents (function words) are left out.
-    pub(super) fn expansion(
-        &self,
-        seeds: &[usize],
-        query: &[String],
-        n: usize,
-        max_df: f32,
-    ) -> Vec<u32> {
-        let excluded: Vec<u32> = query
-            .iter()
-            .filter_map(|w| self.terms.get(w))
-            .copied()
-            .collect();
-        let mut counts: HashMap<u32, u32> = HashMap::new();
-        for &slot in seeds {
-            let Some((_, held)) = self.docs.get(slot) else {
-                continue;
-            };
-            for &term in held {
-                if !excluded.contains(&term) {
-                    *counts.entry(term).or_insert(0) += 1;
-                }
-            }
-        }
-        let limit = (max_df * self.live as f32).max(2.0);
-        let mut ranked: Vec<(u32, u32, f32)> = counts
-            .into_iter()
-            .filter_map(|(term, count)| {
-                let df = self.postings[term as usize].len() as f32;
-                let others = df - count as f32;
-                (others >= 1.0 && df <= limit).then(|| Some((term, count, self.idf(term)?)))?
-            })
-            .collect();
-        ranked.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.2.total_cmp(&a.2)).then(a.0.cmp(&b.0)));
-        ranked
-            .into_iter()
-            .take(n)
-            .map(|(term, _, _)| term)
             .collect()
     }
 }

@@ -1,5 +1,5 @@
 //! Unit tests of hybrid retrieval: BM25 ranking, dense ranking, fusion, Chinese segmentation,
-//! filters, priors, replacement and removal, and the second round of pseudo-relevance feedback.
+//! filters, priors, replacement and removal.
 
 use std::sync::LazyLock;
 
@@ -330,98 +330,4 @@ fn the_salience_prior_ranks_by_the_salience_left_at_the_querys_time() {
         "steady",
         "0.6 - 30 x 0.02 = 0 against 0.5"
     );
-}
-
-/// Documents for the feedback tests: `bridge` answers the question in none of its words but
-/// shares rare words with `seed`, which the question's words find.
-const BRIDGED: [(&str, &str); 6] = [
-    (
-        "seed",
-        "I have known these friends since I moved from my home country",
-    ),
-    (
-        "bridge",
-        "This necklace is a gift from my grandma in my home country, Sweden",
-    ),
-    ("f1", "We went camping in the mountains last week"),
-    ("f2", "The pottery class was like therapy for me"),
-    ("f3", "My kids love the dinosaur exhibit at the museum"),
-    ("f4", "We painted a sunset over the lake yesterday"),
-];
-
-#[test]
-fn feedback_finds_what_the_best_hit_says_in_other_words() {
-    let question = "where did she move";
-    let plain = retriever(&BRIDGED);
-    let hits = plain
-        .search(&EXTRACTOR, &Query::new(question, 5, SearchMode::Hybrid))
-        .unwrap();
-    assert_eq!(ids(&hits), ["seed"], "one round finds only the word match");
-
-    let mut seeded = Retriever::new(RetrieverParams {
-        feedback: Feedback {
-            docs: 1,
-            terms: 3,
-            max_df: 0.5,
-            ..Feedback::SEEDED
-        },
-        ..RetrieverParams::default()
-    });
-    for &(id, text) in &BRIDGED {
-        seeded
-            .index(&EXTRACTOR, id, text, None, DocFeatures::default())
-            .unwrap();
-    }
-    let hits = seeded
-        .search(&EXTRACTOR, &Query::new(question, 5, SearchMode::Hybrid))
-        .unwrap();
-    assert_eq!(
-        ids(&hits),
-        ["seed", "bridge"],
-        "the second round reaches the document sharing the seed's rare words, after the seed"
-    );
-    let bm25 = seeded
-        .search(&EXTRACTOR, &Query::new(question, 5, SearchMode::Bm25))
-        .unwrap();
-    assert_eq!(ids(&bm25), ["seed"], "BM25-only searches run one round");
-}
-
-#[test]
-fn feedback_moves_the_question_vector_towards_the_seeds() {
-    let normalised = |v: [f32; 4]| {
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        v.map(|x| x / norm).to_vec()
-    };
-    // The question points along axis 0. The seed ("near") leans towards axis 1, where "far"
-    // lies; "other" is barely closer to the question than "far".
-    let docs = [
-        ("near", normalised([0.9, 0.44, 0.0, 0.0])),
-        ("far", normalised([0.0, 1.0, 0.0, 0.2])),
-        ("other", normalised([0.1, 0.0, 1.0, 0.0])),
-    ];
-    let build = |feedback: Feedback| {
-        let mut r = Retriever::new(RetrieverParams {
-            feedback,
-            ..RetrieverParams::default()
-        });
-        for (id, v) in &docs {
-            r.index(&EXTRACTOR, *id, "", Some(v), DocFeatures::default())
-                .unwrap();
-        }
-        r
-    };
-    let question = unit(0, 0.0);
-    let query = Query::new("", 3, SearchMode::Hybrid).vector(&question);
-    let plain = build(Feedback::OFF).search(&EXTRACTOR, &query).unwrap();
-    assert_eq!(ids(&plain), ["near", "other", "far"], "{plain:?}");
-    let seeded = build(Feedback {
-        docs: 1,
-        terms: 0,
-        vector_weight: 2.0,
-        weight: 2.0,
-        ..Feedback::SEEDED
-    })
-    .search(&EXTRACTOR, &query)
-    .unwrap();
-    assert_eq!(ids(&seeded), ["near", "far", "other"], "{seeded:?}");
 }

@@ -208,73 +208,58 @@ impl TenantState {
     /// Reads SQL cache entries again from storage into the cache: after a write whose outcome
     /// this actor did not apply (a replay, or an error after which the commit is unknown).
     pub(super) async fn refresh_sql(&mut self, ids: Vec<String>) {
-        let (ks, tenant) = (
-            self.args.services.keyspace.clone(),
-            self.tenant().to_owned(),
-        );
-        let read = ids.clone();
-        let found = self
-            .args
-            .services
-            .store
-            .read(move |txn| {
-                let mut t = TenantData::new(txn, &ks, &tenant);
-                read.iter()
-                    .map(|id| t.sql_entry(id))
-                    .collect::<Result<Vec<_>, _>>()
-            })
+        let read = |t: &mut TenantData<'_>, id: &str| t.sql_entry(id);
+        self.refresh(ids, read, Self::cache_sql, Self::uncache_sql)
             .await;
-        match found {
-            Ok(found) => {
-                for (id, entry) in ids.iter().zip(found) {
-                    match entry {
-                        Some(entry) => self.cache_sql(entry),
-                        None => self.uncache_sql(id),
-                    }
-                }
-            }
-            Err(err) => {
-                // Unknown: serve none of them rather than a stale one.
-                tracing::warn!(tenant = %self.tenant(), error = %err, "shared entries not read again; dropped from the cache");
-                for id in &ids {
-                    self.sql_index.remove(id);
-                    self.sql.remove(id);
-                }
-            }
-        }
     }
 
     /// Reads few-shot examples again from storage into the cache (see [`Self::refresh_sql`]).
     pub(super) async fn refresh_examples(&mut self, ids: Vec<String>) {
+        let read = |t: &mut TenantData<'_>, id: &str| t.example(id);
+        self.refresh(ids, read, Self::cache_example, Self::uncache_example)
+            .await;
+    }
+
+    /// Reads `ids` of one set with `read` and caches what is stored (`cache`) or forgets what
+    /// is not (`uncache`). When the read fails the outcome is unknown: none of them is served
+    /// rather than a stale one.
+    async fn refresh<T: Send + 'static>(
+        &mut self,
+        ids: Vec<String>,
+        read: fn(&mut TenantData<'_>, &str) -> engram_storage::Result<Option<T>>,
+        cache: fn(&mut Self, T),
+        uncache: fn(&mut Self, &str),
+    ) {
         let (ks, tenant) = (
             self.args.services.keyspace.clone(),
             self.tenant().to_owned(),
         );
-        let read = ids.clone();
+        let wanted = ids.clone();
         let found = self
             .args
             .services
             .store
             .read(move |txn| {
                 let mut t = TenantData::new(txn, &ks, &tenant);
-                read.iter()
-                    .map(|id| t.example(id))
+                wanted
+                    .iter()
+                    .map(|id| read(&mut t, id))
                     .collect::<Result<Vec<_>, _>>()
             })
             .await;
         match found {
             Ok(found) => {
-                for (id, example) in ids.iter().zip(found) {
-                    match example {
-                        Some(example) => self.cache_example(example),
-                        None => self.uncache_example(id),
+                for (id, stored) in ids.iter().zip(found) {
+                    match stored {
+                        Some(stored) => cache(self, stored),
+                        None => uncache(self, id),
                     }
                 }
             }
             Err(err) => {
-                tracing::warn!(tenant = %self.tenant(), error = %err, "shared examples not read again; dropped from the cache");
+                tracing::warn!(tenant = %self.tenant(), error = %err, "shared entries not read again; dropped from the cache");
                 for id in &ids {
-                    self.uncache_example(id);
+                    uncache(self, id);
                 }
             }
         }

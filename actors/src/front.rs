@@ -76,6 +76,34 @@ impl Reader {
     pub fn is_admin(&self) -> bool {
         self.scope == Scope::Admin
     }
+
+    /// Whether this reader may ask `request` of an actor of `tenant` (`whose` names that
+    /// actor's data in the refusal): the key must act for that tenant; admin keys ask
+    /// anything, gateway keys anything but `admin_only` requests, operator keys nothing.
+    pub fn admit(
+        &self,
+        tenant: &str,
+        whose: &str,
+        request: &UserRequest,
+        admin_only: bool,
+    ) -> Result<()> {
+        if self.tenant != tenant {
+            return Err(Error::Forbidden(format!(
+                "the key acts for another tenant than {whose}"
+            )));
+        }
+        match self.scope {
+            Scope::Admin => Ok(()),
+            Scope::Gateway if !admin_only => Ok(()),
+            Scope::Gateway => Err(Error::Forbidden(format!(
+                "{} needs an admin key",
+                request.name()
+            ))),
+            Scope::Operator => Err(Error::Forbidden(
+                "operator keys serve cluster operations only".into(),
+            )),
+        }
+    }
 }
 
 /// A request with its reply type: what [`Users::ask`] takes.

@@ -366,12 +366,6 @@ impl TenantState {
     /// Who may ask what: the reader acts for this tenant; reviewing, listing, exporting,
     /// importing and the settings need an admin key; operator keys ask nothing here.
     fn admit(&self, reader: &Reader, request: &UserRequest) -> Result<()> {
-        use engram_storage::access::Scope;
-        if reader.tenant != self.args.key.tenant {
-            return Err(Error::Forbidden(
-                "the key acts for another tenant than the shared sets'".into(),
-            ));
-        }
         let admin_only = matches!(
             request,
             UserRequest::ListExamples(_)
@@ -381,17 +375,8 @@ impl TenantState {
                 | UserRequest::ReadSettings(_)
                 | UserRequest::WriteSettings(_)
         );
-        match reader.scope {
-            Scope::Admin => Ok(()),
-            Scope::Gateway if !admin_only => Ok(()),
-            Scope::Gateway => Err(Error::Forbidden(format!(
-                "{} needs an admin key",
-                request.name()
-            ))),
-            Scope::Operator => Err(Error::Forbidden(
-                "operator keys serve cluster operations only".into(),
-            )),
-        }
+        let tenant = &self.args.key.tenant;
+        reader.admit(tenant, "the shared sets'", request, admin_only)
     }
 
     async fn serve(&mut self, reader: &Reader, request: UserRequest) -> Result<UserReply> {

@@ -232,12 +232,6 @@ impl UserState {
 
     /// Whether `reader` may ask `request` of this user at all.
     fn admit(&self, reader: &Reader, request: &UserRequest) -> Result<()> {
-        use engram_storage::access::Scope;
-        if reader.tenant != self.args.key.tenant {
-            return Err(Error::Forbidden(
-                "the key acts for another tenant than the user's".into(),
-            ));
-        }
         let admin_only = matches!(
             request,
             UserRequest::Forget(_)
@@ -245,17 +239,7 @@ impl UserState {
                 | UserRequest::MatchArchive(_)
                 | UserRequest::ApproveReads(_)
         );
-        match reader.scope {
-            Scope::Admin => Ok(()),
-            Scope::Gateway if !admin_only => Ok(()),
-            Scope::Gateway => Err(Error::Forbidden(format!(
-                "{} needs an admin key",
-                request.name()
-            ))),
-            Scope::Operator => Err(Error::Forbidden(
-                "operator keys serve cluster operations only".into(),
-            )),
-        }
+        reader.admit(&self.args.key.tenant, "the user's", request, admin_only)
     }
 
     /// Counts a sensitive read by a non-admin `reader`, or refuses it.

@@ -163,20 +163,9 @@ async fn sigkill_under_load_loses_no_acknowledged_turn_and_retries_replay_them()
             for i in 0..PER_CLIENT {
                 let id = format!("kill-{c}-{i}");
                 let body = turn(&id, "s1", &format!("turn {id} of {user}"), "ok");
-                // A 503 before the kill (a busy machine: leases not confirmed in time) asks
-                // for a retry, which a gateway sends with the same request id.
-                let outcome = loop {
-                    let outcome = http.append_turn(&user, &body).await;
-                    match &outcome {
-                        Ok(reply)
-                            if reply.status == StatusCode::SERVICE_UNAVAILABLE
-                                && !killed.load(Ordering::SeqCst) =>
-                        {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                        _ => break outcome,
-                    }
-                };
+                // A 503 `not_owner` (a busy machine: leases not confirmed in time) asks for a
+                // retry, which a gateway sends with the same request id.
+                let outcome = http.append_turn_retrying(&user, &body).await;
                 match outcome {
                     Ok(reply) if reply.status == StatusCode::OK => {
                         let seq = reply.json()["seq"]
@@ -314,7 +303,13 @@ async fn sigterm_with_writes_in_flight_finishes_them_or_refuses_them_and_half_wr
             let id = format!("{wave}-{i}");
             tokio::spawn(async move {
                 let body = turn(&id, "s1", &format!("turn {id} of {user}"), "ok");
-                let result = http.append_turn(&user, &body).await.map(|r| r.status);
+                // A 503 `not_owner` (a busy machine: leases not confirmed in time) is retried
+                // with the same request id, as a gateway does; after SIGTERM the retry is
+                // refused or answered like any other request.
+                let result = http
+                    .append_turn_retrying(&user, &body)
+                    .await
+                    .map(|r| r.status);
                 let _ = tx.send(Outcome {
                     user,
                     body,

@@ -380,20 +380,16 @@ impl HttpClient {
         self.post(&format!("/v1/users/{user}/turns"), body).await
     }
 
-    /// Appends a turn (see [`turn`]) to `user` that must be acknowledged; returns the
-    /// `TurnResponse`. A 503 `not_owner` is retried with the same body (the same request id,
-    /// so at most one turn is written), as the API tells gateways to: a node whose heartbeat
-    /// a busy machine delayed refuses writes until it has confirmed its leases again. It
-    /// retries for at most [`RETRY_NOT_OWNER_FOR`].
-    ///
-    /// # Panics
-    /// On a transport failure, any other status, or a `not_owner` past that time.
-    pub async fn must_append_turn(&self, user: &str, body: &Value) -> Value {
-        let path = format!("/v1/users/{user}/turns");
+    /// Appends a turn (see [`turn`]) to `user`, retrying a 503 `not_owner` with the same body
+    /// (the same request id, so at most one turn is written) as the API tells gateways to: a
+    /// node whose heartbeat a busy machine delayed refuses writes until it has confirmed its
+    /// leases again. It retries for at most [`RETRY_NOT_OWNER_FOR`], then returns what the
+    /// last attempt got: any other answer, a transport error, or that `not_owner`.
+    pub async fn append_turn_retrying(&self, user: &str, body: &Value) -> Result<Reply, HttpError> {
         let deadline = Instant::now() + RETRY_NOT_OWNER_FOR;
         loop {
-            match self.post(&path, body).await {
-                Ok(reply) if reply.status == StatusCode::OK => return reply.json(),
+            let outcome = self.append_turn(user, body).await;
+            match &outcome {
                 Ok(reply)
                     if reply.status == StatusCode::SERVICE_UNAVAILABLE
                         && reply.json()["code"] == "not_owner"
@@ -401,9 +397,25 @@ impl HttpClient {
                 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                Ok(reply) => panic!("POST {path}: {} {}", reply.status, reply.text()),
-                Err(err) => panic!("POST {path}: {err}"),
+                _ => return outcome,
             }
+        }
+    }
+
+    /// Appends a turn (see [`turn`]) to `user` that must be acknowledged, retrying a
+    /// `not_owner` as [`HttpClient::append_turn_retrying`] does; returns the `TurnResponse`.
+    ///
+    /// # Panics
+    /// On a transport failure, any other status, or a `not_owner` past that time.
+    pub async fn must_append_turn(&self, user: &str, body: &Value) -> Value {
+        match self.append_turn_retrying(user, body).await {
+            Ok(reply) if reply.status == StatusCode::OK => reply.json(),
+            Ok(reply) => panic!(
+                "POST /v1/users/{user}/turns: {} {}",
+                reply.status,
+                reply.text()
+            ),
+            Err(err) => panic!("POST /v1/users/{user}/turns: {err}"),
         }
     }
 

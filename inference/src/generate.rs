@@ -76,6 +76,11 @@ pub struct GenerationConfig {
     pub tenant_share_percent: u8,
     /// The decoding thread's scheduling class.
     pub priority: BackgroundPriority,
+    /// In the idle class, while the machine is busy, the share of the time (percent, 1 to
+    /// 100; 100: no limit) decoding steps may take: the thread rests after each step for the
+    /// rest, as the embedding pool's background worker does
+    /// ([`crate::PoolConfig::background_busy_share_percent`]).
+    pub busy_share_percent: u8,
 }
 
 impl Default for GenerationConfig {
@@ -88,6 +93,7 @@ impl Default for GenerationConfig {
             queue_capacity: 256,
             tenant_share_percent: 50,
             priority: BackgroundPriority::Idle,
+            busy_share_percent: 10,
         }
     }
 }
@@ -241,6 +247,8 @@ impl GenerationPool {
             vocab,
             prefixes: HashMap::new(),
             max_batch: config.max_batch.max(1),
+            busy_share_percent: (config.priority == BackgroundPriority::Idle)
+                .then_some(config.busy_share_percent),
         };
         let idle = config.priority == BackgroundPriority::Idle;
         let thread = std::thread::Builder::new()

@@ -79,6 +79,12 @@ pub struct PoolConfig {
     /// The scheduling class of background-only batches (the pipeline's): `idle` takes only
     /// CPU time that requests leave unused.
     pub background_priority: BackgroundPriority,
+    /// While the machine is busy (an idle-class batch waited longer for a CPU than it ran),
+    /// the share of the time, in percent (1 to 100; 100: no limit), that idle-class
+    /// background batches may take: each rests after it for the rest of that time
+    /// ([`lanes::busy_pause`]). The idle class alone still lets them run in every gap a
+    /// request leaves, and take the caches with them.
+    pub background_busy_share_percent: u8,
 }
 
 impl Default for PoolConfig {
@@ -91,6 +97,7 @@ impl Default for PoolConfig {
             queue_capacity: 1024,
             tenant_share_percent: 50,
             background_priority: BackgroundPriority::Idle,
+            background_busy_share_percent: 10,
         }
     }
 }
@@ -147,6 +154,7 @@ impl EmbeddingPool {
         let args = RouterArgs {
             encoders,
             background: config.background_priority,
+            busy_share_percent: config.background_busy_share_percent,
             max_batch: config.max_batch,
             max_wait: config.max_wait,
             metrics: Arc::clone(&metrics),

@@ -12,6 +12,7 @@ use tokenizers::Tokenizer;
 
 use super::{PREFIXES_KEPT, Request, Shared, pick};
 use crate::error::{Error, Result};
+use crate::pool::lanes::{SchedTimes, busy_pause};
 use crate::qwen2::{KvCache, Qwen2};
 use crate::schema::Matcher;
 
@@ -34,6 +35,9 @@ pub(super) struct Decoder {
     /// Keys and values of system prompts, with when each was last used.
     pub(super) prefixes: HashMap<String, (KvCache, Instant)>,
     pub(super) max_batch: usize,
+    /// The share of a busy machine's time an idle-class decoder's steps may take
+    /// ([`busy_pause`]); `None` at normal priority.
+    pub(super) busy_share_percent: Option<u8>,
 }
 
 impl Decoder {
@@ -51,11 +55,31 @@ impl Decoder {
                     running.push(seq);
                 }
             }
+            let started = Instant::now();
+            let before = SchedTimes::of_this_thread();
             running = self.step(running);
+            if let Some(share) = self.busy_share_percent {
+                let sched = before
+                    .zip(SchedTimes::of_this_thread())
+                    .map(|(before, after)| after.since(before));
+                self.rest(busy_pause(started.elapsed(), sched, share));
+            }
             self.shared
                 .counters
                 .running
                 .store(running.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Rests `pause` after a step while the machine is busy, or less once the pool closes.
+    fn rest(&self, pause: Duration) {
+        let until = Instant::now() + pause;
+        while !self.shared.closed.load(Ordering::Acquire) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
         }
     }
 

@@ -14,6 +14,7 @@
 
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,67 @@ pub enum BackgroundPriority {
     Idle,
     /// The process's normal priority, like interactive batches.
     Normal,
+}
+
+/// How long a thread has run on a CPU and waited in a run queue for one, as the kernel counts
+/// them (`/proc/thread-self/schedstat`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SchedTimes {
+    pub(crate) run: Duration,
+    pub(crate) wait: Duration,
+}
+
+impl SchedTimes {
+    /// The calling thread's, or `None` where the kernel does not say.
+    pub(crate) fn of_this_thread() -> Option<SchedTimes> {
+        #[cfg(target_os = "linux")]
+        {
+            let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+            let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
+            let run = fields.next()?.ok()?;
+            let wait = fields.next()?.ok()?;
+            Some(SchedTimes {
+                run: Duration::from_nanos(run),
+                wait: Duration::from_nanos(wait),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
+    /// What passed from `earlier` to `self`.
+    pub(crate) fn since(self, earlier: SchedTimes) -> SchedTimes {
+        SchedTimes {
+            run: self.run.saturating_sub(earlier.run),
+            wait: self.wait.saturating_sub(earlier.wait),
+        }
+    }
+}
+
+/// The longest rest one background batch owes ([`busy_pause`]): a stopping pool and a machine
+/// that has just become quiet never wait longer for the next batch.
+pub(crate) const MAX_BUSY_PAUSE: Duration = Duration::from_secs(2);
+
+/// How long an idle-class lane rests after a batch that took `wall` on the clock and `sched`
+/// on its thread, so that while the machine is busy its batches take at most `share_percent`
+/// of the time: nothing when its thread ran at least as long as it waited for a CPU (the CPU
+/// had room for it), or when the kernel does not say; else `wall * (100 - share) / share`, at
+/// most [`MAX_BUSY_PAUSE`].
+///
+/// The idle class alone does not keep a busy machine's requests from paying for background
+/// batches: the batches run in every gap a blocked request thread leaves (an fsync, a network
+/// round trip) and take the caches with them. Measured: an idle-class matrix-multiply loop
+/// beside a write-heavy load cost 13% of its appends (docs/benchmarks.md).
+pub(crate) fn busy_pause(wall: Duration, sched: Option<SchedTimes>, share_percent: u8) -> Duration {
+    let share = u32::from(share_percent.clamp(1, 100));
+    match sched {
+        Some(sched) if share < 100 && sched.wait > sched.run => {
+            (wall * (100 - share) / share).min(MAX_BUSY_PAUSE)
+        }
+        _ => Duration::ZERO,
+    }
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -170,6 +232,45 @@ pub(crate) fn lower_priority() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_background_batch_rests_only_when_it_waited_longer_for_a_cpu_than_it_ran() {
+        let ms = Duration::from_millis;
+        let sched = |run, wait| {
+            Some(SchedTimes {
+                run: ms(run),
+                wait: ms(wait),
+            })
+        };
+        // The CPU had room: no rest, whatever the share.
+        assert_eq!(busy_pause(ms(100), sched(80, 20), 10), Duration::ZERO);
+        assert_eq!(busy_pause(ms(100), sched(50, 50), 10), Duration::ZERO);
+        // Busy: the batch's time is at most the share of batch plus rest.
+        assert_eq!(busy_pause(ms(100), sched(30, 70), 10), ms(900));
+        assert_eq!(busy_pause(ms(100), sched(30, 70), 25), ms(300));
+        assert_eq!(busy_pause(ms(100), sched(30, 70), 50), ms(100));
+        // 100% is no limit; a long batch rests at most the bound; no reading, no rest.
+        assert_eq!(busy_pause(ms(100), sched(30, 70), 100), Duration::ZERO);
+        assert_eq!(busy_pause(ms(1_000), sched(300, 700), 10), MAX_BUSY_PAUSE);
+        assert_eq!(busy_pause(ms(100), None, 10), Duration::ZERO);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_threads_run_time_grows_while_it_computes() {
+        let before = SchedTimes::of_this_thread().expect("the kernel counts run times");
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let spent = SchedTimes::of_this_thread().unwrap().since(before);
+        assert!(spent.run > Duration::ZERO, "{spent:?}");
+        assert!(
+            spent.run + spent.wait >= Duration::from_millis(25),
+            "{spent:?}"
+        );
+    }
 
     #[tokio::test]
     async fn a_lane_runs_jobs_in_order_on_its_thread_and_reports_a_dead_thread() {

@@ -88,6 +88,8 @@ pub(crate) struct Router;
 pub(crate) struct RouterArgs {
     pub(crate) encoders: Vec<Encoder>,
     pub(crate) background: BackgroundPriority,
+    /// [`super::PoolConfig::background_busy_share_percent`].
+    pub(crate) busy_share_percent: u8,
     pub(crate) max_batch: usize,
     pub(crate) max_wait: Duration,
     pub(crate) metrics: Arc<Metrics>,
@@ -136,6 +138,7 @@ impl Actor for Router {
                     encoder,
                     serves,
                     background: args.background,
+                    busy_share_percent: args.busy_share_percent,
                     router: myself.clone(),
                     metrics: Arc::clone(&args.metrics),
                     threads: args.threads.clone(),

@@ -28,6 +28,8 @@ pub(crate) struct Metrics {
     pub(crate) batches: AtomicU64,
     pub(crate) forward_passes: AtomicU64,
     pub(crate) tokens: AtomicU64,
+    /// Microseconds idle-class background workers rested while the machine was busy.
+    pub(crate) background_rest_us: AtomicU64,
     batch_sizes: [AtomicU64; BATCH_BUCKETS.len() + 1],
     latency_us: [AtomicU64; LATENCY_BUCKETS],
     latency_sum_us: AtomicU64,
@@ -85,6 +87,7 @@ impl Metrics {
             batches: load(&self.batches),
             forward_passes: load(&self.forward_passes),
             tokens: load(&self.tokens),
+            background_rest: Duration::from_micros(load(&self.background_rest_us)),
             batch_sizes: std::array::from_fn(|i| load(&self.batch_sizes[i])),
             answered,
             latency_mean: Duration::from_micros(
@@ -124,6 +127,9 @@ pub struct PoolStats {
     pub forward_passes: u64,
     /// Tokens read by the model (prefixes and special tokens included, padding excluded).
     pub tokens: u64,
+    /// Time idle-class background workers rested between batches because the machine was
+    /// busy ([`crate::PoolConfig::background_busy_share_percent`]).
+    pub background_rest: Duration,
     /// Batches per size: entry `i` counts batches of at most [`BATCH_BUCKETS`]`[i]` texts
     /// (and more than the previous bound); the last entry counts larger ones.
     pub batch_sizes: [u64; BATCH_BUCKETS.len() + 1],

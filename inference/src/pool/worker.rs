@@ -18,10 +18,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::lanes::{BackgroundPriority, Lane, Threads};
+use super::lanes::{BackgroundPriority, Lane, SchedTimes, Threads, busy_pause};
 use super::router::{Request, RouterMsg};
 use super::stats::Metrics;
 use crate::encoder::Encoder;
@@ -55,6 +56,8 @@ pub(crate) struct WorkerArgs {
     pub(crate) encoder: Encoder,
     pub(crate) serves: Serves,
     pub(crate) background: BackgroundPriority,
+    /// [`super::PoolConfig::background_busy_share_percent`].
+    pub(crate) busy_share_percent: u8,
     pub(crate) router: ActorRef<RouterMsg>,
     pub(crate) metrics: Arc<Metrics>,
     /// Where the lane's thread is registered.
@@ -72,6 +75,9 @@ pub(crate) struct WorkerState {
     /// The pool's closed flag, for a background worker: its batch stops between passes once
     /// the pool closes. `None` for an interactive worker, whose callers wait.
     cancel: Option<Arc<AtomicBool>>,
+    /// The share of a busy machine's time an idle-class background worker's batches may
+    /// take ([`busy_pause`]); `None` for every other worker.
+    busy_share_percent: Option<u8>,
     router: ActorRef<RouterMsg>,
     metrics: Arc<Metrics>,
 }
@@ -86,17 +92,16 @@ impl Actor for EncoderWorker {
         _myself: ActorRef<WorkerMsg>,
         args: WorkerArgs,
     ) -> std::result::Result<WorkerState, ActorProcessingErr> {
+        let idle = args.background == BackgroundPriority::Idle;
+        let busy_share_percent =
+            (args.serves == Serves::Background && idle).then_some(args.busy_share_percent);
         let (lane, cancel) = match args.serves {
             Serves::Interactive => (
                 Lane::start(format!("embed-{}", args.index), false, &args.threads)?,
                 None,
             ),
             Serves::Background => (
-                Lane::start(
-                    format!("embed-{}-bg", args.index),
-                    args.background == BackgroundPriority::Idle,
-                    &args.threads,
-                )?,
+                Lane::start(format!("embed-{}-bg", args.index), idle, &args.threads)?,
                 Some(args.closed),
             ),
         };
@@ -105,6 +110,7 @@ impl Actor for EncoderWorker {
             encoder: Some(args.encoder),
             lane,
             cancel,
+            busy_share_percent,
             router: args.router,
             metrics: args.metrics,
         })
@@ -122,8 +128,13 @@ impl Actor for EncoderWorker {
     }
 }
 
-/// What the blocking thread hands back: the encoder, and the vectors or the error.
-type Outcome = (Encoder, Result<(Vec<Vec<f32>>, usize, usize)>);
+/// What the blocking thread hands back: the encoder, the vectors or the error, and how long
+/// the thread ran and waited for a CPU meanwhile.
+type Outcome = (
+    Encoder,
+    Result<(Vec<Vec<f32>>, usize, usize)>,
+    Option<SchedTimes>,
+);
 
 impl WorkerState {
     async fn run(
@@ -143,17 +154,23 @@ impl WorkerState {
             .map(|r| (std::mem::take(&mut r.texts), r.role))
             .collect();
         let cancel = self.cancel.clone();
+        let started = Instant::now();
         let joined = self
             .lane
             .run(move || -> Outcome {
+                let before = SchedTimes::of_this_thread();
                 let result = embed_all(&encoder, &inputs, cancel.as_deref());
-                (encoder, result)
+                let sched = before
+                    .zip(SchedTimes::of_this_thread())
+                    .map(|(before, after)| after.since(before));
+                (encoder, result, sched)
             })
             .await;
+        let wall = started.elapsed();
         self.metrics
             .in_flight_texts
             .fetch_sub(texts as u64, Ordering::Relaxed);
-        let Some((encoder, result)) = joined else {
+        let Some((encoder, result, sched)) = joined else {
             tracing::error!(worker = self.index, texts, "forward pass panicked");
             for request in requests {
                 request.answer(&self.metrics, Err(Error::WorkerFailed));
@@ -188,9 +205,35 @@ impl WorkerState {
                 }
             }
         }
+        if let Some(share) = self.busy_share_percent {
+            let pause = busy_pause(wall, sched, share);
+            rest(pause, self.cancel.clone(), Arc::clone(&self.metrics)).await;
+        }
         // If the router is gone the pool is stopping and this worker with it.
         let _ = self.router.cast(RouterMsg::Idle(self.index));
         Ok(())
+    }
+}
+
+/// Rests `pause` before a background worker takes its next batch (the router sends none until
+/// the worker says it is idle), or less once the pool closes (`closed`).
+async fn rest(pause: Duration, closed: Option<Arc<AtomicBool>>, metrics: Arc<Metrics>) {
+    if pause.is_zero() {
+        return;
+    }
+    metrics
+        .background_rest_us
+        .fetch_add(pause.as_micros() as u64, Ordering::Relaxed);
+    let until = Instant::now() + pause;
+    while !closed
+        .as_ref()
+        .is_some_and(|closed| closed.load(Ordering::Relaxed))
+    {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        tokio::time::sleep(left.min(Duration::from_millis(50))).await;
     }
 }
 

@@ -58,6 +58,9 @@ pub struct GenerationSection {
     pub tenant_share_percent: u8,
     /// The decoding thread's scheduling class: `"idle"` or `"normal"`.
     pub priority: BackgroundPriority,
+    /// In the idle class, while the machine is busy, the share of the time, in percent (1 to
+    /// 100; 100: no limit), decoding steps may take.
+    pub busy_share_percent: u8,
 }
 
 impl Default for GenerationSection {
@@ -70,6 +73,7 @@ impl Default for GenerationSection {
             queue_capacity: g.queue_capacity,
             tenant_share_percent: g.tenant_share_percent,
             priority: g.priority,
+            busy_share_percent: g.busy_share_percent,
         }
     }
 }
@@ -124,6 +128,7 @@ impl DistillationSection {
             queue_capacity: self.generation.queue_capacity,
             tenant_share_percent: self.generation.tenant_share_percent,
             priority: self.generation.priority,
+            busy_share_percent: self.generation.busy_share_percent,
         }
     }
 }

@@ -45,6 +45,9 @@ pub struct InferenceConfig {
     /// The scheduling class of the pipeline's batches: `"idle"` (Linux `SCHED_IDLE`: only CPU
     /// time requests leave unused) or `"normal"`.
     pub background_priority: BackgroundPriority,
+    /// While the machine is busy, the share of the time, in percent (1 to 100; 100: no
+    /// limit), that idle-class background batches may take: each rests after it for the rest.
+    pub background_busy_share_percent: u8,
     /// Whether a write leaves its passages to the pipeline (answers after its storage commit;
     /// the vectors follow) rather than waiting for them.
     pub write_behind: bool,
@@ -122,6 +125,7 @@ impl Default for InferenceConfig {
             max_batch_tokens: pool.encoder.max_batch_tokens,
             exact_search_below: VectorConfig::default().exact_threshold,
             background_priority: pool.background_priority,
+            background_busy_share_percent: pool.background_busy_share_percent,
             write_behind: true,
             query_deadline: Duration::from_millis(20),
             query_cache_entries: engram_actors::embed::DEFAULT_CACHE_ENTRIES,
@@ -147,6 +151,7 @@ impl InferenceConfig {
             queue_capacity: self.queue_capacity,
             tenant_share_percent: self.tenant_share_percent,
             background_priority: self.background_priority,
+            background_busy_share_percent: self.background_busy_share_percent,
         }
     }
 }

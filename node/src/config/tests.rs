@@ -377,6 +377,24 @@ fn every_problem_is_reported_at_once() {
 }
 
 #[test]
+fn busy_shares_are_percentages_from_1_to_100() {
+    let mut config = Config::default();
+    config.inference.background_busy_share_percent = 0;
+    config.distillation.generation.busy_share_percent = 101;
+    let err = config.validate().expect_err("two problems");
+    assert_eq!(
+        keys(&err),
+        [
+            "inference.background-busy-share-percent",
+            "distillation.generation.busy-share-percent"
+        ]
+    );
+    config.inference.background_busy_share_percent = 100;
+    config.distillation.generation.busy_share_percent = 1;
+    config.validate().expect("1 and 100 are shares");
+}
+
+#[test]
 fn fdb_backend_needs_the_feature() {
     let mut config = Config::default();
     config.storage.backend = Backend::Fdb;

@@ -288,6 +288,12 @@ impl Config {
                 "must be between 1 and 100".to_owned(),
             );
         }
+        if !(1..=100).contains(&inference.background_busy_share_percent) {
+            p.add(
+                "inference.background-busy-share-percent",
+                "must be between 1 and 100".to_owned(),
+            );
+        }
         if inference.max_wait > Duration::from_secs(1) {
             p.add("inference.max-wait", "must be at most 1s".to_owned());
         }
@@ -369,11 +375,19 @@ impl Config {
                 p.add(name, format!("must be between 1 and {max}"));
             }
         }
-        if !(1..=100).contains(&g.tenant_share_percent) {
-            p.add(
+        for (name, value) in [
+            (
                 "distillation.generation.tenant-share-percent",
-                "must be between 1 and 100".to_owned(),
-            );
+                g.tenant_share_percent,
+            ),
+            (
+                "distillation.generation.busy-share-percent",
+                g.busy_share_percent,
+            ),
+        ] {
+            if !(1..=100).contains(&value) {
+                p.add(name, "must be between 1 and 100".to_owned());
+            }
         }
         check_pipeline(p, "distillation.pipeline", &d.pipeline);
     }

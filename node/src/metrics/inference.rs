@@ -192,6 +192,13 @@ pub(super) fn render_pool(text: &mut String, stats: &PoolStats) {
             value,
         );
     }
+    metric(
+        text,
+        "engram_embedding_background_rest_seconds_total",
+        "counter",
+        "Time idle-class background workers rested between batches because the machine was busy",
+        stats.background_rest.as_secs_f64(),
+    );
     let name = "engram_embedding_batch_size";
     let _ = write!(
         text,

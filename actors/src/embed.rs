@@ -180,8 +180,9 @@ impl Embedder {
             .await
     }
 
-    /// Passage embeddings of short texts (topic phrases), in order, through the cache.
-    pub async fn cached_passages(&self, tenant: &str, texts: &[String]) -> Result<Vec<Vec<f32>>> {
+    /// Passage embeddings of short texts (topic phrases), in order, through the cache: shared
+    /// with it, so the actors that hold them hold no copy.
+    pub async fn cached_passages(&self, tenant: &str, texts: &[String]) -> Result<Vec<Arc<[f32]>>> {
         self.cached(tenant, texts, TextRole::Passage).await
     }
 
@@ -189,7 +190,8 @@ impl Embedder {
     /// symmetric task, so both sides are embedded as queries), in order, through the cache and
     /// without a deadline (a write, or a lookup that waits for its vector).
     pub async fn questions(&self, tenant: &str, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-        self.cached(tenant, texts, TextRole::Query).await
+        let vectors = self.cached(tenant, texts, TextRole::Query).await?;
+        Ok(vectors.iter().map(|v| v.to_vec()).collect())
     }
 
     async fn cached(
@@ -197,7 +199,7 @@ impl Embedder {
         tenant: &str,
         texts: &[String],
         role: TextRole,
-    ) -> Result<Vec<Vec<f32>>> {
+    ) -> Result<Vec<Arc<[f32]>>> {
         let keys: Vec<CacheKey> = texts.iter().map(|t| cache_key(role, t)).collect();
         let mut found: Vec<Option<Arc<[f32]>>> = {
             let mut cache = self.cache.lock();
@@ -219,7 +221,7 @@ impl Embedder {
         }
         Ok(found
             .into_iter()
-            .map(|v| v.map(|v| v.to_vec()).unwrap_or_default())
+            .map(|v| v.unwrap_or_else(|| Arc::from(Vec::new())))
             .collect())
     }
 

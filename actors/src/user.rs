@@ -124,7 +124,7 @@ pub struct UserState {
     args: UserArgs,
     index: MemoryIndex,
     /// Embeddings of the user's profile topic phrases, by normalised topic.
-    topics: HashMap<String, Vec<f32>>,
+    topics: HashMap<String, Arc<[f32]>>,
     last_active: Instant,
     ticker: Option<JoinHandle<()>>,
     /// Whether anything of the user is stored: an actor started for reads of a user with no

@@ -3,6 +3,7 @@
 //! embedding for reads.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use engram_storage::Result as StorageResult;
@@ -29,8 +30,9 @@ pub struct Prepared {
     /// Whether texts without a vector here are queued for the pipeline (in the write's own
     /// transaction) rather than left without one.
     pub write_behind: bool,
-    /// Embeddings of topic phrases ([`topic_phrase`]), by normalised topic.
-    pub topics: HashMap<String, Vec<f32>>,
+    /// Embeddings of topic phrases ([`topic_phrase`]), by normalised topic (shared with the
+    /// node's cache and the user's actor).
+    pub topics: HashMap<String, Arc<[f32]>>,
     /// The cosine above which two topics are the same topic.
     pub topic_threshold: f32,
     /// Whether the write queues a message for distillation (the distillation lane is told
@@ -45,7 +47,7 @@ impl Prepared {
         a == b
             || match (self.topics.get(a), self.topics.get(b)) {
                 (Some(x), Some(y)) => {
-                    x.iter().zip(y).map(|(p, q)| p * q).sum::<f32>() > self.topic_threshold
+                    x.iter().zip(y.iter()).map(|(p, q)| p * q).sum::<f32>() > self.topic_threshold
                 }
                 (Some(_) | None, Some(_) | None) => false,
             }
@@ -151,7 +153,7 @@ impl UserState {
             write_behind,
             topics: topics
                 .into_iter()
-                .filter_map(|t| self.topics.get(&t).map(|v| (t, v.clone())))
+                .filter_map(|t| self.topics.get(&t).map(|v| (t, Arc::clone(v))))
                 .collect(),
             topic_threshold: embedder.topic_threshold(),
         })

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
@@ -139,6 +139,9 @@ pub struct GenerationStats {
     pub first_token_ms: u64,
     /// First tokens timed.
     pub first_tokens: u64,
+    /// Time the idle-class decoding thread rested between steps because the machine was busy
+    /// ([`GenerationConfig::busy_share_percent`]).
+    pub rested: Duration,
 }
 
 #[derive(Default)]
@@ -154,6 +157,7 @@ struct Counters {
     running: AtomicU64,
     first_token_ms: AtomicU64,
     first_tokens: AtomicU64,
+    rested_us: AtomicU64,
 }
 
 struct Request {
@@ -336,6 +340,7 @@ impl GenerationPool {
             running: c.running.load(Ordering::Relaxed),
             first_token_ms: c.first_token_ms.load(Ordering::Relaxed),
             first_tokens: c.first_tokens.load(Ordering::Relaxed),
+            rested: Duration::from_micros(c.rested_us.load(Ordering::Relaxed)),
         }
     }
 

@@ -75,6 +75,13 @@ impl Decoder {
 
     /// Rests `pause` after a step while the machine is busy, or less once the pool closes.
     fn rest(&self, pause: Duration) {
+        if pause.is_zero() {
+            return;
+        }
+        self.shared
+            .counters
+            .rested_us
+            .fetch_add(pause.as_micros() as u64, Ordering::Relaxed);
         let until = Instant::now() + pause;
         while !self.shared.closed.load(Ordering::Acquire) {
             let left = until.saturating_duration_since(Instant::now());

@@ -144,6 +144,12 @@ pub(super) fn render_distillation(text: &mut String, d: &Distillation, now: Time
                 "Mean time to first token since start, queue included",
                 mean(s.first_token_ms, s.first_tokens) / 1000.0,
             ),
+            (
+                "engram_generation_rest_seconds_total",
+                "counter",
+                "Time the idle-class decoding thread rested between steps because the machine was busy",
+                s.rested.as_secs_f64(),
+            ),
         ] {
             metric(text, name, kind, help, value);
         }

@@ -3,8 +3,9 @@
 //! queue sheds with `Overloaded` while the pool keeps serving, shutdown drains, one tenant
 //! flooding the pool is shed at its share of the queue while another is still admitted, and a
 //! request still queued at its expiry is skipped, not embedded, and a background batch still
-//! running holds up neither an interactive request nor the shutdown, and a stopped node's
-//! idle-class threads can leave that class for the exit.
+//! running holds up neither an interactive request nor the shutdown, a background batch that
+//! waited for a busy CPU makes its worker rest, and a stopped node's idle-class threads can
+//! leave that class for the exit.
 //!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
 //! Each test starts one pool (a model load takes a couple of seconds) and checks several
@@ -340,6 +341,92 @@ async fn a_stopped_pools_idle_class_threads_leave_that_class_for_the_exit() -> R
             "unexpected error: {err}"
         ),
     }
+    pool.shutdown().await;
+    Ok(())
+}
+
+/// How long the threads named `name` have waited in a run queue for a CPU, summed (the second
+/// field of each one's `schedstat`).
+fn run_queue_wait(name: &str) -> Duration {
+    threads_named(name)
+        .iter()
+        .filter_map(|(tid, _)| {
+            let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+            text.split_whitespace().nth(1)?.parse().ok()
+        })
+        .map(Duration::from_nanos)
+        .sum()
+}
+
+/// A background batch whose idle-class thread waited longer for a CPU than it ran (every core
+/// was kept busy by normal-priority work while it was queued) makes its worker rest before the
+/// next batch, and the rest is counted; the batch's caller still gets its vectors.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_batch_that_waited_for_a_busy_cpu_makes_its_worker_rest() -> Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        ..PoolConfig::default()
+    })
+    .await?;
+    wait_for(
+        Duration::from_secs(60),
+        "a background thread in the idle class",
+        || {
+            threads_named("embed-1-bg")
+                .iter()
+                .any(|(_, policy)| *policy == SCHED_IDLE)
+        },
+    )
+    .await?;
+    // Normal-priority work on every core, until the lane has waited half a second for one.
+    let busy = Arc::new(AtomicBool::new(true));
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
+    let spinners: Vec<_> = (0..cores)
+        .map(|_| {
+            let busy = Arc::clone(&busy);
+            std::thread::spawn(move || {
+                while busy.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let waited_before = run_queue_wait("embed-1-bg");
+    let batch = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            pool.embed_with(
+                "",
+                owned(&TEXTS[7..8]),
+                TextRole::Passage,
+                Priority::Background,
+            )
+            .await
+        }
+    });
+    let waited = wait_for(
+        Duration::from_secs(60),
+        "the background lane to wait half a second for a CPU",
+        || run_queue_wait("embed-1-bg") >= waited_before + Duration::from_millis(500),
+    )
+    .await;
+    busy.store(false, Ordering::Relaxed);
+    for spinner in spinners {
+        let _ = spinner.join();
+    }
+    waited?;
+    let vectors = batch.await??;
+    ensure!(vectors.len() == 1, "{} vectors for one text", vectors.len());
+    wait_for(
+        Duration::from_secs(60),
+        "the worker's rest to be counted",
+        || pool.stats().background_rest > Duration::ZERO,
+    )
+    .await?;
     pool.shutdown().await;
     Ok(())
 }

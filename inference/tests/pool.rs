@@ -297,15 +297,14 @@ fn threads_named(name: &str) -> Vec<(String, u32)> {
     found
 }
 
-#[cfg(target_os = "linux")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_pools_idle_class_threads_leave_that_class_for_the_exit() -> Result<()> {
+/// A pool with the default settings, once its background lane's thread has put itself in the
+/// idle class (as it does when it starts).
+async fn idle_class_pool() -> Result<EmbeddingPool> {
     let pool = EmbeddingPool::start(PoolConfig {
         encoder: encoder_config(),
         ..PoolConfig::default()
     })
     .await?;
-    // A lane's thread puts itself in the idle class as it starts.
     wait_for(
         Duration::from_secs(60),
         "a background thread in the idle class",
@@ -316,6 +315,13 @@ async fn a_stopped_pools_idle_class_threads_leave_that_class_for_the_exit() -> R
         },
     )
     .await?;
+    Ok(pool)
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_pools_idle_class_threads_leave_that_class_for_the_exit() -> Result<()> {
+    let pool = idle_class_pool().await?;
     let idle: Vec<String> = threads_named("embed-1-bg")
         .into_iter()
         .filter(|(_, policy)| *policy == SCHED_IDLE)
@@ -367,21 +373,7 @@ async fn a_background_batch_that_waited_for_a_busy_cpu_makes_its_worker_rest() -
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let pool = EmbeddingPool::start(PoolConfig {
-        encoder: encoder_config(),
-        ..PoolConfig::default()
-    })
-    .await?;
-    wait_for(
-        Duration::from_secs(60),
-        "a background thread in the idle class",
-        || {
-            threads_named("embed-1-bg")
-                .iter()
-                .any(|(_, policy)| *policy == SCHED_IDLE)
-        },
-    )
-    .await?;
+    let pool = idle_class_pool().await?;
     // Normal-priority work on every core, until the lane has waited half a second for one.
     let busy = Arc::new(AtomicBool::new(true));
     let cores = std::thread::available_parallelism().map_or(2, usize::from);

@@ -37,6 +37,9 @@ use super::{GroupCommit, exec};
 use crate::error::{Error, Result};
 use crate::kv::{SharedCommit, WriteJob};
 
+/// The name of an engine's writer thread.
+pub(super) const WRITER_THREAD: &str = "engram-sqlite-writer";
+
 /// The writer thread of one engine and the queue in front of it. Dropping it lets the thread
 /// finish the queued jobs and waits for it to close the connection.
 pub(super) struct GroupWriter {
@@ -76,7 +79,7 @@ impl GroupWriter {
             jobs,
         };
         let thread = std::thread::Builder::new()
-            .name("engram-sqlite-writer".into())
+            .name(WRITER_THREAD.into())
             .spawn(move || writer.run())
             .map_err(|e| Error::Open(format!("cannot start the sqlite writer thread: {e}")))?;
         Ok(GroupWriter {

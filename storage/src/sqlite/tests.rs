@@ -16,6 +16,7 @@ use rusqlite::Connection;
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
 
+use super::group::WRITER_THREAD;
 use super::{GroupCommit, SqliteEngine, SqliteOptions, Synchronous};
 use crate::kv::{Engine, decode_counter};
 use crate::{Error, RangeOptions, Result, RetryPolicy, Store, TxnMode};
@@ -46,6 +47,9 @@ fn occupy_writer(
     engine: &SqliteEngine,
     store: &Store,
 ) -> (JoinHandle<Result<()>>, mpsc::Sender<()>) {
+    // A batch before this one clears `busy` only after answering its jobs: wait until it has,
+    // so that `busy` below is this job's.
+    wait_until("the writer thread is idle", || !writer_busy(engine));
     let held = store.begin(TxnMode::Write).unwrap();
     let (entered, running) = mpsc::channel();
     let (release, released) = mpsc::channel::<()>();
@@ -54,7 +58,7 @@ fn occupy_writer(
         tokio::spawn(async move {
             store
                 .run(move |txn| {
-                    let _ = entered.send(());
+                    let _ = entered.send(std::thread::current().name() == Some(WRITER_THREAD));
                     let _ = released.recv();
                     txn.set(b"blocker", b"1")
                 })
@@ -64,7 +68,8 @@ fn occupy_writer(
     wait_until("the writer thread takes the job", || writer_busy(engine));
     // Rolled back: it commits nothing.
     drop(held);
-    running.recv_timeout(WAIT).expect("the writer runs the job");
+    let on_writer = running.recv_timeout(WAIT).expect("the writer runs the job");
+    assert!(on_writer, "the job runs on the writer thread");
     (task, release)
 }
 
@@ -72,7 +77,7 @@ fn writer_busy(engine: &SqliteEngine) -> bool {
     engine.group.as_ref().is_some_and(|group| group.busy())
 }
 
-/// Spawns `store.run(f)` and waits until it is queued behind `queued_before` others.
+/// Spawns `store.run(f)` and waits until it is queued for the (occupied) writer thread.
 fn spawn_queued<T: Send + 'static>(
     engine: &SqliteEngine,
     store: &Store,
@@ -324,13 +329,13 @@ async fn a_lone_writer_commits_on_its_own_thread_and_queued_ones_on_the_writer_t
     let (engine, store, _, _dir) = file_store();
     let thread = || std::thread::current().name().map(str::to_owned);
     let alone = store.run(move |_| Ok(thread())).await.unwrap();
-    assert_ne!(alone.as_deref(), Some("engram-sqlite-writer"));
+    assert_ne!(alone.as_deref(), Some(WRITER_THREAD));
     let (blocker, release) = occupy_writer(&engine, &store);
     let queued = spawn_queued(&engine, &store, move |_| Ok(thread()));
     release.send(()).unwrap();
     blocker.await.unwrap().unwrap();
     let queued = queued.await.unwrap().unwrap();
-    assert_eq!(queued.as_deref(), Some("engram-sqlite-writer"));
+    assert_eq!(queued.as_deref(), Some(WRITER_THREAD));
     // Three transactions (the one alone, the blocker, the queued one), two commits.
     assert_eq!(stat(&store), (3, 2, 0));
 }

@@ -44,31 +44,92 @@ where
     T: Send + 'static,
     F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
 {
-    let (ks, in_txn) = (keyspace.clone(), lease.clone());
-    let in_flight = lease
-        .as_ref()
-        .map(|(ownership, _)| InFlight::enter(Arc::clone(ownership)));
+    let (ownership, epoch) = lease.map_or((None, None), |(o, e)| (Some(o), Some(e)));
+    let (value, _) = fenced_write_each(
+        store,
+        keyspace,
+        ownership.as_ref(),
+        vec![(shard, epoch)],
+        move |txn, held| {
+            if held[0] {
+                body(txn).map(Some)
+            } else {
+                Ok(None)
+            }
+        },
+    )
+    .await?;
+    value.ok_or_else(|| {
+        Error::NotOwner(format!(
+            "shard {shard} moved to another node; retry on its owner"
+        ))
+    })
+}
+
+/// [`fenced_write`] for one transaction that writes for several shards: it checks each of
+/// `shards` at the epoch it is written under (`None`: unfenced) and runs `body` with which of
+/// them this node still holds, in the same order, so that `body` writes only for those. Each
+/// shard found fenced is told to the ownership view; what `body` writes for the others
+/// commits. Returns `body`'s value and which shards were held.
+pub async fn fenced_write_each<T, F>(
+    store: &engram_storage::Store,
+    keyspace: &engram_storage::Keyspace,
+    ownership: Option<&Arc<Ownership>>,
+    shards: Vec<(u32, Option<u64>)>,
+    mut body: F,
+) -> Result<(T, Vec<bool>)>
+where
+    T: Send + 'static,
+    F: FnMut(&mut engram_storage::Txn, &[bool]) -> engram_storage::Result<T> + Send + 'static,
+{
+    let (ks, in_txn, checks) = (keyspace.clone(), ownership.cloned(), shards.clone());
+    let in_flight = ownership.map(|ownership| InFlight::enter(Arc::clone(ownership)));
     let result = store
         .run(move |txn| {
-            if let Some((ownership, epoch)) = &in_txn {
-                engram_storage::cluster::fence(txn, &ks, shard, ownership.node(), *epoch)?;
+            let mut checked: HashMap<(u32, u64), bool> = HashMap::new();
+            let mut held = Vec::with_capacity(checks.len());
+            for &(shard, epoch) in &checks {
+                let (Some(ownership), Some(epoch)) = (&in_txn, epoch) else {
+                    held.push(true);
+                    continue;
+                };
+                let ok = match checked.get(&(shard, epoch)) {
+                    Some(&ok) => ok,
+                    None => {
+                        let ok = match engram_storage::cluster::fence(
+                            txn,
+                            &ks,
+                            shard,
+                            ownership.node(),
+                            epoch,
+                        ) {
+                            Ok(_) => true,
+                            Err(engram_storage::Error::Fenced { .. }) => false,
+                            Err(err) => return Err(err),
+                        };
+                        checked.insert((shard, epoch), ok);
+                        ok
+                    }
+                };
+                held.push(ok);
             }
-            body(txn)
+            Ok((body(txn, &held)?, held))
         })
         .await;
     drop(in_flight);
-    match result {
-        Ok(value) => Ok(value),
-        Err(engram_storage::Error::Fenced { .. }) => {
-            if let Some((ownership, epoch)) = lease {
+    let (value, held) = result?;
+    if let Some(ownership) = ownership {
+        let mut told = Vec::new();
+        for (&(shard, epoch), &ok) in shards.iter().zip(&held) {
+            if let (false, Some(epoch)) = (ok, epoch)
+                && !told.contains(&(shard, epoch))
+            {
                 ownership.fenced(shard, epoch);
+                told.push((shard, epoch));
             }
-            Err(Error::NotOwner(format!(
-                "shard {shard} moved to another node; retry on its owner"
-            )))
         }
-        Err(err) => Err(err.into()),
     }
+    Ok((value, held))
 }
 
 /// Counts one write in [`LeaseMetrics::writes_in_flight`] while it lives (a dropped future

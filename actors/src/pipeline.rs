@@ -7,8 +7,9 @@
 //! fair queue of users with pending entries ([`work`]), and runs rounds ([`round`]): take up to
 //! `round-texts` users (one of each tenant in turn), read their entries, embed them in the
 //! pool's background class (one call per tenant, so the pool's shares and rotation apply),
-//! and store each user's vectors in one transaction fenced by the user's shard, only for
-//! entries that still hold the embedded text; then the user's actor, if it runs, indexes them.
+//! and store the round's vectors in one transaction that fences each user's shard on its own,
+//! only for entries that still hold the embedded text; then each user's actor, if it runs,
+//! indexes them.
 //!
 //! Nothing is lost: the entries are in storage. The queue holds only user keys (at most
 //! `max-users-in-memory`; beyond, storage holds the rest and a scan finds them). The

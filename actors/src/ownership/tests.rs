@@ -1,6 +1,7 @@
 //! The serving window: a node serves its shards for [`LeaseSettings::serve_for`] after the
 //! start of its last complete round, and that window ends before either kind of take-over
-//! may start.
+//! may start. And fenced writes: a transaction that writes for several shards commits only
+//! what it wrote for the shards the node still holds.
 
 use std::time::Duration;
 
@@ -51,4 +52,66 @@ async fn a_node_stops_serving_once_its_last_round_is_older_than_serve_for() {
     // A round that completes serves again, from its start.
     ownership.confirm(Instant::now());
     assert_eq!(ownership.lease(7).unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_write_for_several_shards_commits_only_for_the_shards_still_held() {
+    use engram_storage::cluster::take_shard;
+    use engram_storage::model::Timestamp;
+    use engram_storage::{Keyspace, Store};
+
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    let ownership = Ownership::new(&settings(250, 3_000, 1_000));
+    // This node ("a") took shards 1 and 2 at epoch 1; then "b" took shard 2 (epoch 2).
+    let ks_ = ks.clone();
+    store
+        .run_blocking(move |txn| {
+            for shard in [1, 2] {
+                take_shard(txn, &ks_, shard, "a", Timestamp(1))?;
+            }
+            take_shard(txn, &ks_, 2, "b", Timestamp(2)).map(drop)
+        })
+        .unwrap();
+    for shard in [1, 2] {
+        ownership.insert(shard, 1);
+    }
+    ownership.confirm(Instant::now());
+
+    let shards = vec![(1, Some(1)), (2, Some(1)), (1, Some(1))];
+    let (written, held) = fenced_write_each(&store, &ks, Some(&ownership), shards, |txn, held| {
+        for (i, &held) in held.iter().enumerate() {
+            if held {
+                txn.set(format!("k{i}").as_bytes(), b"v")?;
+            }
+        }
+        Ok(held.iter().filter(|h| **h).count())
+    })
+    .await
+    .unwrap();
+    assert_eq!(held, [true, false, true]);
+    assert_eq!(written, 2);
+    let found = store
+        .read_blocking(|txn| {
+            ["k0", "k1", "k2"]
+                .map(|k| txn.get(k.as_bytes()))
+                .into_iter()
+                .collect::<engram_storage::Result<Vec<_>>>()
+        })
+        .unwrap();
+    assert_eq!(
+        found.iter().map(Option::is_some).collect::<Vec<_>>(),
+        [true, false, true]
+    );
+    // The moved shard is no longer served (told once, though two writes found it).
+    assert!(matches!(ownership.lease(2), Err(Error::NotOwner(_))));
+    assert_eq!(ownership.lease(1).unwrap(), 1);
+    assert_eq!(ownership.metrics.fenced_writes.load(Ordering::Relaxed), 1);
+
+    // The single-shard form refuses the moved shard and writes nothing.
+    let refused = fenced_write(&store, &ks, 2, Some((Arc::clone(&ownership), 1)), |txn| {
+        txn.set(b"k3", b"v")
+    })
+    .await;
+    assert!(matches!(refused, Err(Error::NotOwner(_))), "{refused:?}");
+    assert_eq!(store.read_blocking(|txn| txn.get(b"k3")).unwrap(), None);
 }

@@ -1,6 +1,6 @@
 //! One round of the pipeline: read the pending entries of a few users, embed them (one pool
-//! call per tenant, in the background class), store each user's vectors in one transaction
-//! fenced by the user's shard, and hand the stored ones to the user's actor.
+//! call per tenant, in the background class), store the users' vectors in one transaction
+//! that fences each user's shard on its own, and hand the stored ones to the users' actors.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use super::{PipelineConfig, PipelineMetrics};
 use crate::directory::Directory;
 use crate::error::{Error, Result};
-use crate::ownership::fenced_write;
+use crate::ownership::{fenced_write, fenced_write_each};
 use crate::placement::UserKey;
 use crate::user::{EmbeddedText, UserMsg};
 
@@ -63,7 +63,7 @@ pub(crate) async fn run(
         }
     };
     let vectors = embed(directory, &parts).await;
-    let mut writes = JoinSet::new();
+    let mut embedded = Vec::new();
     for (part, vectors) in parts.into_iter().zip(vectors) {
         if part.entries.is_empty() && part.more {
             // The round's texts were all taken before this user's turn.
@@ -76,38 +76,43 @@ pub(crate) async fn run(
             outcome.finished.push((part.key, Some(part.since)));
             continue;
         };
-        let directory = Arc::clone(directory);
-        writes.spawn(async move {
-            let written = store(&directory, &part, vectors).await;
-            (part, written)
-        });
+        embedded.push((part, vectors));
     }
-    while let Some(joined) = writes.join_next().await {
-        let Ok((part, written)) = joined else {
+    if embedded.is_empty() {
+        return outcome;
+    }
+    let keys: Vec<(UserKey, Timestamp)> = embedded
+        .iter()
+        .map(|(part, _)| (part.key.clone(), part.since))
+        .collect();
+    let written = match store(directory, embedded).await {
+        Ok(written) => written,
+        Err(err) => {
+            metrics.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %err, "storing vectors failed; the entries wait");
+            for (key, since) in keys {
+                outcome.finished.push((key, Some(since)));
+            }
+            return outcome;
+        }
+    };
+    for ((key, _), written) in keys.into_iter().zip(written) {
+        let Some(written) = written else {
+            outcome.not_served.push(key);
             continue;
         };
-        match written {
-            Ok(written) => {
-                metrics
-                    .stored
-                    .fetch_add(written.stored.len() as u64, Ordering::Relaxed);
-                metrics
-                    .dropped
-                    .fetch_add(written.dropped as u64, Ordering::Relaxed);
-                if !written.stored.is_empty()
-                    && let Some(actor) = directory.running(&part.key)
-                {
-                    let _ = actor.cast(UserMsg::Embedded(written.stored));
-                }
-                outcome.finished.push((part.key, written.left));
-            }
-            Err(Error::NotOwner(_)) => outcome.not_served.push(part.key),
-            Err(err) => {
-                metrics.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %err, "storing vectors failed; the entries wait");
-                outcome.finished.push((part.key, Some(part.since)));
-            }
+        metrics
+            .stored
+            .fetch_add(written.stored.len() as u64, Ordering::Relaxed);
+        metrics
+            .dropped
+            .fetch_add(written.dropped as u64, Ordering::Relaxed);
+        if !written.stored.is_empty()
+            && let Some(actor) = directory.running(&key)
+        {
+            let _ = actor.cast(UserMsg::Embedded(written.stored));
         }
+        outcome.finished.push((key, written.left));
     }
     outcome
 }
@@ -255,45 +260,88 @@ pub(super) struct Written {
     pub(super) left: Option<Timestamp>,
 }
 
-/// Stores a user's vectors in one transaction fenced by the user's shard.
+/// A record's embedding as the round computed it: (memory id, embedded text, vector).
+type Computed = (String, String, Vec<f32>);
+
+/// Stores the vectors of the round's users in one transaction that fences each user's shard
+/// on its own: a user whose shard this node no longer holds writes nothing and gets `None`,
+/// the others' vectors commit. A record's vector is stored only if the record still holds the
+/// embedded text (otherwise it is dropped and counted).
 pub(super) async fn store(
     directory: &Directory,
-    part: &Part,
-    vectors: Vec<Vec<f32>>,
-) -> Result<Written> {
-    let Some(embedder) = &directory.services().embedder else {
+    parts: Vec<(Part, Vec<Vec<f32>>)>,
+) -> Result<Vec<Option<Written>>> {
+    let services = directory.services();
+    let Some(embedder) = &services.embedder else {
         return Err(Error::Internal("no embedding pool".into()));
     };
     let model = embedder.model_name().to_owned();
-    let items: Vec<(String, String, Vec<f32>)> = part
-        .entries
+    let shards = parts
         .iter()
-        .zip(vectors)
-        .map(|((id, entry), vector)| (id.clone(), entry.text.clone(), vector))
+        .map(|(part, _)| (part.key.shard(services.settings.shards), part.epoch))
         .collect();
-    fenced(directory, &part.key, part.epoch, move |u| {
-        let mut stored = Vec::new();
-        let mut dropped = 0;
-        for (memory_id, text, vector) in &items {
-            let embedding = Embedding {
-                model: model.clone(),
-                vector: vector.clone(),
-            };
-            match u.complete_pending(memory_id, text, &embedding)? {
-                Completion::Stored => stored.push(EmbeddedText {
-                    memory_id: memory_id.clone(),
-                    text: text.clone(),
-                    vector: vector.clone(),
-                }),
-                Completion::Dropped => dropped += 1,
-            }
-        }
-        let left = u.settle_pending()?;
-        Ok(Written {
-            stored,
-            dropped,
-            left,
+    let users: Vec<(UserKey, Vec<Computed>)> = parts
+        .into_iter()
+        .map(|(part, vectors)| {
+            let items = part
+                .entries
+                .into_iter()
+                .zip(vectors)
+                .map(|((id, entry), vector)| (id, entry.text, vector))
+                .collect();
+            (part.key, items)
         })
+        .collect();
+    let ks = services.keyspace.clone();
+    let (written, _) = fenced_write_each(
+        &services.store,
+        &services.keyspace,
+        services.ownership.as_ref(),
+        shards,
+        move |txn, held| {
+            let mut written = Vec::with_capacity(users.len());
+            for ((key, items), &held) in users.iter().zip(held) {
+                if !held {
+                    written.push(None);
+                    continue;
+                }
+                let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
+                written.push(Some(complete(&mut u, &model, items)?));
+            }
+            Ok(written)
+        },
+    )
+    .await?;
+    Ok(written)
+}
+
+/// Stores one user's vectors (each only if its record still holds the text) and settles the
+/// user's pending entries.
+fn complete(
+    u: &mut UserData<'_>,
+    model: &str,
+    items: &[Computed],
+) -> engram_storage::Result<Written> {
+    let mut stored = Vec::new();
+    let mut dropped = 0;
+    for (memory_id, text, vector) in items {
+        let embedding = Embedding {
+            model: model.to_owned(),
+            vector: vector.clone(),
+        };
+        match u.complete_pending(memory_id, text, &embedding)? {
+            Completion::Stored => stored.push(EmbeddedText {
+                memory_id: memory_id.clone(),
+                text: text.clone(),
+                vector: vector.clone(),
+            }),
+            Completion::Dropped => dropped += 1,
+        }
+    }
+    let left = u.settle_pending()?;
+    Ok(Written {
+        stored,
+        dropped,
+        left,
     })
-    .await
 }

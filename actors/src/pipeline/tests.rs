@@ -90,7 +90,12 @@ async fn a_result_for_a_record_rewritten_or_deleted_while_it_was_computed_is_dro
     .unwrap();
     let part = parts.into_iter().next().unwrap();
     let vectors = vectors.into_iter().next().flatten().expect("embedded");
-    let written = store(&directory, &part, vectors).await.unwrap();
+    let written = store(&directory, vec![(part, vectors)])
+        .await
+        .unwrap()
+        .pop()
+        .flatten()
+        .expect("alice is served without leases");
     assert_eq!(
         written
             .stored

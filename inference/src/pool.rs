@@ -82,7 +82,8 @@ pub struct PoolConfig {
     /// While the machine is busy (an idle-class batch waited longer for a CPU than it ran),
     /// the share of the time, in percent (1 to 100; 100: no limit), that idle-class
     /// background batches may take: each rests after it for the rest of that time
-    /// ([`lanes::busy_pause`]). The idle class alone still lets them run in every gap a
+    /// ([`lanes::busy_pause`]), or until the machine is quiet ([`lanes::Rest`]). The idle
+    /// class alone still lets them run in every gap a
     /// request leaves, and take the caches with them.
     pub background_busy_share_percent: u8,
 }

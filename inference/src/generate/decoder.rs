@@ -12,7 +12,7 @@ use tokenizers::Tokenizer;
 
 use super::{PREFIXES_KEPT, Request, Shared, pick};
 use crate::error::{Error, Result};
-use crate::pool::lanes::{SchedTimes, busy_pause};
+use crate::pool::lanes::{Rest, SchedTimes, busy_pause};
 use crate::qwen2::{KvCache, Qwen2};
 use crate::schema::Matcher;
 
@@ -73,23 +73,20 @@ impl Decoder {
         }
     }
 
-    /// Rests `pause` after a step while the machine is busy, or less once the pool closes.
+    /// Rests `pause` after a step while the machine is busy, or less once the pool closes or
+    /// the machine is quiet ([`Rest`]); counts what it rested.
     fn rest(&self, pause: Duration) {
         if pause.is_zero() {
             return;
         }
+        let mut rest = Rest::new(pause);
+        while let Some(slice) = rest.next_slice(self.shared.closed.load(Ordering::Acquire)) {
+            std::thread::sleep(slice);
+        }
         self.shared
             .counters
             .rested_us
-            .fetch_add(pause.as_micros() as u64, Ordering::Relaxed);
-        let until = Instant::now() + pause;
-        while !self.shared.closed.load(Ordering::Acquire) {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            std::thread::sleep(left.min(Duration::from_millis(50)));
-        }
+            .fetch_add(rest.rested().as_micros() as u64, Ordering::Relaxed);
     }
 
     /// Waiting requests for the free places (blocks while nothing runs and nothing waits);

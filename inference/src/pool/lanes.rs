@@ -14,7 +14,7 @@
 
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -66,9 +66,16 @@ impl SchedTimes {
     }
 }
 
-/// The longest rest one background batch owes ([`busy_pause`]): a stopping pool and a machine
-/// that has just become quiet never wait longer for the next batch.
-pub(crate) const MAX_BUSY_PAUSE: Duration = Duration::from_secs(2);
+/// The longest rest one background batch owes ([`busy_pause`]): a bound against a misreading,
+/// not the usual length (a rest ends as soon as the machine is quiet, [`Rest`]).
+pub(crate) const MAX_BUSY_PAUSE: Duration = Duration::from_secs(30);
+
+/// How long a rest sleeps between two looks at the machine ([`Rest`]).
+const REST_SLICE: Duration = Duration::from_millis(100);
+
+/// The share of the machine's CPU time that must have been idle over a slice for a rest to
+/// end: the machine has room again.
+const QUIET_PERCENT: u64 = 50;
 
 /// How long an idle-class lane rests after a batch that took `wall` on the clock and `sched`
 /// on its thread, so that while the machine is busy its batches take at most `share_percent`
@@ -87,6 +94,107 @@ pub(crate) fn busy_pause(wall: Duration, sched: Option<SchedTimes>, share_percen
             (wall * (100 - share) / share).min(MAX_BUSY_PAUSE)
         }
         _ => Duration::ZERO,
+    }
+}
+
+/// The machine's CPU time, all CPUs together, as the kernel counts it (the first line of
+/// `/proc/stat`, in clock ticks): how much of it was idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CpuTimes {
+    idle: u64,
+    total: u64,
+}
+
+impl CpuTimes {
+    /// Now, or `None` where the kernel does not say.
+    pub(crate) fn now() -> Option<CpuTimes> {
+        #[cfg(target_os = "linux")]
+        {
+            let text = std::fs::read_to_string("/proc/stat").ok()?;
+            CpuTimes::parse(text.lines().next()?)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
+    /// `cpu  user nice system idle iowait irq softirq steal ...`: idle is idle plus iowait
+    /// (a CPU waiting for a disk could run a batch), the total is the first eight fields.
+    fn parse(line: &str) -> Option<CpuTimes> {
+        let mut fields = line.split_ascii_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        let ticks: Vec<u64> = fields
+            .take(8)
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .ok()?;
+        let total = ticks.iter().sum();
+        Some(CpuTimes {
+            idle: *ticks.get(3)? + ticks.get(4).copied().unwrap_or(0),
+            total,
+        })
+    }
+
+    /// Whether at least [`QUIET_PERCENT`] of the CPU time from `earlier` to `self` was idle
+    /// (not when no tick passed).
+    fn quiet_since(self, earlier: CpuTimes) -> bool {
+        let total = self.total.saturating_sub(earlier.total);
+        let idle = self.idle.saturating_sub(earlier.idle);
+        total > 0 && idle * 100 >= total * QUIET_PERCENT
+    }
+}
+
+/// A rest a lane owes ([`busy_pause`]), taken in slices of [`REST_SLICE`]: it ends when its
+/// time is up, when the pool closes, or as soon as the machine is quiet over a slice (at least
+/// [`QUIET_PERCENT`] of its CPU time idle), so a machine that has just become quiet never
+/// waits long for the next batch. The encoder's background workers sleep its slices on their
+/// async task, the decoder on its thread.
+pub(crate) struct Rest {
+    started: Instant,
+    until: Instant,
+    last: Option<CpuTimes>,
+}
+
+impl Rest {
+    pub(crate) fn new(pause: Duration) -> Rest {
+        let started = Instant::now();
+        Rest {
+            started,
+            until: started + pause,
+            last: None,
+        }
+    }
+
+    /// The next slice to sleep, or `None` once the rest is over.
+    pub(crate) fn next_slice(&mut self, closed: bool) -> Option<Duration> {
+        self.next_slice_at(Instant::now(), CpuTimes::now(), closed)
+    }
+
+    fn next_slice_at(
+        &mut self,
+        now: Instant,
+        cpu: Option<CpuTimes>,
+        closed: bool,
+    ) -> Option<Duration> {
+        let left = self.until.saturating_duration_since(now);
+        if closed || left.is_zero() {
+            return None;
+        }
+        if let (Some(earlier), Some(cpu)) = (self.last, cpu)
+            && cpu.quiet_since(earlier)
+        {
+            return None;
+        }
+        self.last = cpu;
+        Some(left.min(REST_SLICE))
+    }
+
+    /// How long it has rested so far.
+    pub(crate) fn rested(&self) -> Duration {
+        self.started.elapsed()
     }
 }
 
@@ -251,8 +359,66 @@ mod tests {
         assert_eq!(busy_pause(ms(100), sched(30, 70), 50), ms(100));
         // 100% is no limit; a long batch rests at most the bound; no reading, no rest.
         assert_eq!(busy_pause(ms(100), sched(30, 70), 100), Duration::ZERO);
-        assert_eq!(busy_pause(ms(1_000), sched(300, 700), 10), MAX_BUSY_PAUSE);
+        assert_eq!(busy_pause(ms(1_500), sched(500, 1_000), 10), ms(13_500));
+        assert_eq!(
+            busy_pause(ms(10_000), sched(3_000, 7_000), 10),
+            MAX_BUSY_PAUSE
+        );
         assert_eq!(busy_pause(ms(100), None, 10), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_machines_idle_time_is_read_from_the_first_line_of_proc_stat() {
+        let line = "cpu  100 5 50 800 40 3 2 0 7 0";
+        assert_eq!(
+            CpuTimes::parse(line),
+            Some(CpuTimes {
+                idle: 840,
+                total: 1_000
+            })
+        );
+        assert_eq!(CpuTimes::parse("cpu0 1 2 3 4 5 6 7 8"), None);
+        assert_eq!(CpuTimes::parse("cpu  1 2 x 4"), None);
+        #[cfg(target_os = "linux")]
+        assert!(CpuTimes::now().is_some(), "the kernel says");
+    }
+
+    #[test]
+    fn a_rest_ends_when_its_time_is_up_the_pool_closes_or_the_machine_is_quiet() {
+        let ms = Duration::from_millis;
+        let cpu = |idle, total| Some(CpuTimes { idle, total });
+        let t0 = Instant::now();
+        let rest = || Rest {
+            started: t0,
+            until: t0 + ms(1_000),
+            last: None,
+        };
+        // A busy machine (10% idle over each slice): slices until the time is up.
+        let mut busy = rest();
+        assert_eq!(busy.next_slice_at(t0, cpu(0, 0), false), Some(REST_SLICE));
+        assert_eq!(
+            busy.next_slice_at(t0 + ms(100), cpu(2, 20), false),
+            Some(REST_SLICE)
+        );
+        assert_eq!(
+            busy.next_slice_at(t0 + ms(950), cpu(4, 40), false),
+            Some(ms(50))
+        );
+        assert_eq!(busy.next_slice_at(t0 + ms(1_000), cpu(6, 60), false), None);
+        // The machine turns quiet (half its time idle over a slice): the rest ends.
+        let mut quiet = rest();
+        assert!(quiet.next_slice_at(t0, cpu(0, 0), false).is_some());
+        assert!(
+            quiet
+                .next_slice_at(t0 + ms(100), cpu(9, 20), false)
+                .is_some()
+        );
+        assert_eq!(quiet.next_slice_at(t0 + ms(200), cpu(19, 40), false), None);
+        // The pool closes; the kernel does not say (the rest runs its time).
+        assert_eq!(rest().next_slice_at(t0, cpu(0, 0), true), None);
+        let mut unknown = rest();
+        assert!(unknown.next_slice_at(t0, None, false).is_some());
+        assert!(unknown.next_slice_at(t0 + ms(100), None, false).is_some());
     }
 
     #[cfg(target_os = "linux")]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::lanes::{BackgroundPriority, Lane, SchedTimes, Threads, busy_pause};
+use super::lanes::{BackgroundPriority, Lane, Rest, SchedTimes, Threads, busy_pause};
 use super::router::{Request, RouterMsg};
 use super::stats::Metrics;
 use crate::encoder::Encoder;
@@ -218,25 +218,23 @@ impl WorkerState {
 }
 
 /// Rests `pause` before a background worker takes its next batch (the router sends none until
-/// the worker says it is idle), or less once the pool closes (`closed`).
+/// the worker says it is idle), or less once the pool closes (`closed`) or the machine is
+/// quiet ([`Rest`]); counts what it rested.
 async fn rest(pause: Duration, closed: Option<Arc<AtomicBool>>, metrics: Arc<Metrics>) {
     if pause.is_zero() {
         return;
     }
+    let mut rest = Rest::new(pause);
+    while let Some(slice) = rest.next_slice(
+        closed
+            .as_ref()
+            .is_some_and(|closed| closed.load(Ordering::Relaxed)),
+    ) {
+        tokio::time::sleep(slice).await;
+    }
     metrics
         .background_rest_us
-        .fetch_add(pause.as_micros() as u64, Ordering::Relaxed);
-    let until = Instant::now() + pause;
-    while !closed
-        .as_ref()
-        .is_some_and(|closed| closed.load(Ordering::Relaxed))
-    {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        tokio::time::sleep(left.min(Duration::from_millis(50))).await;
-    }
+        .fetch_add(rest.rested().as_micros() as u64, Ordering::Relaxed);
 }
 
 /// Tokenizes each request with its role and embeds all of them together; returns the vectors

@@ -2,11 +2,14 @@
 //! (continuous batching) and each gets the answer it gets alone; every answer is valid under
 //! the intent schema; one tenant past its share of the queue is refused while another is
 //! still admitted; a request past its deadline is answered `Expired`; closing answers a
-//! running request `PoolClosed` at the next step and the decoding thread ends. The model must
-//! be installed; this test fails, never skips, without it. One test: the model loads once.
+//! running request `PoolClosed` at the next step and the decoding thread ends; and an
+//! idle-class decoding thread that waited for a busy CPU rests after its step. The model must
+//! be installed; these tests fail, never skip, without it. Each loads the model once.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
 
 use engram_inference::distil::{
     DEFAULT_INTENT_TYPES, MAX_ANSWER_TOKENS, intent_prompt, intent_schema, parse_answer,
@@ -14,6 +17,10 @@ use engram_inference::distil::{
 use engram_inference::{
     BackgroundPriority, DeviceChoice, Error, Generation, GenerationConfig, GenerationPool,
 };
+
+mod support;
+
+use support::{BusyCores, SCHED_IDLE, threads_named, wait_for};
 
 fn generation(message: &str) -> Generation {
     let types: Vec<String> = DEFAULT_INTENT_TYPES
@@ -141,4 +148,48 @@ async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
     );
     let closed = pool.generate("a", generation("hello"), None).await;
     assert!(matches!(closed, Err(Error::PoolClosed)), "{closed:?}");
+}
+
+/// An idle-class decoding thread that waited longer for a CPU than it ran during a step (every
+/// core kept busy by normal-priority work) rests before its next step, and the rest is
+/// counted; the request is still answered, valid under its schema.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_class_decoder_that_waited_for_a_busy_cpu_rests_after_its_step()
+-> anyhow::Result<()> {
+    let pool = GenerationPool::start(GenerationConfig {
+        device: DeviceChoice::Cpu,
+        max_batch: 1,
+        ..GenerationConfig::default()
+    })
+    .await
+    .context("the generative model is installed (.ci/models)")?;
+    wait_for(
+        Duration::from_secs(60),
+        "the decoding thread in the idle class",
+        || {
+            threads_named("engram-generate")
+                .iter()
+                .any(|(_, policy)| *policy == SCHED_IDLE)
+        },
+    )
+    .await?;
+    let cores = BusyCores::start("engram-generate");
+    let answer = tokio::spawn({
+        let pool = pool.clone();
+        async move {
+            pool.generate("a", generation("帮我预约明天上午十点的牙科检查"), None)
+                .await
+        }
+    });
+    cores.until_waited(Duration::from_millis(500)).await?;
+    let answer = answer.await??;
+    ensure!(parse_answer(&answer).is_some(), "invalid under the schema");
+    ensure!(
+        pool.stats().rested > Duration::ZERO,
+        "no rest counted: {:?}",
+        pool.stats()
+    );
+    pool.join().await;
+    Ok(())
 }

@@ -18,6 +18,9 @@ use engram_inference::{
     DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig, Priority, TextRole,
     leave_idle_class,
 };
+use support::{BusyCores, SCHED_IDLE, threads_named, wait_for};
+
+mod support;
 
 const TEXTS: [&str; 12] = [
     "I prefer line charts for weekly revenue.",
@@ -53,16 +56,6 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 
 fn owned(texts: &[&str]) -> Vec<String> {
     texts.iter().map(|t| (*t).to_owned()).collect()
-}
-
-/// Waits until `check` holds, or fails after `limit`.
-async fn wait_for(limit: Duration, what: &str, check: impl Fn() -> bool) -> Result<()> {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        ensure!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,31 +265,6 @@ async fn a_background_batch_still_running_holds_up_neither_an_interactive_reques
     Ok(())
 }
 
-/// Linux's `SCHED_IDLE`, as `/proc` reports a thread's policy.
-const SCHED_IDLE: u32 = 5;
-
-/// This process's threads named `name`, each with its scheduling policy (field 41 of its
-/// `stat`, counted after the parenthesised name).
-fn threads_named(name: &str) -> Vec<(String, u32)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/task")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let dir = entry.path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
-        let policy = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(38)?.parse().ok());
-        if let (true, Some(policy)) = (comm.trim() == name, policy) {
-            found.push((entry.file_name().to_string_lossy().into_owned(), policy));
-        }
-    }
-    found
-}
-
 /// A pool with the default settings, once its background lane's thread has put itself in the
 /// idle class (as it does when it starts).
 async fn idle_class_pool() -> Result<EmbeddingPool> {
@@ -351,43 +319,15 @@ async fn a_stopped_pools_idle_class_threads_leave_that_class_for_the_exit() -> R
     Ok(())
 }
 
-/// How long the threads named `name` have waited in a run queue for a CPU, summed (the second
-/// field of each one's `schedstat`).
-fn run_queue_wait(name: &str) -> Duration {
-    threads_named(name)
-        .iter()
-        .filter_map(|(tid, _)| {
-            let text = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
-            text.split_whitespace().nth(1)?.parse().ok()
-        })
-        .map(Duration::from_nanos)
-        .sum()
-}
-
 /// A background batch whose idle-class thread waited longer for a CPU than it ran (every core
 /// was kept busy by normal-priority work while it was queued) makes its worker rest before the
 /// next batch, and the rest is counted; the batch's caller still gets its vectors.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_batch_that_waited_for_a_busy_cpu_makes_its_worker_rest() -> Result<()> {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
     let pool = idle_class_pool().await?;
     // Normal-priority work on every core, until the lane has waited half a second for one.
-    let busy = Arc::new(AtomicBool::new(true));
-    let cores = std::thread::available_parallelism().map_or(2, usize::from);
-    let spinners: Vec<_> = (0..cores)
-        .map(|_| {
-            let busy = Arc::clone(&busy);
-            std::thread::spawn(move || {
-                while busy.load(Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
-    let waited_before = run_queue_wait("embed-1-bg");
+    let cores = BusyCores::start("embed-1-bg");
     let batch = tokio::spawn({
         let pool = pool.clone();
         async move {
@@ -400,17 +340,7 @@ async fn a_background_batch_that_waited_for_a_busy_cpu_makes_its_worker_rest() -
             .await
         }
     });
-    let waited = wait_for(
-        Duration::from_secs(60),
-        "the background lane to wait half a second for a CPU",
-        || run_queue_wait("embed-1-bg") >= waited_before + Duration::from_millis(500),
-    )
-    .await;
-    busy.store(false, Ordering::Relaxed);
-    for spinner in spinners {
-        let _ = spinner.join();
-    }
-    waited?;
+    cores.until_waited(Duration::from_millis(500)).await?;
     let vectors = batch.await??;
     ensure!(vectors.len() == 1, "{} vectors for one text", vectors.len());
     wait_for(

@@ -52,7 +52,10 @@ impl Decoder {
             };
             // Prompts and the step are what a busy machine's rest is measured against.
             let started = Instant::now();
-            let before = SchedTimes::of_this_thread();
+            // Only a decoder that may rest reads its threads' run and wait times.
+            let before = self
+                .busy_share_percent
+                .and_then(|_| SchedTimes::of_this_threads_name());
             for request in admitted {
                 if let Some(seq) = self.start(request) {
                     running.push(seq);
@@ -62,7 +65,7 @@ impl Decoder {
             running = self.step(running);
             if let Some(share) = self.busy_share_percent.filter(|_| stepped) {
                 let sched = before
-                    .zip(SchedTimes::of_this_thread())
+                    .zip(SchedTimes::of_this_threads_name())
                     .map(|(before, after)| after.since(before));
                 self.rest(busy_pause(started.elapsed(), sched, share));
             }

@@ -29,8 +29,8 @@ pub enum BackgroundPriority {
     Normal,
 }
 
-/// How long a thread has run on a CPU and waited in a run queue for one, as the kernel counts
-/// them (`/proc/thread-self/schedstat`).
+/// How long threads have run on a CPU and waited in a run queue for one, as the kernel counts
+/// them (`/proc/self/task/<tid>/schedstat`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SchedTimes {
     pub(crate) run: Duration,
@@ -38,23 +38,45 @@ pub(crate) struct SchedTimes {
 }
 
 impl SchedTimes {
-    /// The calling thread's, or `None` where the kernel does not say.
-    pub(crate) fn of_this_thread() -> Option<SchedTimes> {
+    /// The calling thread's and those of every other thread of the process with its name,
+    /// summed: libtorch's intra-op threads, started by a lane's thread, inherit its name and do
+    /// part of each batch. `None` where the kernel does not say.
+    pub(crate) fn of_this_threads_name() -> Option<SchedTimes> {
         #[cfg(target_os = "linux")]
         {
-            let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-            let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
-            let run = fields.next()?.ok()?;
-            let wait = fields.next()?.ok()?;
-            Some(SchedTimes {
-                run: Duration::from_nanos(run),
-                wait: Duration::from_nanos(wait),
-            })
+            let name = std::fs::read_to_string("/proc/thread-self/comm").ok()?;
+            let mut sum = SchedTimes::default();
+            for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+                let dir = task.path();
+                if std::fs::read_to_string(dir.join("comm")).ok().as_ref() != Some(&name) {
+                    continue;
+                }
+                // A thread that ended meanwhile is left out.
+                if let Some(times) = std::fs::read_to_string(dir.join("schedstat"))
+                    .ok()
+                    .and_then(|text| SchedTimes::parse(&text))
+                {
+                    sum.run += times.run;
+                    sum.wait += times.wait;
+                }
+            }
+            Some(sum)
         }
         #[cfg(not(target_os = "linux"))]
         {
             None
         }
+    }
+
+    /// `run wait slices`, in nanoseconds.
+    fn parse(text: &str) -> Option<SchedTimes> {
+        let mut fields = text.split_ascii_whitespace().map(str::parse::<u64>);
+        let run = fields.next()?.ok()?;
+        let wait = fields.next()?.ok()?;
+        Some(SchedTimes {
+            run: Duration::from_nanos(run),
+            wait: Duration::from_nanos(wait),
+        })
     }
 
     /// What passed from `earlier` to `self`.
@@ -424,18 +446,53 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_threads_run_time_grows_while_it_computes() {
-        let before = SchedTimes::of_this_thread().expect("the kernel counts run times");
+        let before = SchedTimes::of_this_threads_name().expect("the kernel counts run times");
         let started = std::time::Instant::now();
         let mut x = 0u64;
         while started.elapsed() < Duration::from_millis(30) {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
-        let spent = SchedTimes::of_this_thread().unwrap().since(before);
+        let spent = SchedTimes::of_this_threads_name().unwrap().since(before);
         assert!(spent.run > Duration::ZERO, "{spent:?}");
         assert!(
             spent.run + spent.wait >= Duration::from_millis(25),
             "{spent:?}"
         );
+    }
+
+    /// While a thread sleeps, another of its name computes (as libtorch's intra-op threads do
+    /// part of a lane's batch): the sleeping thread's reading counts that time.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_run_time_of_a_threads_name_counts_the_threads_that_inherit_it() {
+        let spent = std::thread::Builder::new()
+            .name("lanes-twins".into())
+            .spawn(|| {
+                let before = SchedTimes::of_this_threads_name().expect("the kernel says");
+                // The twin stays alive until read, as intra-op threads do (an ended thread
+                // leaves `/proc`).
+                let (done, computed) = mpsc::channel();
+                let (read, leave) = mpsc::channel::<()>();
+                let twin = std::thread::spawn(move || {
+                    let started = std::time::Instant::now();
+                    let mut x = 0u64;
+                    while started.elapsed() < Duration::from_millis(60) {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                    done.send(()).unwrap();
+                    let _ = leave.recv();
+                });
+                computed.recv().unwrap();
+                let spent = SchedTimes::of_this_threads_name().unwrap().since(before);
+                drop(read);
+                twin.join().unwrap();
+                spent
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        // Well under the twin's 60 ms on the clock, well over what the sleeper itself ran.
+        assert!(spent.run >= Duration::from_millis(10), "{spent:?}");
     }
 
     #[tokio::test]

@@ -154,16 +154,16 @@ impl WorkerState {
             .map(|r| (std::mem::take(&mut r.texts), r.role))
             .collect();
         let cancel = self.cancel.clone();
-        // Only a worker that may rest reads its thread's run and wait times.
+        // Only a worker that may rest reads its threads' run and wait times.
         let measure = self.busy_share_percent.is_some();
         let started = Instant::now();
         let joined = self
             .lane
             .run(move || -> Outcome {
-                let before = measure.then(SchedTimes::of_this_thread).flatten();
+                let before = measure.then(SchedTimes::of_this_threads_name).flatten();
                 let result = embed_all(&encoder, &inputs, cancel.as_deref());
                 let sched = before
-                    .zip(SchedTimes::of_this_thread())
+                    .zip(SchedTimes::of_this_threads_name())
                     .map(|(before, after)| after.since(before));
                 (encoder, result, sched)
             })

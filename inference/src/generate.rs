@@ -77,10 +77,13 @@ pub struct GenerationConfig {
     /// The decoding thread's scheduling class.
     pub priority: BackgroundPriority,
     /// In the idle class, while the machine is busy, the share of the time (percent, 1 to
-    /// 100; 100: no limit) decoding steps may take: the thread rests after each step for the
-    /// rest, as the embedding pool's background worker does
+    /// 100; 100: no limit) prefills and decoding steps may take: the thread rests after each
+    /// for the rest, as the embedding pool's background worker does
     /// ([`crate::PoolConfig::background_busy_share_percent`]).
     pub busy_share_percent: u8,
+    /// System prompts whose prefix the decoding thread computes as soon as it starts (while a
+    /// starting node is quiet), instead of under the first requests' load.
+    pub system_prompts: Vec<String>,
 }
 
 impl Default for GenerationConfig {
@@ -94,6 +97,7 @@ impl Default for GenerationConfig {
             tenant_share_percent: 50,
             priority: BackgroundPriority::Idle,
             busy_share_percent: 10,
+            system_prompts: Vec::new(),
         }
     }
 }
@@ -250,6 +254,7 @@ impl GenerationPool {
             tokenizer,
             vocab,
             prefixes: HashMap::new(),
+            warm: config.system_prompts.clone(),
             max_batch: config.max_batch.max(1),
             busy_share_percent: (config.priority == BackgroundPriority::Idle)
                 .then_some(config.busy_share_percent),

@@ -79,12 +79,12 @@ pub struct PoolConfig {
     /// The scheduling class of background-only batches (the pipeline's): `idle` takes only
     /// CPU time that requests leave unused.
     pub background_priority: BackgroundPriority,
-    /// While the machine is busy (an idle-class batch waited longer for a CPU than it ran),
-    /// the share of the time, in percent (1 to 100; 100: no limit), that idle-class
-    /// background batches may take: each rests after it for the rest of that time
-    /// ([`lanes::busy_pause`]), or until the machine is quiet ([`lanes::Rest`]). The idle
-    /// class alone still lets them run in every gap a
-    /// request leaves, and take the caches with them.
+    /// While the rest of the machine is busy (during an idle-class batch, other threads took
+    /// at least half the machine's CPU time), the share of the time, in percent (1 to 100;
+    /// 100: no limit), that idle-class background batches may take: each rests after it for
+    /// the rest of that time ([`lanes::busy_pause`]), or until the machine is quiet
+    /// ([`lanes::Rest`]). The idle class alone still lets them run in every gap a request
+    /// leaves, and take the caches with them.
     pub background_busy_share_percent: u8,
 }
 

@@ -1,9 +1,11 @@
 //! The generation pool on the pinned Qwen2 GGUF: concurrent requests share decoding steps
 //! (continuous batching) and each gets the answer it gets alone; every answer is valid under
 //! the intent schema; one tenant past its share of the queue is refused while another is
-//! still admitted; a request past its deadline is answered `Expired`; closing answers a
+//! still admitted; a system prompt named in the configuration is read once as the pool starts;
+//! a request past its deadline is answered `Expired`; closing answers a
 //! running request `PoolClosed` at the next step and the decoding thread ends; and an
-//! idle-class decoding thread that waited for a busy CPU rests after its step. The model must
+//! idle-class decoding thread whose step ran while other threads kept every core busy rests
+//! after it. The model must
 //! be installed; these tests fail, never skip, without it. Each loads the model once.
 
 use std::sync::Arc;
@@ -43,16 +45,31 @@ async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
         queue_capacity: 4,
         tenant_share_percent: 50,
         priority: BackgroundPriority::Normal,
+        system_prompts: vec![generation("").system],
         ..GenerationConfig::default()
     })
     .await
     .expect("the generative model is installed (.ci/models)");
+
+    // The intent prompt's prefix is computed as the pool starts; then the first request
+    // reads only its own message.
+    wait_for(Duration::from_secs(120), "the warmed prefix", || {
+        pool.stats().prompt_tokens > 0
+    })
+    .await
+    .unwrap();
+    let warmed = pool.stats().prompt_tokens;
 
     // Alone first: the reference answer of one message.
     let alone = pool
         .generate("a", generation("帮我预约明天上午十点的牙科检查"), None)
         .await
         .unwrap();
+    let read = pool.stats().prompt_tokens - warmed;
+    assert!(
+        read < 64 && warmed > 4 * read,
+        "the first request read {read} prompt tokens; the prefix had {warmed}"
+    );
     let alone = parse_answer(&alone).expect("valid under the schema");
 
     // Ten requests of tenant a at once, then one of tenant b: at most `max_batch` run and
@@ -150,12 +167,12 @@ async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
     assert!(matches!(closed, Err(Error::PoolClosed)), "{closed:?}");
 }
 
-/// An idle-class decoding thread that waited longer for a CPU than it ran during a step (every
-/// core kept busy by normal-priority work) rests before its next step, and the rest is
-/// counted; the request is still answered, valid under its schema.
+/// An idle-class decoding thread whose step ran while other threads kept every core busy
+/// (normal-priority work) rests before its next step, and the rest is counted; the request is
+/// still answered, valid under its schema.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idle_class_decoder_that_waited_for_a_busy_cpu_rests_after_its_step()
+async fn an_idle_class_decoder_whose_step_ran_on_a_busy_machine_rests_after_it()
 -> anyhow::Result<()> {
     let pool = GenerationPool::start(GenerationConfig {
         device: DeviceChoice::Cpu,
@@ -174,7 +191,6 @@ async fn an_idle_class_decoder_that_waited_for_a_busy_cpu_rests_after_its_step()
         },
     )
     .await?;
-    let cores = BusyCores::start("engram-generate");
     let answer = tokio::spawn({
         let pool = pool.clone();
         async move {
@@ -182,7 +198,19 @@ async fn an_idle_class_decoder_that_waited_for_a_busy_cpu_rests_after_its_step()
                 .await
         }
     });
-    cores.until_waited(Duration::from_millis(500)).await?;
+    // Once the prompt is read (its step is long: it is measured whole) and decoding steps
+    // run, normal-priority work on every core
+    // until the decoding threads have waited a second for a CPU: a step or more in which
+    // other threads took nearly all the machine.
+    wait_for(
+        Duration::from_secs(120),
+        "a decoding step after the prompt's",
+        || pool.stats().tokens >= 2,
+    )
+    .await?;
+    BusyCores::start("engram-generate")
+        .until_waited(Duration::from_secs(1))
+        .await?;
     let answer = answer.await??;
     ensure!(parse_answer(&answer).is_some(), "invalid under the schema");
     ensure!(

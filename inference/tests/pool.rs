@@ -3,8 +3,8 @@
 //! queue sheds with `Overloaded` while the pool keeps serving, shutdown drains, one tenant
 //! flooding the pool is shed at its share of the queue while another is still admitted, and a
 //! request still queued at its expiry is skipped, not embedded, and a background batch still
-//! running holds up neither an interactive request nor the shutdown, a background batch that
-//! waited for a busy CPU makes its worker rest, and a stopped node's idle-class threads can
+//! running holds up neither an interactive request nor the shutdown, a background batch run
+//! while other threads kept every core busy makes its worker rest, and a stopped node's idle-class threads can
 //! leave that class for the exit.
 //!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
@@ -319,9 +319,9 @@ async fn a_stopped_pools_idle_class_threads_leave_that_class_for_the_exit() -> R
     Ok(())
 }
 
-/// A background batch whose idle-class thread waited longer for a CPU than it ran (every core
-/// was kept busy by normal-priority work while it was queued) makes its worker rest before the
-/// next batch, and the rest is counted; the batch's caller still gets its vectors.
+/// A background batch run while other threads kept every core busy (normal-priority work; the
+/// idle-class lane waited half a second for a CPU) makes its worker rest before the next batch,
+/// and the rest is counted; the batch's caller still gets its vectors.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_background_batch_that_waited_for_a_busy_cpu_makes_its_worker_rest() -> Result<()> {

@@ -12,7 +12,7 @@ use tokenizers::Tokenizer;
 
 use super::{PREFIXES_KEPT, Request, Shared, pick};
 use crate::error::{Error, Result};
-use crate::pool::lanes::{Rest, SchedTimes, busy_pause};
+use crate::pool::lanes::{Load, Rest, busy_pause};
 use crate::qwen2::{KvCache, Qwen2};
 use crate::schema::Matcher;
 
@@ -34,6 +34,8 @@ pub(super) struct Decoder {
     pub(super) vocab: Vec<Option<Vec<u8>>>,
     /// Keys and values of system prompts, with when each was last used.
     pub(super) prefixes: HashMap<String, (KvCache, Instant)>,
+    /// System prompts whose prefix is computed before the first request.
+    pub(super) warm: Vec<String>,
     pub(super) max_batch: usize,
     /// The share of a busy machine's time an idle-class decoder's steps may take
     /// ([`busy_pause`]); `None` at normal priority.
@@ -42,6 +44,14 @@ pub(super) struct Decoder {
 
 impl Decoder {
     pub(super) fn run(mut self) {
+        for system in std::mem::take(&mut self.warm) {
+            if self.shared.closed.load(Ordering::Acquire) {
+                break;
+            }
+            if let Err(err) = self.paced(|decoder| decoder.prefix(&system)) {
+                tracing::warn!(error = %err, "a system prompt's prefix failed; it is computed at first use");
+            }
+        }
         let mut running: Vec<Sequence> = Vec::new();
         loop {
             let admitted = match self.admit(running.len()) {
@@ -50,24 +60,16 @@ impl Decoder {
                 None if running.is_empty() => return,
                 None => Vec::new(),
             };
-            // Prompts and the step are what a busy machine's rest is measured against.
-            let started = Instant::now();
-            // Only a decoder that may rest reads its threads' run and wait times.
-            let before = self
-                .busy_share_percent
-                .and_then(|_| SchedTimes::of_this_threads_name());
+            // Each prompt's prefill and each step is a unit a busy machine's rest is measured
+            // against: a batch of prompts (the first behind a long system prompt) can take many
+            // seconds before its first step.
             for request in admitted {
-                if let Some(seq) = self.start(request) {
+                if let Some(seq) = self.paced(|decoder| decoder.start(request)) {
                     running.push(seq);
                 }
             }
-            let stepped = !running.is_empty();
-            running = self.step(running);
-            if let Some(share) = self.busy_share_percent.filter(|_| stepped) {
-                let sched = before
-                    .zip(SchedTimes::of_this_threads_name())
-                    .map(|(before, after)| after.since(before));
-                self.rest(busy_pause(started.elapsed(), sched, share));
+            if !running.is_empty() {
+                running = self.paced(|decoder| decoder.step(running));
             }
             self.shared
                 .counters
@@ -76,7 +78,23 @@ impl Decoder {
         }
     }
 
-    /// Rests `pause` after a step while the machine is busy, or less once the pool closes or
+    /// Runs `work` (a prefill or a step) and then, in the idle class, rests while the rest of
+    /// the machine was busy meanwhile ([`busy_pause`]). Only a decoder that may rest reads the
+    /// machine's and its threads' CPU times.
+    fn paced<T>(&mut self, work: impl FnOnce(&mut Self) -> T) -> T {
+        let Some(share) = self.busy_share_percent else {
+            return work(self);
+        };
+        let (started, before) = (Instant::now(), Load::now());
+        let out = work(self);
+        let load = before
+            .zip(Load::now())
+            .map(|(before, after)| after.since(before));
+        self.rest(busy_pause(started.elapsed(), load, share));
+        out
+    }
+
+    /// Rests `pause` after a prefill or a step while the machine is busy, or less once the pool closes or
     /// the machine is quiet ([`Rest`]); counts what it rested.
     fn rest(&self, pause: Duration) {
         if pause.is_zero() {

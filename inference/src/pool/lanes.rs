@@ -99,24 +99,92 @@ const REST_SLICE: Duration = Duration::from_millis(100);
 /// end: the machine has room again.
 const QUIET_PERCENT: u64 = 50;
 
-/// How long an idle-class lane rests after a batch that took `wall` on the clock and `sched`
-/// on its thread, so that while the machine is busy its batches take at most `share_percent`
-/// of the time: nothing when its thread ran at least as long as it waited for a CPU (the CPU
-/// had room for it), or when the kernel does not say; else `wall * (100 - share) / share`, at
-/// most [`MAX_BUSY_PAUSE`].
+/// The share of the machine's CPU time that threads other than a lane's must have taken during
+/// its batch for the lane to rest after it: the machine is serving a load (half a core of two).
+/// Lower than the quiet line, so under a moderate load a rest ends at its first slice and
+/// under a heavy one it runs its course.
+const BUSY_PERCENT: u64 = 25;
+
+/// How long an idle-class lane rests after a batch that took `wall` on the clock, given what
+/// the machine and the lane's threads did meanwhile (`load`, [`Load::since`]), so that while
+/// the rest of the machine is busy its batches take at most `share_percent` of the time:
+/// nothing when threads other than the lane's took less than [`BUSY_PERCENT`] of the
+/// machine's CPU time (it had room), or when the kernel does not say; else `wall * (100 - share) / share`, at most
+/// [`MAX_BUSY_PAUSE`].
 ///
 /// The idle class alone does not keep a busy machine's requests from paying for background
 /// batches: the batches run in every gap a blocked request thread leaves (an fsync, a network
-/// round trip) and take the caches with them. Measured: an idle-class matrix-multiply loop
-/// beside a write-heavy load cost 13% of its appends (docs/benchmarks.md).
-pub(crate) fn busy_pause(wall: Duration, sched: Option<SchedTimes>, share_percent: u8) -> Duration {
+/// round trip) and take the caches, the memory bandwidth and a hyperthread's sibling with
+/// them. Measured: an idle-class matrix-multiply loop beside a write-heavy load cost 13% of
+/// its appends, and a latency-bound load leaves a quarter of the machine idle, so a lane's
+/// threads seldom wait for a CPU longer than they run (docs/benchmarks.md).
+pub(crate) fn busy_pause(wall: Duration, load: Option<Load>, share_percent: u8) -> Duration {
     let share = u32::from(share_percent.clamp(1, 100));
-    match sched {
-        Some(sched) if share < 100 && sched.wait > sched.run => {
+    match load {
+        Some(load) if share < 100 && load.others_busy() => {
             (wall * (100 - share) / share).min(MAX_BUSY_PAUSE)
         }
         _ => Duration::ZERO,
     }
+}
+
+/// What the machine and a lane's threads did: readings of both, or (from [`Load::since`]) what
+/// passed between two readings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Load {
+    machine: CpuTimes,
+    lane: SchedTimes,
+}
+
+impl Load {
+    /// Now, for the calling thread's lane ([`SchedTimes::of_this_threads_name`]), or `None`
+    /// where the kernel does not say.
+    pub(crate) fn now() -> Option<Load> {
+        Some(Load {
+            machine: CpuTimes::now()?,
+            lane: SchedTimes::of_this_threads_name()?,
+        })
+    }
+
+    /// What passed from `earlier` to `self`.
+    pub(crate) fn since(self, earlier: Load) -> Load {
+        Load {
+            machine: CpuTimes {
+                idle: self.machine.idle.saturating_sub(earlier.machine.idle),
+                total: self.machine.total.saturating_sub(earlier.machine.total),
+            },
+            lane: self.lane.since(earlier.lane),
+        }
+    }
+
+    /// Whether threads other than the lane's took at least [`BUSY_PERCENT`] of the machine's
+    /// CPU time (the machine's busy time less the lane's run time).
+    fn others_busy(self) -> bool {
+        let busy = self.machine.total.saturating_sub(self.machine.idle);
+        let lane = self.lane.run.as_nanos() * u128::from(ticks_per_second()) / 1_000_000_000;
+        let others = u128::from(busy).saturating_sub(lane);
+        self.machine.total > 0
+            && others * 100 >= u128::from(self.machine.total) * u128::from(BUSY_PERCENT)
+    }
+}
+
+/// The kernel's clock ticks a second, the unit of `/proc/stat` (`USER_HZ`, 100 where it does
+/// not say).
+fn ticks_per_second() -> u64 {
+    static TICKS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: sysconf reads a constant of the system; no memory is passed.
+            #[allow(unsafe_code)]
+            let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+            u64::try_from(ticks).ok().filter(|t| *t > 0).unwrap_or(100)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            100
+        }
+    })
 }
 
 /// The machine's CPU time, all CPUs together, as the kernel counts it (the first line of
@@ -363,30 +431,50 @@ pub(crate) fn lower_priority() {
 mod tests {
     use super::*;
 
+    /// A load in which the machine's CPUs had `total` ticks, `idle` of them idle, and the
+    /// lane's threads ran `lane_ms` (100 ticks a second).
+    fn load(idle: u64, total: u64, lane_ms: u64) -> Option<Load> {
+        Some(Load {
+            machine: CpuTimes { idle, total },
+            lane: SchedTimes {
+                run: Duration::from_millis(lane_ms),
+                wait: Duration::ZERO,
+            },
+        })
+    }
+
     #[test]
-    fn a_background_batch_rests_only_when_it_waited_longer_for_a_cpu_than_it_ran() {
+    fn a_background_batch_rests_only_while_other_threads_keep_the_machine_busy() {
+        assert_eq!(ticks_per_second(), 100, "USER_HZ on Linux");
         let ms = Duration::from_millis;
-        let sched = |run, wait| {
-            Some(SchedTimes {
-                run: ms(run),
-                wait: ms(wait),
-            })
-        };
-        // The CPU had room: no rest, whatever the share.
-        assert_eq!(busy_pause(ms(100), sched(80, 20), 10), Duration::ZERO);
-        assert_eq!(busy_pause(ms(100), sched(50, 50), 10), Duration::ZERO);
-        // Busy: the batch's time is at most the share of batch plus rest.
-        assert_eq!(busy_pause(ms(100), sched(30, 70), 10), ms(900));
-        assert_eq!(busy_pause(ms(100), sched(30, 70), 25), ms(300));
-        assert_eq!(busy_pause(ms(100), sched(30, 70), 50), ms(100));
-        // 100% is no limit; a long batch rests at most the bound; no reading, no rest.
-        assert_eq!(busy_pause(ms(100), sched(30, 70), 100), Duration::ZERO);
-        assert_eq!(busy_pause(ms(1_500), sched(500, 1_000), 10), ms(13_500));
+        // One second on two CPUs (200 ticks). Room: the lane alone used the machine, or others
+        // a fifth of it.
         assert_eq!(
-            busy_pause(ms(10_000), sched(3_000, 7_000), 10),
+            busy_pause(ms(1_000), load(0, 200, 2_000), 10),
+            Duration::ZERO
+        );
+        assert_eq!(busy_pause(ms(1_000), load(160, 200, 0), 10), Duration::ZERO);
+        // Others took 20% (the lane 50%): room left, no rest.
+        assert_eq!(
+            busy_pause(ms(1_000), load(60, 200, 1_000), 10),
+            Duration::ZERO
+        );
+        // Others took a quarter or more: the batch's time is at most the share of batch and
+        // rest.
+        assert_eq!(busy_pause(ms(1_000), load(60, 200, 900), 10), ms(9_000));
+        assert_eq!(busy_pause(ms(1_000), load(60, 200, 400), 10), ms(9_000));
+        assert_eq!(busy_pause(ms(100), load(2, 20, 10), 25), ms(300));
+        assert_eq!(busy_pause(ms(100), load(2, 20, 10), 50), ms(100));
+        // 100% is no limit; a long batch rests at most the bound; no reading, no rest.
+        assert_eq!(busy_pause(ms(100), load(2, 20, 10), 100), Duration::ZERO);
+        assert_eq!(
+            busy_pause(ms(10_000), load(0, 2_000, 0), 10),
             MAX_BUSY_PAUSE
         );
         assert_eq!(busy_pause(ms(100), None, 10), Duration::ZERO);
+        // Readings subtract.
+        let (a, b) = (load(10, 100, 100).unwrap(), load(30, 300, 600).unwrap());
+        assert_eq!(Some(b.since(a)), load(20, 200, 500));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::lanes::{BackgroundPriority, Lane, Rest, SchedTimes, Threads, busy_pause};
+use super::lanes::{BackgroundPriority, Lane, Load, Rest, Threads, busy_pause};
 use super::router::{Request, RouterMsg};
 use super::stats::Metrics;
 use crate::encoder::Encoder;
@@ -128,13 +128,9 @@ impl Actor for EncoderWorker {
     }
 }
 
-/// What the blocking thread hands back: the encoder, the vectors or the error, and how long
-/// the thread ran and waited for a CPU meanwhile.
-type Outcome = (
-    Encoder,
-    Result<(Vec<Vec<f32>>, usize, usize)>,
-    Option<SchedTimes>,
-);
+/// What the blocking thread hands back: the encoder, the vectors or the error, and what the
+/// machine and the lane's threads did meanwhile.
+type Outcome = (Encoder, Result<(Vec<Vec<f32>>, usize, usize)>, Option<Load>);
 
 impl WorkerState {
     async fn run(
@@ -154,25 +150,25 @@ impl WorkerState {
             .map(|r| (std::mem::take(&mut r.texts), r.role))
             .collect();
         let cancel = self.cancel.clone();
-        // Only a worker that may rest reads its threads' run and wait times.
+        // Only a worker that may rest reads the machine's and its threads' CPU times.
         let measure = self.busy_share_percent.is_some();
         let started = Instant::now();
         let joined = self
             .lane
             .run(move || -> Outcome {
-                let before = measure.then(SchedTimes::of_this_threads_name).flatten();
+                let before = measure.then(Load::now).flatten();
                 let result = embed_all(&encoder, &inputs, cancel.as_deref());
-                let sched = before
-                    .zip(SchedTimes::of_this_threads_name())
+                let load = before
+                    .zip(Load::now())
                     .map(|(before, after)| after.since(before));
-                (encoder, result, sched)
+                (encoder, result, load)
             })
             .await;
         let wall = started.elapsed();
         self.metrics
             .in_flight_texts
             .fetch_sub(texts as u64, Ordering::Relaxed);
-        let Some((encoder, result, sched)) = joined else {
+        let Some((encoder, result, load)) = joined else {
             tracing::error!(worker = self.index, texts, "forward pass panicked");
             for request in requests {
                 request.answer(&self.metrics, Err(Error::WorkerFailed));
@@ -208,7 +204,7 @@ impl WorkerState {
             }
         }
         if let Some(share) = self.busy_share_percent {
-            let pause = busy_pause(wall, sched, share);
+            let pause = busy_pause(wall, load, share);
             rest(pause, self.cancel.clone(), Arc::clone(&self.metrics)).await;
         }
         // If the router is gone the pool is stopping and this worker with it.

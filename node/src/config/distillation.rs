@@ -129,6 +129,11 @@ impl DistillationSection {
             tenant_share_percent: self.generation.tenant_share_percent,
             priority: self.generation.priority,
             busy_share_percent: self.generation.busy_share_percent,
+            // The default intent types' prompt and the summaries': every message and turn's.
+            system_prompts: vec![
+                engram_inference::distil::intent_prompt(&self.intent_types),
+                engram_inference::distil::summary_prompt(),
+            ],
         }
     }
 }

@@ -32,6 +32,7 @@
 
 pub(crate) mod fair;
 pub(crate) mod lanes;
+pub(crate) mod rest;
 mod router;
 mod stats;
 mod worker;
@@ -82,8 +83,8 @@ pub struct PoolConfig {
     /// While the rest of the machine is busy (during an idle-class batch, other threads took
     /// at least half the machine's CPU time), the share of the time, in percent (1 to 100;
     /// 100: no limit), that idle-class background batches may take: each rests after it for
-    /// the rest of that time ([`lanes::busy_pause`]), or until the machine is quiet
-    /// ([`lanes::Rest`]). The idle class alone still lets them run in every gap a request
+    /// the rest of that time ([`rest::busy_pause`]), or until the machine is quiet
+    /// ([`rest::Rest`]). The idle class alone still lets them run in every gap a request
     /// leaves, and take the caches with them.
     pub background_busy_share_percent: u8,
 }

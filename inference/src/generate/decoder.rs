@@ -12,7 +12,7 @@ use tokenizers::Tokenizer;
 
 use super::{PREFIXES_KEPT, Request, Shared, pick};
 use crate::error::{Error, Result};
-use crate::pool::lanes::{Load, Rest, busy_pause};
+use crate::pool::rest::{Load, Rest, busy_pause};
 use crate::qwen2::{KvCache, Qwen2};
 use crate::schema::Matcher;
 

@@ -94,8 +94,8 @@ impl Decoder {
         out
     }
 
-    /// Rests `pause` after a prefill or a step while the machine is busy, or less once the pool closes or
-    /// the machine is quiet ([`Rest`]); counts what it rested.
+    /// Rests `pause` after a prefill or a step while the machine is busy, or less once the pool
+    /// closes or the machine is quiet ([`Rest`]); counts what it rested.
     fn rest(&self, pause: Duration) {
         if pause.is_zero() {
             return;

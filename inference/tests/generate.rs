@@ -21,7 +21,7 @@ use engram_inference::{
 
 mod support;
 
-use support::{BusyCores, SCHED_IDLE, threads_named, wait_for};
+use support::{BusyCores, wait_for, wait_until_idle_class};
 
 fn generation(message: &str) -> Generation {
     let types: Vec<String> = DEFAULT_INTENT_TYPES
@@ -180,16 +180,7 @@ async fn an_idle_class_decoder_whose_step_ran_on_a_busy_machine_rests_after_it()
     })
     .await
     .context("the generative model is installed (.ci/models)")?;
-    wait_for(
-        Duration::from_secs(60),
-        "the decoding thread in the idle class",
-        || {
-            threads_named("engram-generate")
-                .iter()
-                .any(|(_, policy)| *policy == SCHED_IDLE)
-        },
-    )
-    .await?;
+    wait_until_idle_class("engram-generate").await?;
     // The kernel's idle class would starve the decoder wherever other tests load the machine
     // (for hours: its prompt alone is seconds of CPU); the rests are the decoder's own rule,
     // which stays. Without CAP_SYS_NICE the kernel refuses, and the thread stays idle-class.

@@ -18,7 +18,7 @@ use engram_inference::{
     DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig, Priority, TextRole,
     leave_idle_class,
 };
-use support::{BusyCores, SCHED_IDLE, threads_named, wait_for};
+use support::{BusyCores, SCHED_IDLE, threads_named, wait_for, wait_until_idle_class};
 
 mod support;
 
@@ -273,16 +273,7 @@ async fn idle_class_pool() -> Result<EmbeddingPool> {
         ..PoolConfig::default()
     })
     .await?;
-    wait_for(
-        Duration::from_secs(60),
-        "a background thread in the idle class",
-        || {
-            threads_named("embed-1-bg")
-                .iter()
-                .any(|(_, policy)| *policy == SCHED_IDLE)
-        },
-    )
-    .await?;
+    wait_until_idle_class("embed-1-bg").await?;
     Ok(pool)
 }
 

@@ -44,6 +44,21 @@ pub fn threads_named(name: &str) -> Vec<(String, u32)> {
     found
 }
 
+/// Waits until a thread named `name` is in the idle class (a lane puts itself there as it
+/// starts), or fails after a minute.
+pub async fn wait_until_idle_class(name: &str) -> Result<()> {
+    wait_for(
+        Duration::from_secs(60),
+        &format!("{name} in the idle class"),
+        || {
+            threads_named(name)
+                .iter()
+                .any(|(_, policy)| *policy == SCHED_IDLE)
+        },
+    )
+    .await
+}
+
 /// How long the threads named `name` have waited in a run queue for a CPU, summed (the second
 /// field of each one's `schedstat`).
 fn run_queue_wait(name: &str) -> Duration {

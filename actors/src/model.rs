@@ -13,4 +13,5 @@ pub mod intent;
 pub mod pii;
 pub mod policy;
 pub mod retrieve;
+pub mod temporal;
 pub mod text;

@@ -97,6 +97,11 @@ impl Bench {
         &self.pool
     }
 
+    /// Sets the clock that writes and searches read.
+    pub fn set_clock(&self, at: Timestamp) {
+        self.clock.set(at);
+    }
+
     /// Waits until the pipeline has embedded everything written (a condition, polled);
     /// returns how long that took.
     pub async fn drained(&self) -> Result<Duration> {
@@ -124,7 +129,16 @@ impl Bench {
     pub async fn write(&self, user: &str, conversation: &Conversation) -> Result<Written> {
         let key = UserKey::new("bench", user);
         let mut passage_of: HashMap<(String, u64), usize> = HashMap::new();
+        let mut session: Option<&str> = None;
         for (i, passage) in conversation.passages.iter().enumerate() {
+            // Each session is written at its own date where the data set gives one, its
+            // turns a second apart, so that the memories carry the time they were said.
+            if let Some(at) = passage.said_at
+                && session != Some(passage.session.as_str())
+            {
+                self.clock.set(at);
+            }
+            session = Some(passage.session.as_str());
             let req = TurnRequest {
                 request_id: format!("{user}-{i}"),
                 session_id: Some(passage.session.clone()),

@@ -364,6 +364,7 @@ impl MemoryIndex {
             seen_at: record.last_seen_at,
             salience: record.salience,
             decay_per_day: kind_policy(record.kind).decay_per_day,
+            written_at: Some(record.created_at),
         };
         self.retriever
             .index(extractor, id.to_owned(), &text, vector.as_deref(), features)

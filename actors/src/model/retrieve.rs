@@ -28,6 +28,7 @@ use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
 use self::bm25::Bm25Index;
 use super::entities::EntityExtractor;
 use super::policy::{DAY_MS, decay};
+use super::temporal::{self, DaySpan};
 
 /// Which signals rank the documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -79,6 +80,11 @@ pub struct RetrieverParams {
     pub recency_half_life_days: f32,
     /// Weight of the salience prior (the document's salience, 0 to 1).
     pub salience_weight: f32,
+    /// Weight of a hybrid candidate speaking of a time the query names ("in July 2023",
+    /// "last week", 上周): a document speaks of the day it was written and of the days its
+    /// text mentions (see [`temporal`](super::temporal)). 0 turns date handling off, and
+    /// documents are then indexed without their days.
+    pub date_weight: f32,
     /// The vector index (its dimension is taken from the first vector indexed).
     pub vectors: VectorConfig,
 }
@@ -97,6 +103,8 @@ impl Default for RetrieverParams {
             recency_weight: 0.1,
             recency_half_life_days: 30.0,
             salience_weight: 0.1,
+            // Tuned on LoCoMo's tuning half (0.25 to 2); see docs/benchmarks.md.
+            date_weight: 0.5,
             vectors: VectorConfig::default(),
         }
     }
@@ -112,6 +120,8 @@ pub struct DocFeatures {
     /// Salience it loses a day after `seen_at` (its layer's decay): the prior ranks by the
     /// salience left at the query's time.
     pub decay_per_day: f32,
+    /// When it was written: the day its relative dates are resolved against.
+    pub written_at: Option<Timestamp>,
 }
 
 impl Default for DocFeatures {
@@ -120,6 +130,7 @@ impl Default for DocFeatures {
             seen_at: Timestamp(0),
             salience: 0.5,
             decay_per_day: 0.0,
+            written_at: None,
         }
     }
 }
@@ -203,6 +214,8 @@ struct Doc<D> {
     id: D,
     features: DocFeatures,
     live: bool,
+    /// The days it was written and speaks of (empty while date handling is off).
+    days: Box<[DaySpan]>,
 }
 
 /// One user's retrieval index. `D` is the caller's document id (a string key: it also keys
@@ -283,10 +296,20 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
         let terms = self.terms(extractor, text);
         let slot = self.docs.len();
         self.bm25.add(slot, &terms);
+        let days = match features.written_at {
+            Some(written) if self.params.date_weight > 0.0 => {
+                let day = temporal::day_of(written);
+                let mut days = vec![(day, day)];
+                days.extend(temporal::mentioned(text, written));
+                days.into_boxed_slice()
+            }
+            _ => Box::default(),
+        };
         self.docs.push(Doc {
             id: id.clone(),
             features,
             live: true,
+            days,
         });
         self.slots.insert(id, slot);
         Ok(())
@@ -413,6 +436,16 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
             Timestamp(newest.max().unwrap_or(0))
         });
         let half_life_ms = (p.recency_half_life_days * DAY_MS as f32).max(1.0);
+        // The times the query names, resolved against its now; a span too long to tell
+        // documents apart (a year) is left out.
+        let asked: Vec<DaySpan> = if p.date_weight > 0.0 {
+            temporal::mentioned(query.text, now)
+                .into_iter()
+                .filter(|(first, last)| last - first < temporal::MAX_QUERY_SPAN_DAYS)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let prior = |slot: usize| {
             let f = &self.docs[slot].features;
             let age_ms = now.0 - f.seen_at.0;
@@ -434,7 +467,7 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
                     }
                 }
                 for (slot, score) in &mut fused {
-                    *score += prior(*slot) / (k + 1.0);
+                    *score += (prior(*slot) + self.date_match(*slot, &asked)) / (k + 1.0);
                 }
             }
             Fusion::Weighted => {
@@ -449,7 +482,7 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
                     *fused.entry(slot).or_insert(0.0) += p.dense_weight * (s - lo) / span;
                 }
                 for (slot, score) in &mut fused {
-                    *score += prior(*slot);
+                    *score += prior(*slot) + self.date_match(*slot, &asked);
                 }
             }
         }
@@ -468,6 +501,17 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
             }
         }
         Ok(fused.into_iter().collect())
+    }
+}
+
+impl<D> Retriever<D> {
+    /// `date_weight` if the document speaks of a time in `asked`, else 0.
+    fn date_match(&self, slot: usize, asked: &[DaySpan]) -> f32 {
+        if !asked.is_empty() && temporal::overlaps(&self.docs[slot].days, asked) {
+            self.params.date_weight
+        } else {
+            0.0
+        }
     }
 }
 

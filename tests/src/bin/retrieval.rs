@@ -30,6 +30,7 @@ use clap::{Parser, ValueEnum};
 use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::{Fusion, RetrieverParams};
 use engram_inference::{EncoderConfig, ModelKind, PoolConfig};
+use engram_storage::model::Timestamp;
 use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
 use engram_tests::retrieval::{Bench, Report};
 
@@ -88,6 +89,9 @@ struct Args {
     /// Weight of the BM25 list in hybrid search.
     #[arg(long, default_value_t = 1.0)]
     bm25_weight: f32,
+    /// Weight of a hybrid candidate speaking of a time the question names (0: off).
+    #[arg(long, default_value_t = RetrieverParams::default().date_weight)]
+    date_weight: f32,
     /// BM25 k1.
     #[arg(long, default_value_t = 1.2)]
     k1: f32,
@@ -201,6 +205,7 @@ fn main() -> Result<()> {
             },
             dense_weight: args.dense_weight,
             bm25_weight: args.bm25_weight,
+            date_weight: args.date_weight,
             // Turns of one evaluation conversation carry no salience, and questions ask
             // about any time of the conversation: the priors stay out of these figures.
             recency_weight: 0.0,
@@ -234,20 +239,38 @@ async fn run(
     println!("encoder {} through the embedding pool\n", model.name());
     for (n, (label, set)) in sets.into_iter().enumerate() {
         let started = Instant::now();
+        // A set with dates moves the one clock to each session's date, so its conversations
+        // are written one after another; the others at once.
+        let said: Vec<Timestamp> = set
+            .conversations
+            .iter()
+            .flat_map(|c| c.passages.iter().filter_map(|p| p.said_at))
+            .collect();
         let mut tasks = tokio::task::JoinSet::new();
+        let mut written = Vec::new();
         for (i, conversation) in set.conversations.iter().cloned().enumerate() {
             let bench = Arc::clone(&bench);
             let user = format!("{}-{n}-{i}", set.kind);
-            tasks.spawn(async move {
+            let write = async move {
                 let written = bench.write(&user, &conversation).await?;
                 anyhow::Ok((written, conversation))
-            });
+            };
+            if said.is_empty() {
+                tasks.spawn(write);
+            } else {
+                written.push(write.await?);
+            }
         }
-        let mut written = Vec::new();
         while let Some(done) = tasks.join_next().await {
             written.push(done??);
         }
         let writes_took = started.elapsed();
+        // Questions are asked as of the earliest session: a dated set spans months, and the
+        // memory layer's time to live (90 days for a candidate nobody confirmed) would hide
+        // its first sessions as of the last.
+        if let Some(&first) = said.iter().min() {
+            bench.set_clock(first);
+        }
         let drain = bench.drained().await?;
         println!(
             "{label}: written in {:.1} s; the pipeline drained {:.1} s after the last write\n",

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use engram_storage::model::Timestamp;
 use serde_json::Value;
 
 /// How passages are written for indexing and embedding.
@@ -33,6 +34,8 @@ pub struct Passage {
     pub text: String,
     /// The session it belongs to (a LoCoMo session, a MemDaily trajectory).
     pub session: String,
+    /// When it was said, where the data set says (LoCoMo's session dates).
+    pub said_at: Option<Timestamp>,
 }
 
 /// A question with its evidence.
@@ -274,6 +277,7 @@ fn load_locomo(items: &[Value], style: PassageStyle) -> Result<Dataset> {
                     id: text(turn, "dia_id"),
                     text: body,
                     session: format!("session-{n}"),
+                    said_at: session_time(&date),
                 });
             }
         }
@@ -349,6 +353,7 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
                 id: text(m, "mid"),
                 text: body,
                 session: format!("trajectory-{trajectory}"),
+                said_at: None,
             });
         }
         let position = positions(&passages);
@@ -408,9 +413,32 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
     Ok(out)
 }
 
+/// A LoCoMo session's date and time (`1:56 pm on 8 May, 2023`), read as UTC.
+fn session_time(date: &str) -> Option<Timestamp> {
+    let t = chrono::NaiveDateTime::parse_from_str(date, "%I:%M %p on %d %B, %Y").ok()?;
+    Some(Timestamp(t.and_utc().timestamp_millis()))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Conversation, Dataset, PassageStyle, dia_ids, load, split};
+    use engram_storage::model::Timestamp;
+
+    use super::{Conversation, Dataset, PassageStyle, dia_ids, load, session_time, split};
+
+    #[test]
+    fn locomo_session_dates_are_read_as_utc_times() {
+        // 2023-05-08T13:56:00Z and 2023-10-13T10:37:00Z.
+        assert_eq!(
+            session_time("1:56 pm on 8 May, 2023"),
+            Some(Timestamp(1_683_554_160_000))
+        );
+        assert_eq!(
+            session_time("10:37 am on 13 October, 2023"),
+            Some(Timestamp(1_697_193_420_000))
+        );
+        assert_eq!(session_time(""), None);
+        assert_eq!(session_time("sometime in May"), None);
+    }
 
     fn named(names: &[&str], kind: &'static str) -> Dataset {
         Dataset {

@@ -316,6 +316,7 @@ fn the_salience_prior_ranks_by_the_salience_left_at_the_querys_time() {
             seen_at: Timestamp(0),
             salience,
             decay_per_day,
+            written_at: None,
         };
         r.index(&EXTRACTOR, id, "prefers line charts", None, features)
             .unwrap();
@@ -329,5 +330,62 @@ fn the_salience_prior_ranks_by_the_salience_left_at_the_querys_time() {
         first_at(30 * day),
         "steady",
         "0.6 - 30 x 0.02 = 0 against 0.5"
+    );
+}
+
+/// Documents written on the given days (UTC milliseconds) with the same words, and a query
+/// naming a time: with a date weight, those that speak of it come first.
+#[test]
+fn a_query_naming_a_time_ranks_documents_written_or_speaking_of_it_first() {
+    const DAY: i64 = 86_400_000;
+    // 8 May 2023 and 20 July 2023, noon UTC.
+    let may_8 = 19_485 * DAY + DAY / 2;
+    let july_20 = 19_558 * DAY + DAY / 2;
+    let docs = [
+        ("may", "We ate pasta here", may_8),
+        ("may-yesterday", "Yesterday we ate pasta at home", may_8),
+        ("july", "We ate pasta by the lake", july_20),
+    ];
+    let build = |date_weight: f32| {
+        let mut r = Retriever::new(RetrieverParams {
+            date_weight,
+            salience_weight: 0.0,
+            recency_weight: 0.0,
+            ..RetrieverParams::default()
+        });
+        for (id, text, at) in docs {
+            let features = DocFeatures {
+                seen_at: Timestamp(at),
+                written_at: Some(Timestamp(at)),
+                ..DocFeatures::default()
+            };
+            r.index(&EXTRACTOR, id, text, None, features).unwrap();
+        }
+        r
+    };
+    let ask = |r: &Retriever<&'static str>, text: &str| {
+        let hits = r
+            .search(
+                &EXTRACTOR,
+                &Query::new(text, 3, SearchMode::Hybrid).now(Timestamp(july_20)),
+            )
+            .unwrap();
+        ids(&hits)
+    };
+    let dated = build(1.0);
+    let plain = build(0.0);
+    // "Yesterday" in a turn of 8 May is 7 May.
+    for (text, want) in [
+        ("where did we eat pasta in July 2023", "july"),
+        ("where did we eat pasta on 7 May 2023", "may-yesterday"),
+    ] {
+        assert_eq!(ask(&dated, text)[0], want, "{text}");
+        // Without a date weight the shortest document wins on words alone.
+        assert_eq!(ask(&plain, text)[0], "may", "{text}");
+    }
+    // A year says too little to rank by.
+    assert_eq!(
+        ask(&dated, "where did we eat pasta in 2023"),
+        ask(&plain, "where did we eat pasta in 2023")
     );
 }

@@ -73,6 +73,8 @@ async fn main() -> anyhow::Result<()> {
         .node("prewarm")
         .set("inference.enabled", args.embed)
         .set("inference.background-priority", "normal")
+        // Seeding writes 20,000 records as fast as the node takes them: past a key's rate.
+        .set("security.rate-limit", 0)
         .start()
         .await;
     let http = node.client();

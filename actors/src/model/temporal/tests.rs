@@ -115,3 +115,17 @@ fn several_mentions_keep_their_order_once_each() {
     assert!(overlaps(&spans, &[one(2023, 5, 3)]));
     assert!(!overlaps(&spans, &[one(2023, 5, 20)]));
 }
+
+proptest::proptest! {
+    /// Any text at any time of writing gives spans whose first day is not after their last,
+    /// and never panics (months and days out of range, far years, mixed scripts).
+    #[test]
+    fn any_text_gives_well_formed_spans(
+        text in "([0-9]{1,5}|[ -~]{0,6}|年|月|日|号|上周|昨天|天前|last|week|May|October|ago|, ){0,12}",
+        millis in -9_000_000_000_000i64..9_000_000_000_000i64,
+    ) {
+        for (first, last) in mentioned(&text, Timestamp(millis)) {
+            proptest::prop_assert!(first <= last, "{first} > {last}");
+        }
+    }
+}

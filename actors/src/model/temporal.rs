@@ -309,23 +309,17 @@ fn absolute(text: &str, now: NaiveDate, found: &mut Vec<(usize, DaySpan)>) {
         };
         push(whole.start(), whole.end(), resolved);
     }
-    for caps in DAY_MONTH.captures_iter(text) {
-        let whole = caps.get(0).unwrap();
-        let dom = caps.get(1).and_then(|m| m.as_str().parse().ok());
-        let resolved = caps
-            .get(2)
-            .and_then(|m| month_number(m.as_str()))
-            .and_then(|month| date_or_month(year_or_now(caps.get(3)), month, dom));
-        push(whole.start(), whole.end(), resolved);
-    }
-    for caps in MONTH_DAY.captures_iter(text) {
-        let whole = caps.get(0).unwrap();
-        let dom = caps.get(2).and_then(|m| m.as_str().parse().ok());
-        let resolved = caps
-            .get(1)
-            .and_then(|m| month_number(m.as_str()))
-            .and_then(|month| date_or_month(year_or_now(caps.get(3)), month, dom));
-        push(whole.start(), whole.end(), resolved);
+    // `8 May 2023` (day, then month) and `May 8, 2023` (month, then day).
+    for (pattern, day_group, month_group) in [(&*DAY_MONTH, 1, 2), (&*MONTH_DAY, 2, 1)] {
+        for caps in pattern.captures_iter(text) {
+            let whole = caps.get(0).unwrap();
+            let dom = caps.get(day_group).and_then(|m| m.as_str().parse().ok());
+            let resolved = caps
+                .get(month_group)
+                .and_then(|m| month_number(m.as_str()))
+                .and_then(|month| date_or_month(year_or_now(caps.get(3)), month, dom));
+            push(whole.start(), whole.end(), resolved);
+        }
     }
     for caps in MONTH_YEAR.captures_iter(text) {
         let whole = caps.get(0).unwrap();

@@ -21,6 +21,13 @@ fn one(y: i32, m: u32, day: u32) -> DaySpan {
     (d(y, m, day), d(y, m, day))
 }
 
+/// Each text names exactly its span, as of [`written`].
+fn resolves_each(cases: &[(&str, DaySpan)]) {
+    for (text, want) in cases {
+        assert_eq!(mentioned(text, written()), [*want], "{text}");
+    }
+}
+
 #[test]
 fn the_day_of_writing_is_a_utc_day() {
     assert_eq!(day_of(written()), d(2023, 5, 8));
@@ -45,9 +52,7 @@ fn english_days_weeks_months_and_years_relative_to_the_writing() {
         ("last Friday", one(2023, 5, 5)),
         ("last Monday", one(2023, 5, 1)),
     ];
-    for (text, want) in cases {
-        assert_eq!(mentioned(text, written()), [*want], "{text}");
-    }
+    resolves_each(cases);
 }
 
 #[test]
@@ -63,9 +68,7 @@ fn chinese_relative_expressions() {
         ("下个月", (d(2023, 6, 1), d(2023, 6, 30))),
         ("去年", (d(2022, 1, 1), d(2022, 12, 31))),
     ];
-    for (text, want) in cases {
-        assert_eq!(mentioned(text, written()), [*want], "{text}");
-    }
+    resolves_each(cases);
 }
 
 #[test]
@@ -80,9 +83,7 @@ fn absolute_dates_and_months_in_both_languages() {
         ("2023年7月", (d(2023, 7, 1), d(2023, 7, 31))),
         ("3月5日", one(2023, 3, 5)),
     ];
-    for (text, want) in cases {
-        assert_eq!(mentioned(text, written()), [*want], "{text}");
-    }
+    resolves_each(cases);
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! hybrid search that names a time ranks first the memory written then, or speaking of it,
 //! where words and recency alone rank another first.
 
+use engram_actors::model::policy::DAY_MS;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::services::Settings;
 use engram_actors::user::api::{SearchQuery, SearchResult};
@@ -9,8 +10,6 @@ use engram_storage::model::MemoryKind;
 
 mod plain;
 use plain::{Node, alice, append, node, turn};
-
-const DAY_MS: i64 = 86_400_000;
 
 async fn write(node: &Node, id: &str, text: &str) -> String {
     let mut req = turn(id, id, text);

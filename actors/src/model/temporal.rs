@@ -24,6 +24,8 @@ use chrono::{DateTime, Datelike, Days, Months, NaiveDate, Weekday};
 use engram_storage::model::Timestamp;
 use regex::Regex;
 
+use super::policy::DAY_MS;
+
 /// A span of days, both ends included, in days since 1970-01-01 (UTC).
 pub type DaySpan = (i64, i64);
 
@@ -97,7 +99,7 @@ pub fn mentioned(text: &str, written: Timestamp) -> Vec<DaySpan> {
 
 /// The day `at` falls on.
 pub fn day_of(at: Timestamp) -> i64 {
-    at.0.div_euclid(86_400_000)
+    at.0.div_euclid(DAY_MS)
 }
 
 /// Whether any span of `a` overlaps any of `b`.

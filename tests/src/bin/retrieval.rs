@@ -241,11 +241,11 @@ async fn run(
         let started = Instant::now();
         // A set with dates moves the one clock to each session's date, so its conversations
         // are written one after another; the others at once.
-        let said: Vec<Timestamp> = set
+        let first_said: Option<Timestamp> = set
             .conversations
             .iter()
             .flat_map(|c| c.passages.iter().filter_map(|p| p.said_at))
-            .collect();
+            .min();
         let mut tasks = tokio::task::JoinSet::new();
         let mut written = Vec::new();
         for (i, conversation) in set.conversations.iter().cloned().enumerate() {
@@ -255,7 +255,7 @@ async fn run(
                 let written = bench.write(&user, &conversation).await?;
                 anyhow::Ok((written, conversation))
             };
-            if said.is_empty() {
+            if first_said.is_none() {
                 tasks.spawn(write);
             } else {
                 written.push(write.await?);
@@ -268,7 +268,7 @@ async fn run(
         // Questions are asked as of the earliest session: a dated set spans months, and the
         // memory layer's time to live (90 days for a candidate nobody confirmed) would hide
         // its first sessions as of the last.
-        if let Some(&first) = said.iter().min() {
+        if let Some(first) = first_said {
             bench.set_clock(first);
         }
         let drain = bench.drained().await?;

@@ -337,10 +337,9 @@ fn the_salience_prior_ranks_by_the_salience_left_at_the_querys_time() {
 /// naming a time: with a date weight, those that speak of it come first.
 #[test]
 fn a_query_naming_a_time_ranks_documents_written_or_speaking_of_it_first() {
-    const DAY: i64 = 86_400_000;
     // 8 May 2023 and 20 July 2023, noon UTC.
-    let may_8 = 19_485 * DAY + DAY / 2;
-    let july_20 = 19_558 * DAY + DAY / 2;
+    let may_8 = 19_485 * DAY_MS + DAY_MS / 2;
+    let july_20 = 19_558 * DAY_MS + DAY_MS / 2;
     let docs = [
         ("may", "We ate pasta here", may_8),
         ("may-yesterday", "Yesterday we ate pasta at home", may_8),

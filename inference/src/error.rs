@@ -60,6 +60,11 @@ pub enum Error {
     #[error("libtorch failed")]
     Torch(#[from] tch::TchError),
 
+    /// libtorch's quantized operators failed to pack or apply an int8 layer: ours (500). The
+    /// message is libtorch's (shapes and kinds, never data).
+    #[error("int8 linear layer failed: {0}")]
+    Quantise(String),
+
     /// The configuration asks for a CUDA device that this machine does not have: ours (503).
     #[error("cuda device {index} is not available (this machine has {available})")]
     DeviceUnavailable {

@@ -31,6 +31,7 @@ mod encoder;
 mod error;
 pub mod generate;
 pub mod gguf;
+mod linear;
 mod pool;
 pub mod qwen2;
 mod reader;
@@ -41,6 +42,7 @@ pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model
 pub use encoder::{Encoder, cuda_devices};
 pub use error::{Error, Result};
 pub use generate::{Generation, GenerationConfig, GenerationPool, GenerationStats};
+pub use linear::Precision;
 pub use pool::{
     BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority,
     exit_without_teardown, leave_idle_class,

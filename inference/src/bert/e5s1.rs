@@ -32,6 +32,7 @@ use tch::{Device, Tensor};
 
 use super::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings};
 use crate::error::{Error, Result};
+use crate::linear::Precision;
 use crate::reader::Reader;
 
 /// Weights per Q4_0 block.
@@ -58,8 +59,13 @@ pub struct SentencePieceVocab {
     pub unk: u32,
 }
 
-/// Loads an E5S1 file onto `device`: the encoder and the file's own vocabulary.
-pub(crate) fn load(path: &Path, device: Device) -> Result<(Bert, SentencePieceVocab)> {
+/// Loads an E5S1 file onto `device`, its linear layers in `precision`: the encoder and the
+/// file's own vocabulary.
+pub(crate) fn load(
+    path: &Path,
+    device: Device,
+    precision: Precision,
+) -> Result<(Bert, SentencePieceVocab)> {
     if !path.is_file() {
         return Err(Error::ModelMissing {
             path: path.to_path_buf(),
@@ -70,7 +76,7 @@ pub(crate) fn load(path: &Path, device: Device) -> Result<(Bert, SentencePieceVo
         source,
     })?;
     let mut file = E5s1::parse(&bytes, path)?;
-    let bert = Bert::load(file.config.clone(), &mut file, device)?;
+    let bert = Bert::load(file.config.clone(), &mut file, device, precision)?;
     Ok((bert, file.vocab))
 }
 

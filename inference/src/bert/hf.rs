@@ -14,6 +14,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings};
 use crate::error::{Error, Result};
+use crate::linear::Precision;
 
 /// The fields of a HuggingFace `config.json` that the encoder uses.
 #[derive(Debug, Deserialize)]
@@ -109,8 +110,14 @@ fn read_text(path: &Path) -> Result<String> {
     })
 }
 
-/// Loads `model.safetensors` with the hyper-parameters `config` onto `device`.
-pub(crate) fn load(path: &Path, config: BertConfig, device: Device) -> Result<Bert> {
+/// Loads `model.safetensors` with the hyper-parameters `config` onto `device`, its linear
+/// layers in `precision`.
+pub(crate) fn load(
+    path: &Path,
+    config: BertConfig,
+    device: Device,
+    precision: Precision,
+) -> Result<Bert> {
     if !path.is_file() {
         return Err(Error::ModelMissing {
             path: path.to_path_buf(),
@@ -121,7 +128,7 @@ pub(crate) fn load(path: &Path, config: BertConfig, device: Device) -> Result<Be
         path: path.to_path_buf(),
         tensors: tensors.into_iter().collect(),
     };
-    Bert::load(config, &mut source, device)
+    Bert::load(config, &mut source, device, precision)
 }
 
 /// The tensors of a safetensors file, by name.

@@ -5,6 +5,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings};
 use crate::error::Result;
+use crate::linear::Precision;
 
 fn tiny_config() -> BertConfig {
     BertConfig {
@@ -228,7 +229,8 @@ fn embed(bert: &Bert, rows: &[&[i64]]) -> Vec<Vec<f32>> {
 fn forward_matches_the_bert_equations_with_and_without_padding() {
     let config = tiny_config();
     let mut source = RandomSource::new(7);
-    let bert = Bert::load(config.clone(), &mut source, Device::Cpu).expect("load");
+    let bert =
+        Bert::load(config.clone(), &mut source, Device::Cpu, Precision::Float32).expect("load");
     let short: &[i64] = &[1, 5, 2];
     let long: &[i64] = &[1, 7, 3, 9, 10, 4, 2];
     let alone = embed(&bert, &[short]);

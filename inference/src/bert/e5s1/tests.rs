@@ -10,6 +10,7 @@ use tch::{Device, Tensor};
 use super::{BLOCK_BYTES, E5s1, dequantize_q4, q4_codes};
 use crate::bert::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings};
 use crate::error::Error;
+use crate::linear::Precision;
 
 const PIECES: [&str; 5] = ["<s>", "<pad>", "</s>", "<unk>", "▁hi"];
 
@@ -168,7 +169,7 @@ fn parse_reads_header_vocabulary_and_tensors() -> anyhow::Result<()> {
         }
         WordEmbeddings::Dense(_) => panic!("a Q4_0 word table must stay quantised"),
     }
-    let bert = Bert::load(config, &mut file, Device::Cpu)?;
+    let bert = Bert::load(config, &mut file, Device::Cpu, Precision::Float32)?;
     let ids = Tensor::from_slice(&[0_i64, 4, 2]).view([1, 3]);
     let mask = Tensor::from_slice(&[1_i64, 1, 1]).view([1, 3]);
     assert_eq!(bert.embed(&ids, &mask)?.size(), [1, 32]);
@@ -209,7 +210,7 @@ fn broken_files_are_refused() {
     tensors.remove(1);
     let missing = image(&config, &tensors);
     let mut file = E5s1::parse(&missing, path()).expect("the directory itself is sound");
-    let err = Bert::load(config, &mut file, Device::Cpu)
+    let err = Bert::load(config, &mut file, Device::Cpu, Precision::Float32)
         .err()
         .map(|e| e.to_string());
     assert!(err.unwrap_or_default().contains("no tensor \"emb.pos\""));
@@ -224,7 +225,7 @@ proptest! {
         // The header and directory sit in the first bytes; a cut past them leaves tensors
         // pointing beyond the end, which loading must refuse.
         let result = E5s1::parse(&bytes[..cut], path()).and_then(|mut file| {
-            Bert::load(config.clone(), &mut file, Device::Cpu).map(|_| ())
+            Bert::load(config.clone(), &mut file, Device::Cpu, Precision::Float32).map(|_| ())
         });
         let refused = matches!(result, Err(Error::Format { .. }));
         prop_assert!(refused, "a file cut at byte {} was accepted", cut);

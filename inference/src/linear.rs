@@ -1,0 +1,270 @@
+//! Linear layers, dense or packed: `y = x W^T + b` with float32 weights; or with the weights
+//! packed once as symmetric int8 codes (one scale per output row) and the activations
+//! quantised per call (libtorch's `quantized::linear_dynamic`, fbgemm on x86); or packed as
+//! half-precision floats with float32 activations (`quantized::linear_dynamic_fp16`), for
+//! layers whose inputs have outliers that a per-tensor int8 scale cannot hold.
+//!
+//! tch does not reach the quantized operators (they are dispatcher operators, not ATen native
+//! functions), so `cpp/qlinear.cpp`, compiled by this crate's `build.rs` against the same
+//! libtorch, calls them; this module owns its handles. The int8 path runs on the CPU only:
+//! on a GPU the layers stay dense.
+//!
+//! The FFI is this module's reason to exist, so it is the one place in the crate's library
+//! that allows `unsafe`; every block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tch::{Device, Kind, Tensor};
+use torch_sys::C_tensor;
+
+use crate::error::{Error, Result};
+
+unsafe extern "C" {
+    fn engram_qlinear_pack(
+        weight: *const C_tensor,
+        bias: *const C_tensor,
+        fp16: bool,
+    ) -> *mut c_void;
+    fn engram_qlinear_forward(
+        packed: *const c_void,
+        input: *const C_tensor,
+        fp16: bool,
+    ) -> *mut C_tensor;
+    fn engram_qlinear_free(packed: *mut c_void);
+    fn engram_qlinear_last_error() -> *const c_char;
+}
+
+/// How a model's linear layers hold their weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Float32 weights and activations.
+    #[default]
+    Float32,
+    /// Int8 weights packed at load, activations quantised per call, where a model's accuracy
+    /// allows it (each model names the layers that stay float32 or take fp16 instead); CPU
+    /// only, on a GPU the layers stay float32.
+    Int8,
+}
+
+/// How one layer holds its weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Packing {
+    /// Float32, as loaded.
+    Float32,
+    /// Int8 codes, activations quantised per call.
+    Int8,
+    /// Half-precision floats, float32 activations.
+    Float16,
+}
+
+impl Precision {
+    /// The packing of an ordinary layer in this precision.
+    pub(crate) fn packing(self) -> Packing {
+        match self {
+            Precision::Float32 => Packing::Float32,
+            Precision::Int8 => Packing::Int8,
+        }
+    }
+
+    /// The packing of a layer whose inputs have outliers (a per-tensor int8 scale would
+    /// crush the rest of the activations): half precision instead of int8.
+    pub(crate) fn outlier_packing(self) -> Packing {
+        match self {
+            Precision::Float32 => Packing::Float32,
+            Precision::Int8 => Packing::Float16,
+        }
+    }
+}
+
+/// One linear layer.
+pub(crate) enum Linear {
+    /// `weight` `[out, in]` and an optional `bias` `[out]`, float32.
+    Dense {
+        weight: Tensor,
+        bias: Option<Tensor>,
+    },
+    /// The packed weight; shared, since forward passes only read it.
+    Packed(Arc<Packed>),
+}
+
+impl Linear {
+    /// The layer of `weight` `[out, in]` and `bias` `[out]` (float32, on `device`), packed
+    /// as `packing` says where the weights are on the CPU (float32 elsewhere).
+    pub(crate) fn new(
+        weight: Tensor,
+        bias: Option<Tensor>,
+        packing: Packing,
+        device: Device,
+    ) -> Result<Linear> {
+        let fp16 = match packing {
+            Packing::Float32 => return Ok(Linear::Dense { weight, bias }),
+            _ if device != Device::Cpu => return Ok(Linear::Dense { weight, bias }),
+            Packing::Int8 => false,
+            Packing::Float16 => true,
+        };
+        Ok(Linear::Packed(Arc::new(Packed::new(
+            &weight,
+            bias.as_ref(),
+            fp16,
+        )?)))
+    }
+
+    /// `x W^T + b` for `x` `[..., in]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Linear::Dense { weight, bias } => Ok(x.f_linear(weight, bias.as_ref())?),
+            Linear::Packed(packed) => packed.forward(x),
+        }
+    }
+
+    /// [`Linear::forward`] for code on tch's infallible API (the decoder): panics where tch's
+    /// own `linear` would, on shapes that do not fit.
+    pub(crate) fn apply(&self, x: &Tensor) -> Tensor {
+        match self.forward(x) {
+            Ok(y) => y,
+            Err(error) => panic!("linear layer: {error}"),
+        }
+    }
+
+    /// A second handle on the same weights (no copy).
+    pub(crate) fn share(&self) -> Linear {
+        match self {
+            Linear::Dense { weight, bias } => Linear::Dense {
+                weight: weight.shallow_clone(),
+                bias: bias.as_ref().map(Tensor::shallow_clone),
+            },
+            Linear::Packed(packed) => Linear::Packed(Arc::clone(packed)),
+        }
+    }
+}
+
+/// A weight packed by libtorch's `quantized::linear_prepack` or `linear_prepack_fp16` (an
+/// opaque `c10::IValue`).
+pub(crate) struct Packed {
+    handle: *mut c_void,
+    fp16: bool,
+}
+
+// SAFETY: the handle is owned by this value alone and freed once, in `Drop`; the packed
+// weight is immutable after packing, and libtorch's `linear_dynamic` only reads it, so
+// forward passes on several threads at once are sound (torch itself runs one quantised
+// module from many threads).
+unsafe impl Send for Packed {}
+unsafe impl Sync for Packed {}
+
+impl Packed {
+    fn new(weight: &Tensor, bias: Option<&Tensor>, fp16: bool) -> Result<Packed> {
+        let weight = weight.f_to_kind(Kind::Float)?;
+        let bias = bias.map(|b| b.f_to_kind(Kind::Float)).transpose()?;
+        let bias_ptr = bias.as_ref().map_or(std::ptr::null(), Tensor::as_ptr);
+        // SAFETY: both pointers are live tch tensors (torch-sys's `at::Tensor*`) for the call;
+        // the shim copies what it keeps.
+        let handle = unsafe { engram_qlinear_pack(weight.as_ptr(), bias_ptr, fp16) };
+        if handle.is_null() {
+            return Err(Error::Quantise(last_error()));
+        }
+        Ok(Packed { handle, fp16 })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // SAFETY: `handle` is a live packed weight (freed only in `Drop`) and `x` a live tensor;
+        // a non-null result is a new heap-allocated `at::Tensor` that tch takes ownership of.
+        let out = unsafe { engram_qlinear_forward(self.handle, x.as_ptr(), self.fp16) };
+        if out.is_null() {
+            return Err(Error::Quantise(last_error()));
+        }
+        // SAFETY: see above: `out` is a fresh tensor handle owned by no one else.
+        Ok(unsafe { Tensor::from_ptr(out) })
+    }
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        // SAFETY: `handle` came from `engram_qlinear_pack` and is freed exactly once.
+        unsafe { engram_qlinear_free(self.handle) }
+    }
+}
+
+/// The shim's message for this thread's last failure.
+fn last_error() -> String {
+    // SAFETY: the shim returns a NUL-terminated string valid until its next call on this
+    // thread; it is copied at once.
+    unsafe { CStr::from_ptr(engram_qlinear_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cosine(a: &Tensor, b: &Tensor) -> f64 {
+        let a = a.flatten(0, -1);
+        let b = b.flatten(0, -1);
+        (a.dot(&b) / (a.norm() * b.norm())).double_value(&[])
+    }
+
+    /// Each packed layer computes the dense layer's product up to its rounding, keeps the
+    /// leading dimensions of its input, adds the bias, and can be shared across threads.
+    #[test]
+    fn packed_layers_agree_with_the_dense_one() {
+        for packing in [Packing::Int8, Packing::Float16] {
+            packed_layer_agrees_with_the_dense_one(packing);
+        }
+    }
+
+    fn packed_layer_agrees_with_the_dense_one(packing: Packing) {
+        tch::manual_seed(7);
+        let weight = Tensor::randn([96, 64], (Kind::Float, Device::Cpu)) * 0.05;
+        let bias = Tensor::randn([96], (Kind::Float, Device::Cpu));
+        let x = Tensor::randn([3, 5, 64], (Kind::Float, Device::Cpu));
+        let dense = Linear::new(
+            weight.shallow_clone(),
+            Some(bias.shallow_clone()),
+            Packing::Float32,
+            Device::Cpu,
+        )
+        .unwrap();
+        let packed = Linear::new(weight, Some(bias), packing, Device::Cpu).unwrap();
+        assert!(matches!(packed, Linear::Packed(_)));
+        let expected = dense.forward(&x).unwrap();
+        let got = packed.forward(&x).unwrap();
+        assert_eq!(got.size(), vec![3, 5, 96]);
+        let similarity = cosine(&expected, &got);
+        assert!(similarity > 0.999, "{packing:?}: cosine {similarity}");
+
+        let shared = packed.share();
+        let x2 = x.shallow_clone();
+        let from_thread = std::thread::spawn(move || shared.forward(&x2).unwrap())
+            .join()
+            .unwrap();
+        assert!(cosine(&got, &from_thread) > 0.999_999);
+    }
+
+    /// Without a bias the layer is `x W^T` alone. (Rows as wide as a model's: in a row of
+    /// 16 Gaussian weights most codes are near the extremes, where full-range activations can
+    /// saturate fbgemm's AVX2 sums; see `cpp/qlinear.cpp`.)
+    #[test]
+    fn int8_layer_without_bias() {
+        tch::manual_seed(8);
+        let weight = Tensor::randn([32, 384], (Kind::Float, Device::Cpu));
+        let x = Tensor::randn([4, 384], (Kind::Float, Device::Cpu));
+        let expected = x.linear::<Tensor>(&weight, None);
+        let int8 = Linear::new(weight, None, Packing::Int8, Device::Cpu).unwrap();
+        assert!(cosine(&expected, &int8.forward(&x).unwrap()) > 0.999);
+    }
+
+    /// A failure inside libtorch is an error carrying its message, not an abort.
+    #[test]
+    fn a_shape_mismatch_is_an_error() {
+        let weight = Tensor::randn([8, 16], (Kind::Float, Device::Cpu));
+        let int8 = Linear::new(weight, None, Packing::Int8, Device::Cpu).unwrap();
+        let wrong = Tensor::randn([2, 15], (Kind::Float, Device::Cpu));
+        let error = int8.forward(&wrong).unwrap_err().to_string();
+        assert!(!error.is_empty(), "{error}");
+    }
+}

@@ -14,7 +14,8 @@
 //! `ENGRAM_BENCH_ALONE` (default 20) is how many messages are timed one at a time;
 //! `ENGRAM_BENCH_RULES_ONLY=1` skips the model; `ENGRAM_BENCH_ANSWERS=<file>` saves the
 //! model's answers there (or reuses them when the file exists); `ENGRAM_BENCH_MODEL=<file>`
-//! runs another GGUF file under the model directory (default: the node's default model).
+//! runs another GGUF file under the model directory (default: the node's default model);
+//! `ENGRAM_BENCH_PRECISION=int8` packs the decoder's linear layers (default float32).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use engram_inference::distil::{
     intent_schema, needs_target, parse_answer, rules,
 };
 use engram_inference::{
-    BackgroundPriority, Generation, GenerationConfig, GenerationPool, GenerationStats,
+    BackgroundPriority, Generation, GenerationConfig, GenerationPool, GenerationStats, Precision,
 };
 use serde::Deserialize;
 
@@ -256,9 +257,15 @@ async fn run_model(
         || GenerationConfig::default().model,
         std::path::PathBuf::from,
     );
-    println!("model: {}", model.display());
+    let precision = match std::env::var("ENGRAM_BENCH_PRECISION").as_deref() {
+        Ok("int8") => Precision::Int8,
+        Ok("float32") | Err(_) => Precision::Float32,
+        Ok(other) => anyhow::bail!("ENGRAM_BENCH_PRECISION={other}: float32 or int8"),
+    };
+    println!("model: {}, {precision:?}", model.display());
     let pool = GenerationPool::start(GenerationConfig {
         model,
+        precision,
         max_batch: 8,
         queue_capacity: 1024,
         tenant_share_percent: 100,

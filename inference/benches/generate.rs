@@ -1,6 +1,7 @@
 //! Generation speed of the Qwen2 decoder on this machine: load time, prefill (tokens/s over a
 //! chat prompt), greedy decoding and schema-constrained decoding (new tokens/s, time to first
-//! token), each repeated for `ENGRAM_BENCH_SECS` (default 5) and reported as medians.
+//! token), each repeated for `ENGRAM_BENCH_SECS` (default 5) and reported as medians, for
+//! float32 weights and for int8 linear layers taking turns in the same rounds.
 //!
 //! ```text
 //! cargo bench -p engram-inference --bench generate
@@ -9,10 +10,10 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use engram_inference::default_model_dir;
 use engram_inference::gguf::Gguf;
 use engram_inference::qwen2::{KvCache, Qwen2, chat_prompt, token_bytes};
 use engram_inference::schema::Schema;
+use engram_inference::{Precision, default_model_dir};
 use tch::{Device, Tensor};
 
 mod common;
@@ -25,8 +26,12 @@ fn median(mut xs: Vec<f64>) -> f64 {
 fn main() -> Result<()> {
     let path = default_model_dir().join("qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf");
     let started = Instant::now();
-    let model = Qwen2::load(&path, Device::cuda_if_available()).context("run .ci/models")?;
+    let device = Device::cuda_if_available();
+    let model = Qwen2::load(&path, device, Precision::Float32).context("run .ci/models")?;
     let load = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let int8 = Qwen2::load(&path, device, Precision::Int8)?;
+    let load_int8 = started.elapsed().as_secs_f64();
     let tokenizer = Gguf::open(&path)?.tokenizer()?;
     let vocab = token_bytes(&tokenizer);
     let eos = i64::from(
@@ -56,60 +61,96 @@ fn main() -> Result<()> {
     }))
     .map_err(anyhow::Error::msg)?;
     println!(
-        "## Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M, float32 weights) on {:?}, {} threads\n",
-        Device::cuda_if_available(),
+        "## Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M; float32 and int8 weights) on {:?}, {} threads\n",
+        device,
         tch::get_num_threads()
     );
     println!(
-        "load (read, dequantise, place): {load:.1} s; prompt: {} tokens\n",
+        "load (read, dequantise, place): {load:.1} s; with int8 packing {load_int8:.1} s; \
+         prompt: {} tokens\n",
         prompt.len()
     );
 
     let window = common::measurement();
-    let (mut prefill, mut greedy, mut ttft, mut constrained) = (vec![], vec![], vec![], vec![]);
-    let (mut greedy_tokens, mut json_len) = (0, 0);
+    // Both precisions take turns in every round, so drift in the shared machine's load hits
+    // both alike.
+    let mut runs = [Runs::default(), Runs::default()];
     let until = Instant::now() + window;
-    while prefill.len() < 3 || Instant::now() < until {
+    while runs[0].prefill.len() < 3 || Instant::now() < until {
+        for (model, runs) in [&model, &int8].into_iter().zip(&mut runs) {
+            runs.measure(model, &prompt, &schema, &vocab, eos);
+        }
+    }
+    for (label, runs) in ["float32", "int8"].into_iter().zip(runs) {
+        println!("### {label} weights\n");
+        runs.print();
+    }
+    Ok(())
+}
+
+/// One precision's measurements.
+#[derive(Default)]
+struct Runs {
+    prefill: Vec<f64>,
+    ttft: Vec<f64>,
+    greedy: Vec<f64>,
+    constrained: Vec<f64>,
+    greedy_tokens: usize,
+    json_len: usize,
+}
+
+impl Runs {
+    /// Prefill, greedy decoding and a schema-constrained answer, once each.
+    fn measure(
+        &mut self,
+        model: &Qwen2,
+        prompt: &[i64],
+        schema: &Schema,
+        vocab: &[Option<Vec<u8>>],
+        eos: i64,
+    ) {
         let t = Instant::now();
         let mut cache = KvCache::default();
-        let _ = model.next_logits(&Tensor::from_slice(&prompt).unsqueeze(0), &mut cache);
+        let _ = model.next_logits(&Tensor::from_slice(prompt).unsqueeze(0), &mut cache);
         let p = t.elapsed().as_secs_f64();
-        prefill.push(prompt.len() as f64 / p);
-        ttft.push(p * 1e3);
+        self.prefill.push(prompt.len() as f64 / p);
+        self.ttft.push(p * 1e3);
 
         let t = Instant::now();
-        let answer = model.generate_greedy(&prompt, 32, eos);
-        greedy_tokens = answer.len();
+        let answer = model.generate_greedy(prompt, 32, eos);
+        self.greedy_tokens = answer.len();
         let g = t.elapsed().as_secs_f64() - p;
-        greedy.push((answer.len().saturating_sub(1)) as f64 / g.max(1e-9));
+        self.greedy
+            .push((answer.len().saturating_sub(1)) as f64 / g.max(1e-9));
 
         let t = Instant::now();
-        let json = model.generate_json(&prompt, &schema, &vocab, 48);
-        json_len = json.as_ref().map_or(0, String::len);
+        let json = model.generate_json(prompt, schema, vocab, 48);
+        self.json_len = json.as_ref().map_or(0, String::len);
         let c = t.elapsed().as_secs_f64() - p;
-        constrained.push(c * 1e3);
+        self.constrained.push(c * 1e3);
     }
-    println!("| measure | median | runs |");
-    println!("|---|---:|---:|");
-    println!(
-        "| prefill | {:.0} tokens/s | {} |",
-        median(prefill.clone()),
-        prefill.len()
-    );
-    println!(
-        "| time to first token (prefill of the prompt) | {:.0} ms | {} |",
-        median(ttft),
-        prefill.len()
-    );
-    println!(
-        "| greedy decoding ({greedy_tokens} tokens) | {:.1} tokens/s | {} |",
-        median(greedy),
-        prefill.len()
-    );
-    println!(
-        "| schema-constrained answer ({json_len} bytes of JSON), after prefill | {:.0} ms | {} |",
-        median(constrained),
-        prefill.len()
-    );
-    Ok(())
+
+    fn print(self) {
+        let runs = self.prefill.len();
+        println!("| measure | median | runs |");
+        println!("|---|---:|---:|");
+        println!(
+            "| prefill | {:.0} tokens/s | {runs} |",
+            median(self.prefill)
+        );
+        println!(
+            "| time to first token (prefill of the prompt) | {:.0} ms | {runs} |",
+            median(self.ttft)
+        );
+        println!(
+            "| greedy decoding ({} tokens) | {:.1} tokens/s | {runs} |",
+            self.greedy_tokens,
+            median(self.greedy)
+        );
+        println!(
+            "| schema-constrained answer ({} bytes of JSON), after prefill | {:.0} ms | {runs} |\n",
+            self.json_len,
+            median(self.constrained)
+        );
+    }
 }

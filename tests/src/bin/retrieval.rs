@@ -29,7 +29,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::{Fusion, RetrieverParams};
-use engram_inference::{EncoderConfig, ModelKind, PoolConfig};
+use engram_inference::{EncoderConfig, ModelKind, PoolConfig, Precision};
 use engram_storage::model::Timestamp;
 use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
 use engram_tests::retrieval::{Bench, Report};
@@ -74,6 +74,9 @@ struct Args {
     /// Encoder.
     #[arg(long, value_enum, default_value_t = ModelArg::E5)]
     model: ModelArg,
+    /// Pack the encoder's linear layers as int8 (multilingual-e5-small on the CPU).
+    #[arg(long)]
+    int8: bool,
     /// Most texts in one embedding batch.
     #[arg(long, default_value_t = 32)]
     max_batch: usize,
@@ -189,6 +192,11 @@ fn main() -> Result<()> {
     let pool = PoolConfig {
         encoder: EncoderConfig {
             model,
+            precision: if args.int8 {
+                Precision::Int8
+            } else {
+                Precision::Float32
+            },
             ..EncoderConfig::default()
         },
         max_batch: args.max_batch,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use engram_actors::distil::DistillationConfig;
 use engram_actors::pipeline::PipelineConfig;
-use engram_inference::{BackgroundPriority, DeviceChoice, GenerationConfig};
+use engram_inference::{BackgroundPriority, DeviceChoice, GenerationConfig, Precision};
 use serde::{Deserialize, Serialize};
 
 use super::inference::PipelineSection;
@@ -50,6 +50,9 @@ pub struct GenerationSection {
     pub model_file: PathBuf,
     /// Where the decoder runs: `"auto"`, `"cpu"` or `{ cuda = N }`.
     pub device: DeviceChoice,
+    /// The decoder's linear layers: `"float32"` or `"int8"` (on the CPU: int8 codes, and
+    /// half-precision floats for the feed-forward's output and the vocabulary projection).
+    pub precision: Precision,
     /// Sequences decoded together at most (continuous batching).
     pub max_batch: usize,
     /// Requests waiting at most.
@@ -69,6 +72,7 @@ impl Default for GenerationSection {
         GenerationSection {
             model_file: g.model,
             device: g.device,
+            precision: g.precision,
             max_batch: g.max_batch,
             queue_capacity: g.queue_capacity,
             tenant_share_percent: g.tenant_share_percent,
@@ -124,6 +128,7 @@ impl DistillationSection {
             model_dir,
             model: self.generation.model_file.clone(),
             device: self.generation.device,
+            precision: self.generation.precision,
             max_batch: self.generation.max_batch,
             queue_capacity: self.generation.queue_capacity,
             tenant_share_percent: self.generation.tenant_share_percent,

@@ -252,6 +252,16 @@ fn missing_file_is_an_error() {
 }
 
 #[test]
+fn int8_is_refused_for_the_english_encoder() {
+    let mut config = Config::default();
+    config.inference.precision = engram_inference::Precision::Int8;
+    config.validate().expect("int8 multilingual-e5-small");
+    config.inference.model = engram_inference::ModelKind::AllMiniLmL6V2;
+    let err = config.validate().expect_err("int8 all-minilm-l6-v2");
+    assert_eq!(keys(&err), ["inference.precision"], "{err}");
+}
+
+#[test]
 fn lease_timeout_must_exceed_twice_the_heartbeat() {
     let mut config = Config::default();
     config.cluster.heartbeat_interval = Duration::from_secs(5);

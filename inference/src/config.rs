@@ -29,6 +29,15 @@ impl ModelKind {
     /// Every model, for tests and operator listings.
     pub const ALL: [ModelKind; 2] = [ModelKind::MultilingualE5Small, ModelKind::AllMiniLmL6V2];
 
+    /// Whether `precision = "int8"` may load this model: only where its int8 path keeps the
+    /// golden bound (cosine 0.995; all-MiniLM-L6-v2 reaches 0.99497 on an English text).
+    pub fn takes_int8(self) -> bool {
+        match self {
+            ModelKind::MultilingualE5Small => true,
+            ModelKind::AllMiniLmL6V2 => false,
+        }
+    }
+
     /// The model's name in configuration, and its folder under the model directory.
     pub fn name(self) -> &'static str {
         match self {

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use engram_inference::{ModelKind, Precision};
+use engram_inference::Precision;
 use engram_storage::crypto::Cipher;
 use humantime_serde::re::humantime::format_duration;
 
@@ -268,9 +268,7 @@ impl Config {
     /// `[inference]`: workers, batching, the queue and each tenant's share of it, search.
     fn check_inference(&self, p: &mut Problems) {
         let inference = &self.inference;
-        if inference.precision == Precision::Int8
-            && inference.model != ModelKind::MultilingualE5Small
-        {
+        if inference.precision == Precision::Int8 && !inference.model.takes_int8() {
             p.add(
                 "inference.precision",
                 "int8 is available for multilingual-e5-small only".to_owned(),

@@ -256,7 +256,7 @@ impl Bert {
     }
 
     /// Takes every parameter from `source` and moves it to `device`; the linear layers are
-    /// packed as int8 when `precision` asks for it (on the CPU).
+    /// packed as int8 or half precision when `precision` asks for it (on the CPU).
     pub(crate) fn load(
         config: BertConfig,
         source: &mut impl WeightSource,
@@ -277,10 +277,14 @@ impl Bert {
             let mut layer = |param: LayerParam| get(Param::Layer(index, param));
             let linear =
                 |weight, bias| Linear::new(weight, Some(bias), precision.packing(), device);
-            // The feed-forward's input projection stays float32 in every precision: with it
-            // in int8 too, multilingual-e5-small's golden cosine falls to 0.9937 (the bound is
-            // 0.995); without it, 0.9956 (docs/benchmarks.md, issue 12's int8 lever).
-            let dense = |weight, bias| Linear::new(weight, Some(bias), Packing::Float32, device);
+            // The feed-forward's input projection stays float32 in int8: with it in int8 too,
+            // multilingual-e5-small's golden cosine falls to 0.9937 (the bound is 0.995);
+            // without it, 0.9956 (docs/benchmarks.md, issue 12's int8 lever).
+            let ff_in_packing = match precision {
+                Precision::Int8 => Packing::Float32,
+                Precision::Float32 | Precision::Float16 => precision.packing(),
+            };
+            let ff_in = |weight, bias| Linear::new(weight, Some(bias), ff_in_packing, device);
             let qkv_weight = Tensor::f_cat(
                 &[
                     layer(LayerParam::QueryWeight)?,
@@ -307,7 +311,7 @@ impl Bert {
                     layer(LayerParam::AttentionNormWeight)?,
                     layer(LayerParam::AttentionNormBias)?,
                 ),
-                ff_in: dense(
+                ff_in: ff_in(
                     layer(LayerParam::FeedForwardInWeight)?,
                     layer(LayerParam::FeedForwardInBias)?,
                 )?,

@@ -6,8 +6,10 @@
 //! Weights are dequantised to float32 at load (about 2 GB for the 0.5B model); in
 //! [`Precision::Int8`] the linear layers are then packed for the CPU, as int8 or (the
 //! feed-forward's output and the vocabulary projection) half-precision floats, so that a
-//! decoding step reads about 0.75 GB instead of 2 GB (by the weights' sizes). The float32 forward pass matches Hugging
-//! Face's `Qwen2ForCausalLM` on the same file (`inference/tests/qwen2.rs`); int8 stays close.
+//! decoding step reads about 0.75 GB instead of 2 GB (by the weights' sizes); in
+//! [`Precision::Float16`] all of them as half-precision floats (about 1 GB a step). The float32
+//! forward pass matches Hugging Face's `Qwen2ForCausalLM` on the same file
+//! (`inference/tests/qwen2.rs`); float16 and int8 stay close.
 
 use std::path::Path;
 
@@ -144,43 +146,65 @@ impl Qwen2 {
         // that one int8 scale per call crushes (the reference's top-1 token at 8 of 60 prompt
         // positions with it in int8), and the second moved the logits most of the rest
         // (cosine 0.991 alone); as it is, 55 to 56 of 60 and 0.996 to 0.998 (`tests/qwen2.rs`).
-        let linear = |weight: Tensor, bias: Option<Tensor>| {
-            Linear::new(weight, bias, precision.packing(), device)
+        let (ordinary, outlier) = (precision.packing(), precision.outlier_packing());
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let output = match gguf.tensor("output.weight") {
+            Some(_) => load("output.weight")?,
+            // Tied embeddings.
+            None => load("token_embd.weight")?,
         };
-        let outlier =
-            |weight: Tensor| Linear::new(weight, None, precision.outlier_packing(), device);
-        let mut layers = Vec::with_capacity(config.layers);
-        for i in 0..config.layers {
-            let t = |suffix: &str| load(&format!("blk.{i}.{suffix}"));
-            let with_bias = |name: &str| {
-                linear(
-                    t(&format!("{name}.weight"))?,
-                    Some(t(&format!("{name}.bias"))?),
-                )
-            };
-            let without_bias = |name: &str| linear(t(&format!("{name}.weight"))?, None);
-            layers.push(Layer {
-                attn_norm: t("attn_norm.weight")?,
-                q: with_bias("attn_q")?,
-                k: with_bias("attn_k")?,
-                v: with_bias("attn_v")?,
-                o: without_bias("attn_output")?,
-                ffn_norm: t("ffn_norm.weight")?,
-                gate: without_bias("ffn_gate")?,
-                up: without_bias("ffn_up")?,
-                down: outlier(t("ffn_down.weight")?)?,
-            });
-        }
+        // Packing is single-threaded in fbgemm: the vocabulary projection (over a quarter of the
+        // weights) packs on its own thread while the layers pack on `threads` at once.
+        let (layers, output) = std::thread::scope(|scope| -> Result<_> {
+            let output = scope.spawn(move || Linear::new(output, None, outlier, device));
+            let mut layers = Vec::with_capacity(config.layers);
+            for i in 0..config.layers {
+                let t = |suffix: &str| load(&format!("blk.{i}.{suffix}"));
+                let with_bias = |name: &str| -> Result<_> {
+                    Ok((
+                        t(&format!("{name}.weight"))?,
+                        Some(t(&format!("{name}.bias"))?),
+                        ordinary,
+                    ))
+                };
+                let without_bias = |name: &str, packing| {
+                    Ok::<_, Error>((t(&format!("{name}.weight"))?, None, packing))
+                };
+                let specs = vec![
+                    with_bias("attn_q")?,
+                    with_bias("attn_k")?,
+                    with_bias("attn_v")?,
+                    without_bias("attn_output", ordinary)?,
+                    without_bias("ffn_gate", ordinary)?,
+                    without_bias("ffn_up", ordinary)?,
+                    without_bias("ffn_down", outlier)?,
+                ];
+                let [q, k, v, o, gate, up, down]: [Linear; 7] =
+                    Linear::new_each(specs, device, threads)?
+                        .try_into()
+                        .unwrap_or_else(|_| unreachable!("seven specs make seven layers"));
+                layers.push(Layer {
+                    attn_norm: t("attn_norm.weight")?,
+                    q,
+                    k,
+                    v,
+                    o,
+                    ffn_norm: t("ffn_norm.weight")?,
+                    gate,
+                    up,
+                    down,
+                });
+            }
+            let output = output
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            Ok((layers, output))
+        })?;
         let head_dim = config.width / config.heads;
         let inv_freq = Tensor::arange_start_step(0, head_dim, 2, (Kind::Float, device))
             .divide_scalar(head_dim as f64)
             .multiply_scalar(-config.rope_theta.ln())
             .exp();
-        let output = outlier(match gguf.tensor("output.weight") {
-            Some(_) => load("output.weight")?,
-            // Tied embeddings.
-            None => load("token_embd.weight")?,
-        })?;
         Ok(Qwen2 {
             embed: load("token_embd.weight")?,
             layers,

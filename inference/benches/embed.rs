@@ -1,8 +1,9 @@
 //! Embedding throughput bench (a program that prints a markdown table, not a CI gate).
 //!
 //! Part 1: a direct [`Encoder`] at batch sizes 1, 8, 32 and 128, in embeddings per second,
-//! with the mean tokens per text, float32 and int8 linear layers (`precision`) taking turns in
-//! the same rounds, and how far the int8 vectors are from the float32 ones. Part 2: the [`EmbeddingPool`] under 1, 8 and 32 concurrent
+//! with the mean tokens per text, float32, float16 and int8 linear layers (`precision`) taking
+//! turns in the same rounds, and how far the packed precisions' vectors are from float32's.
+//! Part 2: the [`EmbeddingPool`] under 1, 8 and 32 concurrent
 //! callers each sending one text per call, against the same callers taking turns on one
 //! direct encoder (unbatched calls), measured in the same run: throughput, p50/p99 latency
 //! and the throughput ratio. Texts are the conversation turns of `shared/data/locomo-dev.json`.
@@ -36,10 +37,13 @@ fn main() -> Result<()> {
         ..EncoderConfig::default()
     };
     let encoder = Encoder::load(&config)?;
-    let int8 = Encoder::load(&EncoderConfig {
-        precision: Precision::Int8,
-        ..config.clone()
-    })?;
+    let packed = |precision| {
+        Encoder::load(&EncoderConfig {
+            precision,
+            ..config.clone()
+        })
+    };
+    let (float16, int8) = (packed(Precision::Float16)?, packed(Precision::Int8)?);
     let tokens: usize = encoder
         .tokenize(&texts, TextRole::Passage)?
         .iter()
@@ -59,10 +63,11 @@ fn main() -> Result<()> {
 
     println!("## direct encoder\n");
     println!(
-        "| batch size | float32 embeddings/s | ms/batch | int8 embeddings/s | ms/batch | int8 / float32 |"
+        "| batch size | float32 embeddings/s | ms/batch | float16 embeddings/s | ms/batch | \
+         int8 embeddings/s | ms/batch | float16 / float32 | int8 / float32 |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|");
-    let encoders = [&encoder, &int8];
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let encoders = [&encoder, &float16, &int8];
     // Warm-up: libtorch's first passes at new shapes are several times slower.
     for batch in [1, 8, 32, 128] {
         for encoder in encoders {
@@ -72,7 +77,7 @@ fn main() -> Result<()> {
     // The sizes and precisions take turns in short rounds, so drift in the shared machine's
     // load hits all.
     let sizes = [1, 8, 32, 128];
-    let mut totals = [[(0, Duration::ZERO); 2]; 4];
+    let mut totals = [[(0, Duration::ZERO); 3]; 4];
     for _ in 0..ROUNDS {
         for (batch, total) in sizes.iter().zip(&mut totals) {
             for (encoder, total) in encoders.iter().zip(total.iter_mut()) {
@@ -83,29 +88,37 @@ fn main() -> Result<()> {
         }
     }
     for (batch, totals) in sizes.into_iter().zip(totals) {
-        let [(per_sec, ms), (int8_per_sec, int8_ms)] = totals.map(|(done, elapsed)| {
+        let [
+            (per_sec, ms),
+            (f16_per_sec, f16_ms),
+            (int8_per_sec, int8_ms),
+        ] = totals.map(|(done, elapsed)| {
             let per_sec = done as f64 / elapsed.as_secs_f64();
             (per_sec, 1000.0 * batch as f64 / per_sec)
         });
         println!(
-            "| {batch} | {per_sec:.1} | {ms:.1} | {int8_per_sec:.1} | {int8_ms:.1} | {:.2} |",
+            "| {batch} | {per_sec:.1} | {ms:.1} | {f16_per_sec:.1} | {f16_ms:.1} | \
+             {int8_per_sec:.1} | {int8_ms:.1} | {:.2} | {:.2} |",
+            f16_per_sec / per_sec,
             int8_per_sec / per_sec
         );
     }
     let sample = &texts[..256.min(texts.len())];
-    let cosines: Vec<f64> = encoder
-        .embed(sample, TextRole::Passage)?
-        .iter()
-        .zip(int8.embed(sample, TextRole::Passage)?)
-        .map(|(a, b)| a.iter().zip(&b).map(|(x, y)| f64::from(x * y)).sum())
-        .collect();
-    println!(
-        "\nint8 against float32 on the first {} turns (one call): cosine mean {:.5}, min {:.5}",
-        cosines.len(),
-        cosines.iter().sum::<f64>() / cosines.len() as f64,
-        cosines.iter().copied().fold(f64::INFINITY, f64::min)
-    );
-    drop(int8);
+    let reference = encoder.embed(sample, TextRole::Passage)?;
+    for (label, other) in [("float16", &float16), ("int8", &int8)] {
+        let cosines: Vec<f64> = reference
+            .iter()
+            .zip(other.embed(sample, TextRole::Passage)?)
+            .map(|(a, b)| a.iter().zip(&b).map(|(x, y)| f64::from(x * y)).sum())
+            .collect();
+        println!(
+            "\n{label} against float32 on the first {} turns (one call): cosine mean {:.5}, min {:.5}",
+            cosines.len(),
+            cosines.iter().sum::<f64>() / cosines.len() as f64,
+            cosines.iter().copied().fold(f64::INFINITY, f64::min)
+        );
+    }
+    drop((float16, int8));
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -1,7 +1,7 @@
 //! Generation speed of the Qwen2 decoder on this machine: load time, prefill (tokens/s over a
 //! chat prompt), greedy decoding and schema-constrained decoding (new tokens/s, time to first
 //! token), each repeated for `ENGRAM_BENCH_SECS` (default 5) and reported as medians, for
-//! float32 weights and for int8 linear layers taking turns in the same rounds.
+//! float32 weights and for float16 and int8 linear layers taking turns in the same rounds.
 //!
 //! ```text
 //! cargo bench -p engram-inference --bench generate
@@ -25,13 +25,18 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 fn main() -> Result<()> {
     let path = default_model_dir().join("qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf");
-    let started = Instant::now();
     let device = Device::cuda_if_available();
-    let model = Qwen2::load(&path, device, Precision::Float32).context("run .ci/models")?;
-    let load = started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let int8 = Qwen2::load(&path, device, Precision::Int8)?;
-    let load_int8 = started.elapsed().as_secs_f64();
+    let precisions = [Precision::Float32, Precision::Float16, Precision::Int8];
+    let mut models = Vec::new();
+    let mut loads = Vec::new();
+    for precision in precisions {
+        let started = Instant::now();
+        models.push(Qwen2::load(&path, device, precision).context("run .ci/models")?);
+        loads.push(format!(
+            "{precision:?} {:.1} s",
+            started.elapsed().as_secs_f64()
+        ));
+    }
     let tokenizer = Gguf::open(&path)?.tokenizer()?;
     let vocab = token_bytes(&tokenizer);
     let eos = i64::from(
@@ -61,28 +66,28 @@ fn main() -> Result<()> {
     }))
     .map_err(anyhow::Error::msg)?;
     println!(
-        "## Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M; float32 and int8 weights) on {:?}, {} threads\n",
+        "## Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M; float32, float16 and int8 weights) on {:?}, {} threads\n",
         device,
         tch::get_num_threads()
     );
     println!(
-        "load (read, dequantise, place): {load:.1} s; with int8 packing {load_int8:.1} s; \
-         prompt: {} tokens\n",
+        "load (read, dequantise, place, pack): {}; prompt: {} tokens\n",
+        loads.join(", "),
         prompt.len()
     );
 
     let window = common::measurement();
-    // Both precisions take turns in every round, so drift in the shared machine's load hits
-    // both alike.
-    let mut runs = [Runs::default(), Runs::default()];
+    // The precisions take turns in every round, so drift in the shared machine's load hits
+    // all alike.
+    let mut runs: Vec<Runs> = precisions.iter().map(|_| Runs::default()).collect();
     let until = Instant::now() + window;
     while runs[0].prefill.len() < 3 || Instant::now() < until {
-        for (model, runs) in [&model, &int8].into_iter().zip(&mut runs) {
+        for (model, runs) in models.iter().zip(&mut runs) {
             runs.measure(model, &prompt, &schema, &vocab, eos);
         }
     }
-    for (label, runs) in ["float32", "int8"].into_iter().zip(runs) {
-        println!("### {label} weights\n");
+    for (precision, runs) in precisions.into_iter().zip(runs) {
+        println!("### {precision:?} weights\n");
         runs.print();
     }
     Ok(())

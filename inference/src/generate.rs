@@ -69,8 +69,9 @@ pub struct GenerationConfig {
     pub model: PathBuf,
     /// Where the decoder runs.
     pub device: DeviceChoice,
-    /// How the decoder's linear layers hold their weights (`int8`: packed at load, about
-    /// 0.75 GB of the 2 GB a float32 decoding step reads; CPU only).
+    /// How the decoder's linear layers hold their weights (`float16` or `int8`: packed at
+    /// load, so that a decoding step reads about a half or a third of float32's bytes; CPU
+    /// only).
     pub precision: Precision,
     /// Sequences decoded together at most.
     pub max_batch: usize,
@@ -96,7 +97,9 @@ impl Default for GenerationConfig {
             model_dir: default_model_dir(),
             model: PathBuf::from(DEFAULT_GENERATIVE_MODEL),
             device: DeviceChoice::Auto,
-            precision: Precision::Float32,
+            // Half-precision weights give float32's answers on the intent set at about
+            // x2.5 the throughput on the CPU (docs/benchmarks.md); a GPU keeps float32.
+            precision: Precision::Float16,
             max_batch: 8,
             queue_capacity: 256,
             tenant_share_percent: 50,

@@ -50,8 +50,9 @@ pub struct GenerationSection {
     pub model_file: PathBuf,
     /// Where the decoder runs: `"auto"`, `"cpu"` or `{ cuda = N }`.
     pub device: DeviceChoice,
-    /// The decoder's linear layers: `"float32"` or `"int8"` (on the CPU: int8 codes, and
-    /// half-precision floats for the feed-forward's output and the vocabulary projection).
+    /// The decoder's linear layers: `"float32"`, `"float16"` (on the CPU: half-precision
+    /// weights, float32 activations) or `"int8"` (on the CPU: int8 codes, and half-precision
+    /// floats for the feed-forward's output and the vocabulary projection).
     pub precision: Precision,
     /// Sequences decoded together at most (continuous batching).
     pub max_batch: usize,

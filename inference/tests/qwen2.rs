@@ -90,36 +90,11 @@ fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_te
 
     // Continuous batching: one step of several sequences of different lengths gives each
     // the logits it gets alone.
-    let cases = fixture["cases"].as_array().unwrap();
-    let prompts: Vec<Vec<i64>> = cases
-        .iter()
-        .map(|c| numbers(&c["ids"]).iter().map(|&i| i as i64).collect())
-        .collect();
-    let (mut alone, mut caches) = (Vec::new(), Vec::new());
-    for prompt in &prompts {
-        let (head, last) = prompt.split_at(prompt.len() - 1);
-        let mut cache = KvCache::default();
-        let _ = model.forward(&Tensor::from_slice(head).unsqueeze(0), &mut cache);
-        let mut own = cache.fork();
-        alone.push(model.next_logits(&Tensor::from_slice(last).unsqueeze(0), &mut own));
-        caches.push(cache);
-    }
-    assert!(
-        caches.windows(2).any(|w| w[0].len() != w[1].len()),
-        "the prompts differ in length"
-    );
-    let lasts: Vec<i64> = prompts.iter().map(|p| *p.last().unwrap()).collect();
-    let batched = model.step(&lasts, &mut caches);
-    for (i, (one, prompt)) in alone.iter().zip(&prompts).enumerate() {
-        let row = batched.get(i as i64);
-        let diff = (&row - one.get(0)).abs().max().double_value(&[]);
-        assert!(
-            diff < 1e-3,
-            "sequence {i}: the batched step differs by {diff}"
-        );
+    let caches = batched_as_alone(&model);
+    for (i, case) in fixture["cases"].as_array().unwrap().iter().enumerate() {
         assert_eq!(
             caches[i].len(),
-            prompt.len() as i64,
+            numbers(&case["ids"]).len() as i64,
             "sequence {i}: its cache grew by one"
         );
     }
@@ -237,6 +212,12 @@ fn the_float16_decoder_keeps_the_reference_bounds_and_batches_as_alone() {
     );
     assert!(worst >= 0.999, "worst logits cosine {worst}");
 
+    batched_as_alone(&model);
+}
+
+/// One batched decoding step of the fixture's prompts (of different lengths: continuous
+/// batching) gives each the logits it gets alone, within 1e-3; the batch's caches after it.
+fn batched_as_alone(model: &Qwen2) -> Vec<KvCache> {
     let fixture: Value = serde_json::from_str(include_str!("fixtures/qwen2_logits.json")).unwrap();
     let prompts: Vec<Vec<i64>> = fixture["cases"]
         .as_array()
@@ -253,6 +234,10 @@ fn the_float16_decoder_keeps_the_reference_bounds_and_batches_as_alone() {
         alone.push(model.next_logits(&Tensor::from_slice(last).unsqueeze(0), &mut own));
         caches.push(cache);
     }
+    assert!(
+        caches.windows(2).any(|w| w[0].len() != w[1].len()),
+        "the prompts differ in length"
+    );
     let lasts: Vec<i64> = prompts.iter().map(|p| *p.last().unwrap()).collect();
     let batched = model.step(&lasts, &mut caches);
     for (i, one) in alone.iter().enumerate() {
@@ -265,6 +250,7 @@ fn the_float16_decoder_keeps_the_reference_bounds_and_batches_as_alone() {
             "sequence {i}: the batched step differs by {diff}"
         );
     }
+    caches
 }
 
 fn model_path() -> std::path::PathBuf {

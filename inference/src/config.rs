@@ -111,8 +111,9 @@ pub struct EncoderConfig {
     /// The most tokens (padded batch size times padded length) in one forward pass; larger
     /// inputs are split into several passes. Bounds the activations' memory.
     pub max_batch_tokens: usize,
-    /// How the linear layers hold their weights: `float32` (the default) or `int8` (packed
-    /// at load, activations quantised per call; CPU only, a GPU keeps float32).
+    /// How the linear layers hold their weights: `float32` (the default), `float16` (packed
+    /// at load) or `int8` (packed at load, activations quantised per call); the packed ones
+    /// on the CPU only, a GPU keeps float32.
     pub precision: Precision,
 }
 

@@ -60,9 +60,10 @@ pub enum Error {
     #[error("libtorch failed")]
     Torch(#[from] tch::TchError),
 
-    /// libtorch's quantized operators failed to pack or apply an int8 layer: ours (500). The
-    /// message is libtorch's (shapes and kinds, never data).
-    #[error("int8 linear layer failed: {0}")]
+    /// libtorch's quantized operators failed to pack or apply an int8 or float16 layer, or a
+    /// precision was asked of a model that does not take it: ours (500). The message is
+    /// libtorch's or ours (shapes, kinds and names, never data).
+    #[error("packed linear layer: {0}")]
     Quantise(String),
 
     /// The configuration asks for a CUDA device that this machine does not have: ours (503).

@@ -148,10 +148,11 @@ impl Qwen2 {
         // (cosine 0.991 alone); as it is, 55 to 56 of 60 and 0.996 to 0.998 (`tests/qwen2.rs`).
         let (ordinary, outlier) = (precision.packing(), precision.outlier_packing());
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let embed = load("token_embd.weight")?;
         let output = match gguf.tensor("output.weight") {
             Some(_) => load("output.weight")?,
-            // Tied embeddings.
-            None => load("token_embd.weight")?,
+            // Tied embeddings: the same tensor, read once (in float32 the layer shares it).
+            None => embed.shallow_clone(),
         };
         // Packing is single-threaded in fbgemm: the vocabulary projection (over a quarter of the
         // weights) packs on its own thread while the layers pack on `threads` at once.
@@ -206,7 +207,7 @@ impl Qwen2 {
             .multiply_scalar(-config.rope_theta.ln())
             .exp();
         Ok(Qwen2 {
-            embed: load("token_embd.weight")?,
+            embed,
             layers,
             norm: load("output_norm.weight")?,
             output,

@@ -1,8 +1,8 @@
 //! The generation pool: the Qwen2 decoder behind a bounded, fair queue, with continuous
 //! batching (DESIGN.md section 5, the generative half).
 //!
-//! Shape: one thread owns the model (about 2 GB of float32 weights: one copy per node). It
-//! keeps up to `max_batch` sequences running. Each turn of its loop admits waiting requests
+//! Shape: one thread owns the model (one copy per node) and loads it first, so that a
+//! node serves meanwhile ([`GenerationPool::spawn`]). It keeps up to `max_batch` sequences running. Each turn of its loop admits waiting requests
 //! into free places (one key, a tenant, at a time in turn: [`crate::pool::fair`]), feeds each
 //! new one its prompt (the system prompt's keys and values are computed once per distinct
 //! system prompt and shared: [`KvCache::fork`]), then runs one decoding step for every
@@ -154,6 +154,8 @@ pub struct GenerationStats {
     /// Time the idle-class decoding thread rested between steps because the machine was busy
     /// ([`GenerationConfig::busy_share_percent`]).
     pub rested: Duration,
+    /// Whether the model is loaded ([`GenerationPool::spawn`] returns before).
+    pub loaded: bool,
 }
 
 #[derive(Default)]
@@ -200,7 +202,90 @@ struct Shared {
     shares: Shares,
     capacity: usize,
     closed: AtomicBool,
+    /// Whether the decoding thread has loaded the model.
+    loaded: AtomicBool,
+    /// Why the model did not load (the pool is then closed).
+    failure: Mutex<Option<String>>,
     counters: Counters,
+}
+
+impl Shared {
+    /// What a request to the closed pool is answered.
+    fn closed_error(&self) -> Error {
+        match &*self.failure.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(reason) => Error::PoolStart {
+                reason: reason.clone(),
+            },
+            None => Error::PoolClosed,
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let waiting: Vec<Request> = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            queue.drain().collect()
+        };
+        for request in waiting {
+            self.shares.release(&request.key, 1);
+            let _ = request.reply.send(Err(self.closed_error()));
+        }
+        self.wake.notify_all();
+    }
+}
+
+/// The decoding thread: loads the model (at the thread's normal priority: the packing's
+/// helper threads inherit it, and in the idle class a busy machine would starve the load),
+/// says so through `done`, then decodes until the pool closes. A failed or panicking load
+/// closes the pool with its reason.
+fn load_and_run(
+    config: &GenerationConfig,
+    path: &std::path::Path,
+    device: Device,
+    shared: &Arc<Shared>,
+    model_name: &str,
+    done: tokio::sync::oneshot::Sender<Result<()>>,
+) {
+    let started = Instant::now();
+    let load = std::panic::catch_unwind(|| -> Result<_> {
+        let tokenizer = Gguf::open(path)?.tokenizer()?;
+        Ok((Qwen2::load(path, device, config.precision)?, tokenizer))
+    })
+    .unwrap_or_else(|_| {
+        Err(Error::PoolStart {
+            reason: "loading the generative model panicked".into(),
+        })
+    });
+    let (model, tokenizer) = match load {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            tracing::error!(model = %model_name, error = %err, "the generative model did not load; the pool is closed");
+            *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(format!("the generative model did not load: {err}"));
+            shared.close();
+            let _ = done.send(Err(err));
+            return;
+        }
+    };
+    shared.loaded.store(true, Ordering::Release);
+    tracing::info!(model = %model_name, seconds = started.elapsed().as_secs_f64(), "generative model loaded");
+    let _ = done.send(Ok(()));
+    let vocab = token_bytes(&tokenizer);
+    let decoder = Decoder {
+        shared: Arc::clone(shared),
+        model,
+        tokenizer,
+        vocab,
+        prefixes: HashMap::new(),
+        warm: config.system_prompts.clone(),
+        max_batch: config.max_batch.max(1),
+        busy_share_percent: (config.priority == BackgroundPriority::Idle)
+            .then_some(config.busy_share_percent),
+    };
+    if config.priority == BackgroundPriority::Idle {
+        crate::pool::lanes::lower_priority();
+    }
+    decoder.run();
 }
 
 /// A handle to the generation pool; clones share it.
@@ -221,8 +306,32 @@ impl std::fmt::Debug for GenerationPool {
 }
 
 impl GenerationPool {
-    /// Loads the model (on a blocking thread) and starts the decoding thread.
+    /// Starts the pool and returns once its model is loaded (or with the load's error).
     pub async fn start(config: GenerationConfig) -> Result<GenerationPool> {
+        let (pool, loaded) = GenerationPool::launch(config)?;
+        match loaded.await {
+            Ok(Ok(())) => Ok(pool),
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(Error::PoolStart {
+                reason: "the decoding thread ended before the model was loaded".into(),
+            }),
+        }
+    }
+
+    /// Starts the pool and returns at once, the model loading on the decoding thread (seconds
+    /// to tens of seconds on a CPU, for the packing of its layers): requests wait in the queue
+    /// meanwhile ([`GenerationPool::is_loaded`]). A load that fails closes the pool and every
+    /// request is answered [`Error::PoolStart`] with its reason. A node starts its pool this
+    /// way, so that it serves (and distils by rules) while the decoder loads. What can be
+    /// checked at once is: a missing file, a file that is no GGUF, a device that is not there.
+    pub fn spawn(config: GenerationConfig) -> Result<GenerationPool> {
+        Ok(GenerationPool::launch(config)?.0)
+    }
+
+    /// The pool, and the load's outcome to come.
+    fn launch(
+        config: GenerationConfig,
+    ) -> Result<(GenerationPool, tokio::sync::oneshot::Receiver<Result<()>>)> {
         let path = config.model_dir.join(&config.model);
         if !path.exists() {
             return Err(Error::ModelMissing { path });
@@ -238,55 +347,41 @@ impl GenerationPool {
                 Device::Cuda(index)
             }
         };
-        let load_path = path.clone();
-        let precision = config.precision;
-        let (model, tokenizer) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let tokenizer = Gguf::open(&load_path)?.tokenizer()?;
-            Ok((Qwen2::load(&load_path, device, precision)?, tokenizer))
-        })
-        .await
-        .map_err(|e| Error::PoolStart {
-            reason: format!("loading the generative model panicked: {e}"),
-        })??;
+        // The header and the metadata only (a few MB): a file that is no GGUF fails here.
+        Gguf::open(&path)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Lanes::default()),
             wake: Condvar::new(),
             shares: Shares::new(config.queue_capacity.max(1), config.tenant_share_percent),
             capacity: config.queue_capacity.max(1),
             closed: AtomicBool::new(false),
+            loaded: AtomicBool::new(false),
+            failure: Mutex::new(None),
             counters: Counters::default(),
         });
-        let vocab = token_bytes(&tokenizer);
-        let decoder = Decoder {
-            shared: Arc::clone(&shared),
-            model,
-            tokenizer,
-            vocab,
-            prefixes: HashMap::new(),
-            warm: config.system_prompts.clone(),
-            max_batch: config.max_batch.max(1),
-            busy_share_percent: (config.priority == BackgroundPriority::Idle)
-                .then_some(config.busy_share_percent),
-        };
-        let idle = config.priority == BackgroundPriority::Idle;
-        let thread = std::thread::Builder::new()
-            .name("engram-generate".into())
-            .spawn(move || {
-                if idle {
-                    crate::pool::lanes::lower_priority();
-                }
-                decoder.run();
-            })
-            .map_err(|e| Error::PoolStart {
-                reason: format!("the decoding thread did not start: {e}"),
-            })?;
         let model = config.model.display().to_string();
-        tracing::info!(model = %model, ?device, "generation pool started");
-        Ok(GenerationPool {
+        let (done, loaded) = tokio::sync::oneshot::channel();
+        let thread = {
+            let (shared, model) = (Arc::clone(&shared), model.clone());
+            std::thread::Builder::new()
+                .name("engram-generate".into())
+                .spawn(move || load_and_run(&config, &path, device, &shared, &model, done))
+                .map_err(|e| Error::PoolStart {
+                    reason: format!("the decoding thread did not start: {e}"),
+                })?
+        };
+        tracing::info!(model = %model, ?device, "generation pool started; the model loads");
+        let pool = GenerationPool {
             shared,
             model: model.into(),
             thread: Arc::new(Mutex::new(Some(thread))),
-        })
+        };
+        Ok((pool, loaded))
+    }
+
+    /// Whether the model is loaded (requests are decoded, not only queued).
+    pub fn is_loaded(&self) -> bool {
+        self.shared.loaded.load(Ordering::Acquire)
     }
 
     /// The model's name (its file, relative to the model directory).
@@ -306,7 +401,7 @@ impl GenerationPool {
         let key: Arc<str> = key.into();
         let counters = &shared.counters;
         if shared.closed.load(Ordering::Acquire) {
-            return Err(Error::PoolClosed);
+            return Err(shared.closed_error());
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         {
@@ -355,22 +450,14 @@ impl GenerationPool {
             first_token_ms: c.first_token_ms.load(Ordering::Relaxed),
             first_tokens: c.first_tokens.load(Ordering::Relaxed),
             rested: Duration::from_micros(c.rested_us.load(Ordering::Relaxed)),
+            loaded: self.is_loaded(),
         }
     }
 
     /// Refuses new requests and answers the waiting ones [`Error::PoolClosed`]; the running
     /// ones get it at the next step, then the decoding thread ends.
     pub fn close(&self) {
-        self.shared.closed.store(true, Ordering::Release);
-        let waiting: Vec<Request> = {
-            let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-            queue.drain().collect()
-        };
-        for request in waiting {
-            self.shared.shares.release(&request.key, 1);
-            let _ = request.reply.send(Err(Error::PoolClosed));
-        }
-        self.shared.wake.notify_all();
+        self.shared.close();
     }
 
     /// Closes the pool and waits until its decoding thread has ended (the end of the step it
@@ -403,3 +490,6 @@ pub fn pick<'v>(
     schema::pick(matcher, ids(top), vocab)
         .or_else(|| schema::pick(matcher, ids(logits.argsort(-1, true)), vocab))
 }
+
+#[cfg(test)]
+mod tests;

@@ -512,4 +512,4 @@ fn value(r: &mut Reader<'_>, kind: u32, key: &str) -> Result<Value> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

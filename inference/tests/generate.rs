@@ -5,7 +5,9 @@
 //! starts; a request past its deadline is answered `Expired`; closing answers a running
 //! request `PoolClosed` at the next step and the decoding thread ends; and an idle-class
 //! decoder whose step ran while other threads kept every core busy rests after it. The model
-//! must be installed; these tests fail, never skip, without it. Each loads the model once.
+//! must be installed; these tests fail, never skip, without it. Each loads the model once: one
+//! as a node does (`spawn`: returned at once, the model loading on the decoding thread), the
+//! other with `start` (returned once it is loaded).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,7 +40,8 @@ fn generation(message: &str) -> Generation {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
-    let pool = GenerationPool::start(GenerationConfig {
+    // As a node starts it: returned at once, the model loading on the decoding thread.
+    let pool = GenerationPool::spawn(GenerationConfig {
         device: DeviceChoice::Cpu,
         max_batch: 4,
         queue_capacity: 4,
@@ -47,16 +50,16 @@ async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
         system_prompts: vec![generation("").system],
         ..GenerationConfig::default()
     })
-    .await
     .expect("the generative model is installed (.ci/models)");
 
-    // The intent prompt's prefix is computed as the pool starts; then the first request
+    // The intent prompt's prefix is computed once the model is loaded; then the first request
     // reads only its own message.
-    wait_for(Duration::from_secs(120), "the warmed prefix", || {
+    wait_for(Duration::from_secs(600), "the warmed prefix", || {
         pool.stats().prompt_tokens > 0
     })
     .await
     .unwrap();
+    assert!(pool.is_loaded() && pool.stats().loaded);
     let warmed = pool.stats().prompt_tokens;
 
     // Alone first: the reference answer of one message.

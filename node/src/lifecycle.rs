@@ -265,7 +265,7 @@ async fn memory(
     };
     let pipeline = (embedder.is_some() && inference.write_behind)
         .then(|| Pipeline::new(inference.pipeline.config()));
-    let distillation = distillation(config).await?;
+    let distillation = distillation(config)?;
     // Logs name users by a pseudonym keyed with the audit trail's pepper (the same secret on
     // every node of the deployment; the audit trail reads the same row).
     let pepper = {
@@ -307,7 +307,7 @@ async fn memory(
 }
 
 /// The node's distillation: rules, and the generation pool when `[distillation] model`.
-async fn distillation(config: &Config) -> Result<Option<Distillation>> {
+fn distillation(config: &Config) -> Result<Option<Distillation>> {
     let section = &config.distillation;
     if !section.enabled {
         info!("distillation disabled: intents only as gateways write them");
@@ -322,7 +322,9 @@ async fn distillation(config: &Config) -> Result<Option<Distillation>> {
         .model_dir
         .clone()
         .unwrap_or_else(engram_inference::default_model_dir);
-    let pool = GenerationPool::start(section.generation(model_dir)).await?;
+    // The decoder loads on its own thread (tens of seconds on a CPU): the node serves, and
+    // distils by rules, meanwhile; the pipeline's messages wait in storage until it is loaded.
+    let pool = GenerationPool::spawn(section.generation(model_dir))?;
     Ok(Some(Distillation::with_model(
         section.config(),
         pool,

@@ -62,6 +62,16 @@ pub(crate) async fn run(
         outcome.refused = true;
         return outcome;
     };
+    if distillation
+        .generator
+        .as_ref()
+        .is_some_and(|pool| !pool.is_loaded())
+    {
+        // The decoder is still loading: the messages wait in storage, nothing is read.
+        outcome.refused = true;
+        outcome.finished = users.into_iter().map(|(k, at)| (k, Some(at))).collect();
+        return outcome;
+    }
     let parts = leased(services, users, &mut outcome);
     let parts: Vec<Part<PendingDistillation>> = match read(directory, config, parts).await {
         Ok(parts) => parts,

@@ -7,7 +7,7 @@ use super::*;
 
 /// Writes GGUF files the way llama.cpp's writer lays them out.
 #[derive(Default)]
-struct Writer {
+pub(crate) struct Writer {
     metadata: Vec<u8>,
     entries: u64,
     tensors: Vec<(String, Vec<u64>, u32, Vec<u8>)>,
@@ -19,7 +19,7 @@ fn put_string(out: &mut Vec<u8>, s: &str) {
 }
 
 impl Writer {
-    fn entry(&mut self, key: &str, kind: u32, value: &[u8]) -> &mut Self {
+    pub(crate) fn entry(&mut self, key: &str, kind: u32, value: &[u8]) -> &mut Self {
         put_string(&mut self.metadata, key);
         self.metadata.extend(kind.to_le_bytes());
         self.metadata.extend(value);
@@ -27,18 +27,24 @@ impl Writer {
         self
     }
 
-    fn string(&mut self, key: &str, value: &str) -> &mut Self {
+    pub(crate) fn string(&mut self, key: &str, value: &str) -> &mut Self {
         let mut v = Vec::new();
         put_string(&mut v, value);
         self.entry(key, 8, &v)
     }
 
-    fn tensor(&mut self, name: &str, dims: &[u64], code: u32, data: Vec<u8>) -> &mut Self {
+    pub(crate) fn tensor(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        code: u32,
+        data: Vec<u8>,
+    ) -> &mut Self {
         self.tensors.push((name.into(), dims.to_vec(), code, data));
         self
     }
 
-    fn bytes(&self, alignment: u64) -> Vec<u8> {
+    pub(crate) fn bytes(&self, alignment: u64) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend(b"GGUF");
         out.extend(3_u32.to_le_bytes());
@@ -68,7 +74,7 @@ impl Writer {
     }
 }
 
-fn write(bytes: &[u8]) -> tempfile::NamedTempFile {
+pub(crate) fn write(bytes: &[u8]) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(bytes).unwrap();
     file

@@ -121,6 +121,12 @@ pub(super) fn render_distillation(text: &mut String, d: &Distillation, now: Time
                 s.steps as f64,
             ),
             (
+                "engram_generation_model_loaded",
+                "gauge",
+                "1 once the generative model is loaded (the node serves before)",
+                f64::from(u8::from(s.loaded)),
+            ),
+            (
                 "engram_generation_queue_depth",
                 "gauge",
                 "Generations waiting",

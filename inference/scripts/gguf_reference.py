@@ -9,6 +9,10 @@ The fixture is committed; this script only regenerates it. It needs the models i
 `pip install gguf==0.19.0 numpy==2.4.6 transformers==5.24.0 accelerate==1.15.0`:
 
     python inference/scripts/gguf_reference.py
+
+With `ENGRAM_REFERENCE_MODEL=qwen2.5-coder-1.5b-instruct` it writes only the logits of that
+model (the default generative model, installed by `.ci/models`) into
+`qwen2_<name>_logits.json`, for `inference/tests/qwen2.rs`.
 """
 
 import json
@@ -18,9 +22,10 @@ import pathlib
 import gguf
 import numpy as np
 
+REFERENCE = os.environ.get("ENGRAM_REFERENCE_MODEL")
 MODEL = (
     pathlib.Path(os.environ.get("ENGRAM_CACHE", pathlib.Path.home() / ".cache/engram"))
-    / "models/qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf"
+    / f"models/{REFERENCE or 'qwen2.5-coder-0.5b-instruct'}/model-q4_k_m.gguf"
 )
 VALUES = 512
 FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "tests/fixtures"
@@ -85,9 +90,12 @@ def logits() -> None:
                 {"top1": top[0], "ids": picked, "logits": [float(row[i]) for i in picked]}
             )
         cases.append({"ids": ids, "positions": positions})
-    out_path = FIXTURES / "qwen2_logits.json"
+    name = f"qwen2_{REFERENCE.split('-')[2]}_logits.json" if REFERENCE else "qwen2_logits.json"
+    out_path = FIXTURES / name
     out_path.write_text(json.dumps({"cases": cases}) + "\n")
     print(f"wrote {out_path}: {len(cases)} prompts")
+    if REFERENCE:
+        return
 
     chats = []
     for system, user in CHATS:
@@ -129,6 +137,7 @@ def dequantised() -> None:
 
 
 if __name__ == "__main__":
-    dequantised()
-    tokens()
+    if not REFERENCE:
+        dequantised()
+        tokens()
     logits()

@@ -41,7 +41,9 @@ mod tokenize;
 pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};
 pub use encoder::{Encoder, cuda_devices};
 pub use error::{Error, Result};
-pub use generate::{Generation, GenerationConfig, GenerationPool, GenerationStats};
+pub use generate::{
+    DEFAULT_GENERATIVE_MODEL, Generation, GenerationConfig, GenerationPool, GenerationStats,
+};
 pub use linear::Precision;
 pub use pool::{
     BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority,

@@ -9,13 +9,19 @@
 //! lengths (continuous batching) gives each the logits it gets alone. The models must be installed; this test fails, never skips, without them.
 //! One test per precision: the float32 one loads the model once (about 2 GB of weights) and
 //! checks all of the above; float16 and int8 check their bounds against the same reference.
+//! The node's default generative model, the 1.5B, is checked in its default precision
+//! (float16) against its own reference logits, with the same bounds.
 
 use engram_inference::gguf::Gguf;
 use engram_inference::qwen2::{KvCache, Qwen2, chat_prompt, token_bytes};
 use engram_inference::schema::Schema;
-use engram_inference::{Precision, default_model_dir};
+use engram_inference::{DEFAULT_GENERATIVE_MODEL, Precision, default_model_dir};
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};
+
+/// Hugging Face's logits for the 0.5B, and for the 1.5B, on the same prompts.
+const LOGITS_0_5B: &str = include_str!("fixtures/qwen2_logits.json");
+const LOGITS_1_5B: &str = include_str!("fixtures/qwen2_1.5b_logits.json");
 
 fn numbers(v: &Value) -> Vec<f64> {
     v.as_array()
@@ -41,7 +47,7 @@ fn cosine(a: &[f64], b: &[f64]) -> f64 {
 fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_template() {
     let path = model_path();
     let model = Qwen2::load(&path, Device::Cpu, Precision::Float32).unwrap();
-    let fixture: Value = serde_json::from_str(include_str!("fixtures/qwen2_logits.json")).unwrap();
+    let fixture: Value = serde_json::from_str(LOGITS_0_5B).unwrap();
     let mut worst = 1.0_f64;
     for (n, case) in fixture["cases"].as_array().unwrap().iter().enumerate() {
         let ids: Vec<i64> = numbers(&case["ids"]).iter().map(|&i| i as i64).collect();
@@ -90,7 +96,7 @@ fn the_decoder_gives_hugging_faces_logits_and_greedy_answers_through_its_chat_te
 
     // Continuous batching: one step of several sequences of different lengths gives each
     // the logits it gets alone.
-    let caches = batched_as_alone(&model);
+    let caches = batched_as_alone(&model, LOGITS_0_5B);
     for (i, case) in fixture["cases"].as_array().unwrap().iter().enumerate() {
         assert_eq!(
             caches[i].len(),
@@ -173,7 +179,7 @@ fn the_int8_decoder_stays_close_to_hugging_faces_logits() {
         positions,
         worst,
         ..
-    } = agreement(&model);
+    } = agreement(&model, LOGITS_0_5B);
     eprintln!(
         "int8: top-1 agrees at {same} of {positions} positions, worst logits cosine {worst:.6}"
     );
@@ -194,14 +200,34 @@ fn the_int8_decoder_stays_close_to_hugging_faces_logits() {
 #[test]
 fn the_float16_decoder_keeps_the_reference_bounds_and_batches_as_alone() {
     let model = Qwen2::load(&model_path(), Device::Cpu, Precision::Float16).unwrap();
+    keeps_the_reference_bounds("0.5B float16", &model, LOGITS_0_5B);
+    batched_as_alone(&model, LOGITS_0_5B);
+}
+
+/// The node's default generative model (Qwen2.5-Coder-1.5B-Instruct, `DEFAULT_GENERATIVE_MODEL`)
+/// in its default precision (float16) keeps the same bounds against Hugging Face's logits of
+/// its own file, and batches as alone: its shape (more layers, heads and a wider feed-forward)
+/// is read from the file as the 0.5B's is.
+#[test]
+fn the_default_1_5b_decoder_in_float16_keeps_the_reference_bounds_and_batches_as_alone() {
+    let path = default_model_dir().join(DEFAULT_GENERATIVE_MODEL);
+    assert!(path.ends_with("qwen2.5-coder-1.5b-instruct/model-q4_k_m.gguf"));
+    let model = Qwen2::load(&path, Device::Cpu, Precision::Float16).unwrap();
+    keeps_the_reference_bounds("1.5B float16", &model, LOGITS_1_5B);
+    batched_as_alone(&model, LOGITS_1_5B);
+}
+
+/// Logits within cosine 0.999 of the reference's, and its top-1 token wherever the
+/// reference's own top two are not tied within 0.01 logits.
+fn keeps_the_reference_bounds(what: &str, model: &Qwen2, fixture: &str) {
     let Agreement {
         same,
         positions,
         worst,
         widest_gap,
-    } = agreement(&model);
+    } = agreement(model, fixture);
     eprintln!(
-        "float16: top-1 agrees at {same} of {positions} positions (where not, the reference's \
+        "{what}: top-1 agrees at {same} of {positions} positions (where not, the reference's \
          margin is at most {widest_gap:.4}), worst logits cosine {worst:.6}"
     );
     assert!(positions > 0);
@@ -211,14 +237,12 @@ fn the_float16_decoder_keeps_the_reference_bounds_and_batches_as_alone() {
          by {widest_gap:.4} logits"
     );
     assert!(worst >= 0.999, "worst logits cosine {worst}");
-
-    batched_as_alone(&model);
 }
 
 /// One batched decoding step of the fixture's prompts (of different lengths: continuous
 /// batching) gives each the logits it gets alone, within 1e-3; the batch's caches after it.
-fn batched_as_alone(model: &Qwen2) -> Vec<KvCache> {
-    let fixture: Value = serde_json::from_str(include_str!("fixtures/qwen2_logits.json")).unwrap();
+fn batched_as_alone(model: &Qwen2, fixture: &str) -> Vec<KvCache> {
+    let fixture: Value = serde_json::from_str(fixture).unwrap();
     let prompts: Vec<Vec<i64>> = fixture["cases"]
         .as_array()
         .unwrap()
@@ -269,8 +293,8 @@ struct Agreement {
     widest_gap: f64,
 }
 
-fn agreement(model: &Qwen2) -> Agreement {
-    let fixture: Value = serde_json::from_str(include_str!("fixtures/qwen2_logits.json")).unwrap();
+fn agreement(model: &Qwen2, fixture: &str) -> Agreement {
+    let fixture: Value = serde_json::from_str(fixture).unwrap();
     let (mut same, mut positions, mut worst, mut widest_gap) = (0, 0, 1.0_f64, 0.0_f64);
     for case in fixture["cases"].as_array().unwrap() {
         let ids: Vec<i64> = numbers(&case["ids"]).iter().map(|&i| i as i64).collect();

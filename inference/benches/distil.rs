@@ -15,8 +15,8 @@
 //! `ENGRAM_BENCH_RULES_ONLY=1` skips the model; `ENGRAM_BENCH_ANSWERS=<file>` saves the
 //! model's answers there (or reuses them when the file exists); `ENGRAM_BENCH_MODEL=<file>`
 //! runs another GGUF file under the model directory (default: the node's default model);
-//! `ENGRAM_BENCH_PRECISION=float16` or `int8` packs the decoder's linear layers (default
-//! float32).
+//! `ENGRAM_BENCH_PRECISION=float32`, `float16` or `int8` packs the decoder's linear layers
+//! (default: the node's default, float16).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -261,7 +261,8 @@ async fn run_model(
     let precision = match std::env::var("ENGRAM_BENCH_PRECISION").as_deref() {
         Ok("int8") => Precision::Int8,
         Ok("float16") => Precision::Float16,
-        Ok("float32") | Err(_) => Precision::Float32,
+        Ok("float32") => Precision::Float32,
+        Err(_) => GenerationConfig::default().precision,
         Ok(other) => anyhow::bail!("ENGRAM_BENCH_PRECISION={other}: float32, float16 or int8"),
     };
     println!("model: {}, {precision:?}", model.display());

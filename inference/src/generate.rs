@@ -50,8 +50,8 @@ use crate::qwen2::{Qwen2, token_bytes};
 use crate::schema::{self, Matcher, Schema};
 
 /// Where `.ci/models` installs the default generative model, under the model directory:
-/// Qwen2.5-Coder-1.5B-Instruct, the more accurate distiller of the two it installs (88% of
-/// the labelled intents against the 0.5B's 76%, at about 2.6 times the 0.5B's time in half
+/// Qwen2.5-Coder-1.5B-Instruct, the more accurate distiller of the two it installs (91% of
+/// the labelled intents against the 0.5B's 80%, at about 2.6 times the 0.5B's time in half
 /// precision: docs/benchmarks.md).
 pub const DEFAULT_GENERATIVE_MODEL: &str = "qwen2.5-coder-1.5b-instruct/model-q4_k_m.gguf";
 

@@ -59,7 +59,7 @@ static RENEW: LazyLock<Regex> = LazyLock::new(|| {
 /// refused, too slow, rude).
 static COMPLAINT: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(投诉|差评|还没(到|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b)",
+        r"(?i)(投诉|差评|还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b)",
     )
 });
 
@@ -88,16 +88,44 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|进度|结果出来|有回复|受理了|通过了吗|办好了吗|生效|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\bbeen processed\b|\btake effect\b|\bdid (my|the|you)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\bbeen processed\b|\bdid (my|the|you)\b)",
+    )
+});
+
+/// Status words that ask after a request only in a question: "什么时候生效" asks, while
+/// "月底生效" says when a new request should take effect.
+static STATUS_IF_ASKED: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?i)(生效|\btakes? effect\b|\btaking effect\b)"));
+
+/// An intent the customer already made ("之前预约的", "上周已经退订了", "我约的师傅",
+/// "刚续的", "I cancelled"): a question about it asks after an earlier request.
+static EARLIER: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续|退订|取消|投诉|报修|反映|提交|订)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|booked|reported|filed)\b)",
+    )
+});
+
+/// A question form anywhere in the message.
+static ASKED: LazyLock<Regex> = LazyLock::new(|| re(r"[?？吗呢]"));
+
+/// What turns a question about an earlier request into a grievance ("我约的师傅怎么还没来？").
+static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(还没|还不|怎么还|一直|又|\bstill (not|no|hasn'?t|haven'?t|waiting)\b|\bnot yet\b|\bagain\b)",
     )
 });
 
 /// Whether `message` carries no new intent whatever a model reads into it: it negates one,
-/// asks after an earlier request, or is a question that asks no one to do anything (and is
+/// asks after an earlier request (by a status word, or a question about an intent already
+/// made that voices no grievance), or is a question that asks no one to do anything (and is
 /// no grievance: "你们怎么回事" complains).
 pub fn no_new_intent(message: &str) -> bool {
+    let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
+    let grievance = || COMPLAINT.is_match(message) || STILL_NOT.is_match(message);
     NEGATED.is_match(message)
         || STATUS.is_match(message)
+        || (asked()
+            && (STATUS_IF_ASKED.is_match(message) || (EARLIER.is_match(message) && !grievance())))
         || (QUESTION.is_match(message)
             && !REQUEST.is_match(message)
             && !COMPLAINT.is_match(message)

@@ -137,3 +137,32 @@ fn a_question_for_a_slot_is_a_booking_request_not_a_plain_question() {
     }
     assert!(no_new_intent("预约需要带什么材料？"), "asks what to bring");
 }
+
+#[test]
+fn a_question_about_an_intent_already_made_is_no_new_intent_unless_it_voices_a_grievance() {
+    for message in [
+        "上次约的理发是几点来着？",
+        "我订的那张年卡现在还有效吗",
+        "已经取消了自动续费，为什么这个月还扣？",
+        "我退订成功了吗",
+        "I renewed yesterday, when will the receipt arrive?",
+        "新套餐什么时候生效？",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+        assert_eq!(found(message), None, "{message}");
+    }
+    // A grievance about it, a new request beside it, or a status word that instructs.
+    for message in [
+        "我约的师傅怎么还没来？",
+        "之前预约的时间不行，帮我改到周五下午",
+        "I booked a table for tonight and nobody called back, still waiting?",
+    ] {
+        assert!(!no_new_intent(message), "{message}");
+    }
+    assert_eq!(
+        found("请终止保洁服务合同，月底生效。")
+            .map(|f| f.0)
+            .as_deref(),
+        Some("subscription_cancel")
+    );
+}

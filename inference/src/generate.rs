@@ -3,10 +3,11 @@
 //!
 //! Shape: one thread owns the model (one copy per node; the default 1.5B in half precision
 //! peaked at 5.6 GB resident in the distillation benchmark) and loads it first, so that a
-//! node serves meanwhile ([`GenerationPool::spawn`]). It keeps up to `max_batch` sequences running. Each turn of its loop admits waiting requests
-//! into free places (one key, a tenant, at a time in turn: [`crate::pool::fair`]), feeds each
-//! new one its prompt (the system prompt's keys and values are computed once per distinct
-//! system prompt and shared: [`KvCache::fork`]), then runs one decoding step for every
+//! node serves meanwhile ([`GenerationPool::spawn`]). It keeps up to `max_batch` sequences
+//! running. Each turn of its loop admits waiting requests into free places (one key, a
+//! tenant, at a time in turn: [`crate::pool::fair`]), feeds each new one its prompt (the
+//! system prompt's keys and values are computed once per distinct system prompt and shared:
+//! [`KvCache::fork`]), then runs one decoding step for every
 //! running sequence at once ([`Qwen2::step`]: every weight is read once per step however
 //! many sequences share it), so a request that arrives while others decode joins them at the
 //! next step instead of waiting for the batch to end. Every answer is decoded under its
@@ -263,7 +264,11 @@ fn load_and_run(
     let (model, tokenizer) = match load {
         Ok(loaded) => loaded,
         Err(err) => {
-            tracing::error!(model = %model_name, error = %err, "the generative model did not load; the pool is closed");
+            tracing::error!(
+                model = %model_name,
+                error = %err,
+                "the generative model did not load; the pool is closed"
+            );
             *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) =
                 Some(format!("the generative model did not load: {err}"));
             shared.close();
@@ -272,7 +277,11 @@ fn load_and_run(
         }
     };
     shared.loaded.store(true, Ordering::Release);
-    tracing::info!(model = %model_name, seconds = started.elapsed().as_secs_f64(), "generative model loaded");
+    tracing::info!(
+        model = %model_name,
+        seconds = started.elapsed().as_secs_f64(),
+        "generative model loaded"
+    );
     let _ = done.send(Ok(()));
     let vocab = token_bytes(&tokenizer);
     let decoder = Decoder {
@@ -410,6 +419,12 @@ impl GenerationPool {
         let (reply, answer) = tokio::sync::oneshot::channel();
         {
             let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            // Closed since the check above: the close has drained the queue (it drains under
+            // this lock, after marking the pool closed), and a failed load left no thread to
+            // answer what is queued now.
+            if shared.closed.load(Ordering::Acquire) {
+                return Err(shared.closed_error());
+            }
             let queued = queue.texts();
             let admitted = shared.shares.reserve(&key, 1, || queued < shared.capacity);
             if admitted.is_err() {

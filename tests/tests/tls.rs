@@ -484,10 +484,15 @@ async fn silent_connections_to_the_cluster_port_neither_stop_links_nor_stay_open
         }
     }
     logged(&a, "tls handshake timed out", Duration::from_secs(5)).await;
-    assert!(
-        metric(a_client, "engram_link_handshake_timeouts_total").await >= 8.0,
-        "every silent connection is counted"
-    );
+    // Every silent connection is counted (the count may follow the close by a moment on a
+    // busy machine: waited for, not read once).
+    metric_at_least(
+        a_client,
+        "engram_link_handshake_timeouts_total",
+        8.0,
+        Duration::from_secs(30),
+    )
+    .await;
 }
 
 /// Writes `spec`'s configuration and runs `engram-node run` on it, expecting it to refuse to

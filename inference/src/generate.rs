@@ -245,7 +245,7 @@ impl Shared {
 /// closes the pool with its reason.
 fn load_and_run(
     config: &GenerationConfig,
-    path: &std::path::Path,
+    gguf: &Gguf,
     device: Device,
     shared: &Arc<Shared>,
     model_name: &str,
@@ -253,8 +253,8 @@ fn load_and_run(
 ) {
     let started = Instant::now();
     let load = std::panic::catch_unwind(|| -> Result<_> {
-        let tokenizer = Gguf::open(path)?.tokenizer()?;
-        Ok((Qwen2::load(path, device, config.precision)?, tokenizer))
+        let tokenizer = gguf.tokenizer()?;
+        Ok((Qwen2::from_gguf(gguf, device, config.precision)?, tokenizer))
     })
     .unwrap_or_else(|_| {
         Err(Error::PoolStart {
@@ -360,8 +360,9 @@ impl GenerationPool {
                 Device::Cuda(index)
             }
         };
-        // The header and the metadata only (a few MB): a file that is no GGUF fails here.
-        Gguf::open(&path)?;
+        // The header and the metadata only (a few MB): a file that is no GGUF fails here. The
+        // decoding thread reads the tokenizer and the tensors from it.
+        let gguf = Gguf::open(&path)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Lanes::default()),
             wake: Condvar::new(),
@@ -378,7 +379,7 @@ impl GenerationPool {
             let (shared, model) = (Arc::clone(&shared), model.clone());
             std::thread::Builder::new()
                 .name("engram-generate".into())
-                .spawn(move || load_and_run(&config, &path, device, &shared, &model, done))
+                .spawn(move || load_and_run(&config, &gguf, device, &shared, &model, done))
                 .map_err(|e| Error::PoolStart {
                     reason: format!("the decoding thread did not start: {e}"),
                 })?

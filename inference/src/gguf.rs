@@ -227,6 +227,11 @@ pub struct Gguf {
 }
 
 impl Gguf {
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Reads the header of the GGUF file at `path` and checks that every tensor's data lies
     /// within the file.
     pub fn open(path: &Path) -> Result<Gguf> {

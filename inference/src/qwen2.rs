@@ -100,7 +100,13 @@ impl Qwen2 {
     /// Loads the decoder of the GGUF file at `path` onto `device`, its linear layers in
     /// `precision`.
     pub fn load(path: &Path, device: Device, precision: Precision) -> Result<Qwen2> {
-        let gguf = Gguf::open(path)?;
+        Qwen2::from_gguf(&Gguf::open(path)?, device, precision)
+    }
+
+    /// Loads the decoder of an opened GGUF file (its header and metadata read once, for the
+    /// tokenizer too).
+    pub fn from_gguf(gguf: &Gguf, device: Device, precision: Precision) -> Result<Qwen2> {
+        let path = gguf.path();
         let arch = gguf.require_str("general.architecture")?;
         if arch != "qwen2" {
             return Err(Error::Format {

@@ -6,6 +6,7 @@
 //! extraction is pure and allocation-light.
 
 use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::LazyLock;
 
 use jieba_rs::Jieba;
@@ -84,6 +85,48 @@ const BUSINESS_SUFFIXES: &[char] = &['额', '量', '率', '数', '价', '费', '
 static SNAKE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?:\.[a-z][a-z0-9_]*)?\b").unwrap()
 });
+/// A capitalised word: a name where it does not open a sentence.
+static CAPITALISED: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b[A-Z][a-z]+\b").unwrap());
+/// Capitalised words that are not names (months and days are times: see `temporal`).
+const NOT_NAMES: &[&str] = &[
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+    "Sunday",
+    "Mr",
+    "Mrs",
+    "Ms",
+    "Dr",
+    "Oh",
+    "Hey",
+    "Hi",
+    "Hello",
+    "Thanks",
+    "Yeah",
+    "Yes",
+    "No",
+    "Wow",
+    "Okay",
+    "Ok",
+];
+/// Part-of-speech tags of jieba's dictionary kept as named mentions: person names too.
+const NAME_TAGS: &[&str] = &["nr", "ns", "nt", "nz", BUSINESS_TAG];
+
 static CAMEL: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\b(?:[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[A-Z]{2,6})\b").unwrap());
 
@@ -154,6 +197,57 @@ impl EntityExtractor {
             }
         }
         out
+    }
+
+    /// What `text` names, for entity-centred retrieval: the entities of
+    /// [`EntityExtractor::extract`], capitalised words that do not open a sentence (people,
+    /// places, products: "Melanie", "Sweden"), and Chinese person and place names, each once
+    /// and lower-cased. Unlike `extract` it keeps names of people: it feeds an in-memory index
+    /// only, never a stored or logged field.
+    pub fn mentions(&self, text: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut push = |word: &str| {
+            let word = word.to_lowercase();
+            if !out.contains(&word) {
+                out.push(word);
+            }
+        };
+        for m in SNAKE.find_iter(text).chain(CAMEL.find_iter(text)) {
+            push(m.as_str());
+        }
+        for m in CAPITALISED.find_iter(text) {
+            let before = text[..m.start()].trim_end();
+            let opens =
+                before.is_empty() || before.ends_with(['.', '!', '?', ':', '"', '\u{201c}']);
+            if !opens && !NOT_NAMES.contains(&m.as_str()) {
+                push(m.as_str());
+            }
+        }
+        if text.chars().any(is_cjk) {
+            for tag in self.jieba.tag(text, true) {
+                let chars = tag.word.chars().count();
+                if chars >= 2 && tag.word.chars().all(is_cjk) && NAME_TAGS.contains(&tag.tag) {
+                    push(tag.word);
+                }
+            }
+        }
+        out
+    }
+
+    /// [`EntityExtractor::mentions`] hashed and sorted, for an index (8 bytes a name).
+    pub fn mention_hashes(&self, text: &str) -> Box<[u64]> {
+        let mut names: Vec<u64> = self
+            .mentions(text)
+            .iter()
+            .map(|name| {
+                let mut hasher = std::hash::DefaultHasher::new();
+                name.hash(&mut hasher);
+                hasher.finish()
+            })
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.into_boxed_slice()
     }
 
     /// The words of `text` for lexical search: jieba's segmentation for Chinese, lower-cased
@@ -241,5 +335,19 @@ mod tests {
             "{t:?}"
         );
         assert!(!t.iter().any(|w| w == "!" || w.trim().is_empty()));
+    }
+
+    #[test]
+    fn mentions_are_names_not_the_words_that_open_sentences() {
+        let m = EXTRACTOR.mentions(
+            "[8 May 2023] Caroline: Hey Melanie! Researching adoption agencies in Sweden. \
+             Went to the LGBTQ group on Friday with Dr Jonas.",
+        );
+        assert_eq!(m, ["lgbtq", "caroline", "melanie", "sweden", "jonas"]);
+        // Chinese person and place names, through jieba's tags.
+        let m = EXTRACTOR.mentions("我的上司名叫赵雅琳，老家是重庆的");
+        assert!(m.contains(&"重庆".to_string()), "{m:?}");
+        assert!(!m.iter().any(|w| w == "上司" || w == "老家"), "{m:?}");
+        assert!(EXTRACTOR.mentions("What did you do yesterday?").is_empty());
     }
 }

@@ -23,7 +23,7 @@ use engram_storage::vector::VectorError;
 use super::context::is_live;
 use super::entities::EntityExtractor;
 use super::policy::kind_policy;
-use super::retrieve::{DocFeatures, Query, Retriever, RetrieverParams, SearchMode};
+use super::retrieve::{DocFeatures, DocText, Query, Retriever, RetrieverParams, SearchMode};
 
 /// Tuning of a [`MemoryIndex`].
 #[derive(Debug, Clone, PartialEq)]
@@ -366,8 +366,16 @@ impl MemoryIndex {
             decay_per_day: kind_policy(record.kind).decay_per_day,
             written_at: Some(record.created_at),
         };
-        self.retriever
-            .index(extractor, id.to_owned(), &text, vector.as_deref(), features)
+        self.retriever.index(
+            extractor,
+            id.to_owned(),
+            DocText {
+                words: &text,
+                own: &source.text,
+            },
+            vector.as_deref(),
+            features,
+        )
     }
 }
 

@@ -26,6 +26,7 @@ use engram_storage::model::Timestamp;
 use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
 
 use self::bm25::Bm25Index;
+pub use self::bm25::stem;
 use super::entities::EntityExtractor;
 use super::policy::{DAY_MS, decay};
 use super::temporal::{self, DaySpan};
@@ -85,6 +86,10 @@ pub struct RetrieverParams {
     /// text mentions (see [`temporal`](super::temporal)). 0 turns date handling off, and
     /// documents are then indexed without their days.
     pub date_weight: f32,
+    /// Weight of a hybrid candidate naming what the query names (a person, a place, a
+    /// product: see [`EntityExtractor::mentions`]), scaled by the share of the query's names
+    /// it holds. 0 turns entity handling off, and documents are then indexed without them.
+    pub entity_weight: f32,
     /// The vector index (its dimension is taken from the first vector indexed).
     pub vectors: VectorConfig,
 }
@@ -105,6 +110,8 @@ impl Default for RetrieverParams {
             salience_weight: 0.1,
             // Tuned on LoCoMo's tuning half (0.25 to 2); see docs/benchmarks.md.
             date_weight: 0.5,
+            // Tuned on LoCoMo's tuning half (0.25 to 1); see docs/benchmarks.md.
+            entity_weight: 0.5,
             vectors: VectorConfig::default(),
         }
     }
@@ -216,6 +223,27 @@ struct Doc<D> {
     live: bool,
     /// The days it was written and speaks of (empty while date handling is off).
     days: Box<[DaySpan]>,
+    /// Hashes of what its own text names, sorted (empty while entity handling is off).
+    names: Box<[u64]>,
+}
+
+/// A document's text: the words it is found by, and its own text, which says what it names
+/// (a turn is found by its neighbours' words too, but names only what it says itself).
+#[derive(Debug, Clone, Copy)]
+pub struct DocText<'a> {
+    /// The words for BM25 and the days it speaks of.
+    pub words: &'a str,
+    /// The text its named entities are read from.
+    pub own: &'a str,
+}
+
+impl<'a> From<&'a str> for DocText<'a> {
+    fn from(text: &'a str) -> Self {
+        DocText {
+            words: text,
+            own: text,
+        }
+    }
 }
 
 /// One user's retrieval index. `D` is the caller's document id (a string key: it also keys
@@ -267,14 +295,15 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
     /// Indexes a document, replacing any earlier one with the same id. `vector` must have
     /// the dimension of the first vector indexed (it is normalised here); a bad vector is
     /// refused and leaves the index unchanged.
-    pub fn index(
+    pub fn index<'t>(
         &mut self,
         extractor: &EntityExtractor,
         id: D,
-        text: &str,
+        text: impl Into<DocText<'t>>,
         vector: Option<&[f32]>,
         features: DocFeatures,
     ) -> Result<(), VectorError> {
+        let DocText { words: text, own } = text.into();
         match vector {
             Some(vector) => {
                 let vectors = match &mut self.vectors {
@@ -305,11 +334,17 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
             }
             _ => Box::default(),
         };
+        let names = if self.params.entity_weight > 0.0 {
+            extractor.mention_hashes(own)
+        } else {
+            Box::default()
+        };
         self.docs.push(Doc {
             id: id.clone(),
             features,
             live: true,
             days,
+            names,
         });
         self.slots.insert(id, slot);
         Ok(())
@@ -446,6 +481,12 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
         } else {
             Vec::new()
         };
+        let named: Box<[u64]> = if p.entity_weight > 0.0 {
+            extractor.mention_hashes(query.text)
+        } else {
+            Box::default()
+        };
+        let lifts = |slot: usize| self.date_match(slot, &asked) + self.name_match(slot, &named);
         let prior = |slot: usize| {
             let f = &self.docs[slot].features;
             let age_ms = now.0 - f.seen_at.0;
@@ -467,7 +508,7 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
                     }
                 }
                 for (slot, score) in &mut fused {
-                    *score += (prior(*slot) + self.date_match(*slot, &asked)) / (k + 1.0);
+                    *score += (prior(*slot) + lifts(*slot)) / (k + 1.0);
                 }
             }
             Fusion::Weighted => {
@@ -482,7 +523,7 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
                     *fused.entry(slot).or_insert(0.0) += p.dense_weight * (s - lo) / span;
                 }
                 for (slot, score) in &mut fused {
-                    *score += prior(*slot) + self.date_match(*slot, &asked);
+                    *score += prior(*slot) + lifts(*slot);
                 }
             }
         }
@@ -513,6 +554,19 @@ impl<D> Retriever<D> {
             0.0
         }
     }
+
+    /// `entity_weight` times the share of the query's names the document holds.
+    fn name_match(&self, slot: usize, named: &[u64]) -> f32 {
+        if named.is_empty() {
+            return 0.0;
+        }
+        let names = &self.docs[slot].names;
+        let held = named
+            .iter()
+            .filter(|n| names.binary_search(n).is_ok())
+            .count();
+        self.params.entity_weight * held as f32 / named.len() as f32
+    }
 }
 
 /// Best first; equal scores keep slot (indexing) order.
@@ -527,40 +581,4 @@ fn top_k(mut list: Vec<(usize, f32)>, k: usize) -> Vec<(usize, f32)> {
     }
     sort_desc(&mut list);
     list
-}
-
-/// A light English stemmer (plural, `-ing`, `-ed`, `-ly`, a final `e`) so that "paintings" meets
-/// "painting" and "painted". Words with non-ASCII letters (Chinese) are left alone.
-pub fn stem(word: &mut String) {
-    if !word.is_ascii() || word.len() <= 3 {
-        return;
-    }
-    let cut = |w: &mut String, suffix: &str, min_stem: usize| -> bool {
-        if w.len() >= suffix.len() + min_stem && w.ends_with(suffix) {
-            w.truncate(w.len() - suffix.len());
-            true
-        } else {
-            false
-        }
-    };
-    if word.ends_with("ies") && word.len() > 4 {
-        word.truncate(word.len() - 3);
-        word.push('y');
-    } else if !word.ends_with("ss") && !word.ends_with("us") && !word.ends_with("is") {
-        cut(word, "s", 3);
-    }
-    if cut(word, "ing", 3) || cut(word, "ed", 3) {
-        // "running" -> "runn" -> "run"; "hoped" keeps "hop" (close enough for recall).
-        let bytes = word.as_bytes();
-        let n = bytes.len();
-        if n >= 2 && bytes[n - 1] == bytes[n - 2] && !matches!(bytes[n - 1], b'l' | b's' | b'z') {
-            word.truncate(n - 1);
-        }
-    } else {
-        cut(word, "ly", 4);
-    }
-    // "love", "loved" and "loving" all end as "lov".
-    if word.len() > 3 && word.ends_with('e') && !word.ends_with("ee") {
-        word.pop();
-    }
 }

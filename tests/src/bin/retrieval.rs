@@ -95,6 +95,9 @@ struct Args {
     /// Weight of a hybrid candidate speaking of a time the question names (0: off).
     #[arg(long, default_value_t = RetrieverParams::default().date_weight)]
     date_weight: f32,
+    /// Weight of a hybrid candidate naming what the question names (0: off).
+    #[arg(long, default_value_t = RetrieverParams::default().entity_weight)]
+    entity_weight: f32,
     /// BM25 k1.
     #[arg(long, default_value_t = 1.2)]
     k1: f32,
@@ -214,6 +217,7 @@ fn main() -> Result<()> {
             dense_weight: args.dense_weight,
             bm25_weight: args.bm25_weight,
             date_weight: args.date_weight,
+            entity_weight: args.entity_weight,
             // Turns of one evaluation conversation carry no salience, and questions ask
             // about any time of the conversation: the priors stay out of these figures.
             recency_weight: 0.0,

@@ -100,3 +100,39 @@ impl Bm25Index {
             .collect()
     }
 }
+
+/// A light English stemmer (plural, `-ing`, `-ed`, `-ly`, a final `e`) so that "paintings" meets
+/// "painting" and "painted". Words with non-ASCII letters (Chinese) are left alone.
+pub fn stem(word: &mut String) {
+    if !word.is_ascii() || word.len() <= 3 {
+        return;
+    }
+    let cut = |w: &mut String, suffix: &str, min_stem: usize| -> bool {
+        if w.len() >= suffix.len() + min_stem && w.ends_with(suffix) {
+            w.truncate(w.len() - suffix.len());
+            true
+        } else {
+            false
+        }
+    };
+    if word.ends_with("ies") && word.len() > 4 {
+        word.truncate(word.len() - 3);
+        word.push('y');
+    } else if !word.ends_with("ss") && !word.ends_with("us") && !word.ends_with("is") {
+        cut(word, "s", 3);
+    }
+    if cut(word, "ing", 3) || cut(word, "ed", 3) {
+        // "running" -> "runn" -> "run"; "hoped" keeps "hop" (close enough for recall).
+        let bytes = word.as_bytes();
+        let n = bytes.len();
+        if n >= 2 && bytes[n - 1] == bytes[n - 2] && !matches!(bytes[n - 1], b'l' | b's' | b'z') {
+            word.truncate(n - 1);
+        }
+    } else {
+        cut(word, "ly", 4);
+    }
+    // "love", "loved" and "loving" all end as "lov".
+    if word.len() > 3 && word.ends_with('e') && !word.ends_with("ee") {
+        word.pop();
+    }
+}

@@ -122,7 +122,7 @@ fn fusion_beats_either_signal_alone() {
         ("filler2", "a quiet day at home", unit(0, 1.5)),
     ];
     for (id, text, v) in &docs {
-        r.index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default())
+        r.index(&EXTRACTOR, *id, *text, Some(v), DocFeatures::default())
             .unwrap();
     }
     let text = "when is the wedding in Lisbon in June";
@@ -143,7 +143,7 @@ fn fusion_beats_either_signal_alone() {
     });
     for (id, text, v) in &docs {
         weighted
-            .index(&EXTRACTOR, *id, text, Some(v), DocFeatures::default())
+            .index(&EXTRACTOR, *id, *text, Some(v), DocFeatures::default())
             .unwrap();
     }
     let hits = weighted
@@ -387,4 +387,45 @@ fn a_query_naming_a_time_ranks_documents_written_or_speaking_of_it_first() {
         ask(&dated, "where did we eat pasta in 2023"),
         ask(&plain, "where did we eat pasta in 2023")
     );
+}
+
+/// Turns found by the question's words, one of them by the person it names: with an entity
+/// weight the turns that name the person come first; a turn found by its neighbour's words
+/// names only what its own text says, and is not lifted.
+#[test]
+fn a_query_naming_someone_ranks_the_turns_that_name_them_first() {
+    let docs = [
+        (
+            "caroline",
+            "[May] Caroline: camping at the lake with the kids",
+            None,
+        ),
+        ("melanie", "[May] Melanie: camping was great", None),
+        (
+            "neighbour",
+            "[May] Caroline: we love the lake",
+            Some("[May] Melanie: fun"),
+        ),
+    ];
+    let build = |entity_weight: f32| {
+        let mut r = Retriever::new(RetrieverParams {
+            entity_weight,
+            ..RetrieverParams::default()
+        });
+        for (id, own, next) in docs {
+            let words = next.map_or(own.to_owned(), |next| format!("{own}\n{next}"));
+            let text = DocText { words: &words, own };
+            r.index(&EXTRACTOR, id, text, None, DocFeatures::default())
+                .unwrap();
+        }
+        r
+    };
+    let ask = |r: &Retriever<&'static str>| {
+        let text = "when did Melanie go camping at the lake with the kids";
+        let hits = r.search(&EXTRACTOR, &Query::new(text, 3, SearchMode::Hybrid));
+        ids(&hits.unwrap())
+    };
+    // Words alone: the most words first, the neighbour's "Melanie" next.
+    assert_eq!(ask(&build(0.0)), ["caroline", "neighbour", "melanie"]);
+    assert_eq!(ask(&build(1.0)), ["melanie", "caroline", "neighbour"]);
 }

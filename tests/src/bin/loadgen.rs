@@ -98,6 +98,11 @@ struct Args {
     /// How long to wait after the run for the node's pipeline to drain, in seconds.
     #[arg(long, default_value_t = 60)]
     drain_wait: u64,
+    /// Before the run, wait until the node's generative model is loaded (with
+    /// `--set distillation.model=true`: a node serves while its decoder loads, and the load
+    /// takes the CPU for seconds to a minute), at most this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    await_model: Option<u64>,
 }
 
 /// What context reads said of their query's embedding.
@@ -124,6 +129,30 @@ impl Ranked {
             Some(_) => self.other += 1,
             None if reply["query_embedded"] == true => self.embedded += 1,
             None => {}
+        }
+    }
+}
+
+/// Waits until the node's metrics say its generative model is loaded, at most `limit`.
+async fn await_model(http: &HttpClient, limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let reply = http.get("/metrics").await.context("reading /metrics")?;
+        let loaded = reply.text().lines().find_map(|l| {
+            l.strip_prefix("engram_generation_model_loaded ")?
+                .parse::<f64>()
+                .ok()
+        });
+        match loaded {
+            Some(v) if v >= 1.0 => return Ok(()),
+            None => bail!("the node reports no generative model (--set distillation.model=true)"),
+            Some(_) if Instant::now() >= deadline => {
+                bail!(
+                    "the generative model did not load within {} s",
+                    limit.as_secs()
+                )
+            }
+            Some(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
 }
@@ -227,6 +256,14 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("{url} does not answer"))?;
     if ready.status != StatusCode::OK {
         bail!("{url}/ready answered {}", ready.status);
+    }
+    if let Some(limit) = args.await_model {
+        let waited = Instant::now();
+        await_model(&http, Duration::from_secs(limit)).await?;
+        eprintln!(
+            "the generative model answered after {:.1} s",
+            waited.elapsed().as_secs_f64()
+        );
     }
     // Request ids unique to this run, so a rerun against the same node writes, not replays.
     let run = SystemTime::now()

@@ -36,7 +36,8 @@ use crate::config::Config;
 
 /// mimalloc instead of glibc's allocator: the request path allocates small objects on every
 /// thread, and glibc's malloc and free took 12% of a write-heavy node's CPU time (perf,
-/// docs/benchmarks.md).
+/// docs/benchmarks.md). Built without transparent huge pages (`no_thp`): zeroing the 2 MB
+/// pages it asked for had become a third of the node's CPU time under load.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

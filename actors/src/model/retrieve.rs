@@ -2,7 +2,8 @@
 //! [`EntityExtractor::tokens`] gives (jieba for Chinese, lower-cased words otherwise, with a
 //! light English suffix stemmer), cosine similarity over caller-supplied L2-normalised
 //! vectors, and recency and salience priors, fused by weighted reciprocal rank fusion or a
-//! weighted sum of normalised scores.
+//! weighted sum of normalised scores; candidates that speak of a time the query names, or
+//! name what it names (a person, a place), are lifted.
 //!
 //! A [`Retriever`] holds one user's index: term statistics (document frequencies, lengths,
 //! postings) are kept up to date on every [`Retriever::index`] and [`Retriever::remove`], so a

@@ -3,31 +3,19 @@
 //! (the neighbouring turns' words included) rank another first.
 
 use engram_actors::model::index::IndexParams;
-use engram_actors::model::retrieve::{RetrieverParams, SearchMode};
+use engram_actors::model::retrieve::RetrieverParams;
 use engram_actors::services::Settings;
-use engram_actors::user::api::{SearchQuery, SearchResult};
-use engram_storage::model::MemoryKind;
 
 mod plain;
-use plain::{Node, alice, append, node, turn};
+use plain::{Node, node, search_episodes, write_episode};
 
 /// Appends a turn to one session (so each turn is indexed with its neighbours' words).
 async fn write(node: &Node, id: &str, text: &str) -> String {
-    let mut req = turn(id, "one-session", text);
-    req.assistant_text = "Noted.".into();
-    let ack = append(node, &alice(), req).await.unwrap();
-    ack.memories[0].memory_id.clone()
+    write_episode(node, id, "one-session", text).await
 }
 
 async fn first(node: &Node, query: &str) -> String {
-    let q = SearchQuery {
-        query: query.into(),
-        k: 10,
-        kinds: vec![MemoryKind::Episodic],
-        mode: SearchMode::Hybrid,
-        active_only: false,
-    };
-    let found: SearchResult = node.directory.ask_admin(&alice(), q).await.unwrap();
+    let found = search_episodes(node, query).await;
     found.hits[0].memory.memory_id.clone()
 }
 

@@ -3,30 +3,19 @@
 //! where words and recency alone rank another first.
 
 use engram_actors::model::policy::DAY_MS;
-use engram_actors::model::retrieve::SearchMode;
 use engram_actors::services::Settings;
-use engram_actors::user::api::{SearchQuery, SearchResult};
-use engram_storage::model::MemoryKind;
+use engram_actors::user::api::SearchResult;
 
 mod plain;
-use plain::{Node, alice, append, node, turn};
+use plain::{Node, node, search_episodes, write_episode};
 
 async fn write(node: &Node, id: &str, text: &str) -> String {
-    let mut req = turn(id, id, text);
-    req.assistant_text = "Noted.".into();
-    let ack = append(node, &alice(), req).await.unwrap();
-    ack.memories[0].memory_id.clone()
+    // Each turn in a session of its own: no neighbours' words.
+    write_episode(node, id, id, text).await
 }
 
 async fn search(node: &Node, query: &str) -> SearchResult {
-    let q = SearchQuery {
-        query: query.into(),
-        k: 10,
-        kinds: vec![MemoryKind::Episodic],
-        mode: SearchMode::Hybrid,
-        active_only: false,
-    };
-    node.directory.ask_admin(&alice(), q).await.unwrap()
+    search_episodes(node, query).await
 }
 
 fn first(found: &SearchResult) -> &str {

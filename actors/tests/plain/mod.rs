@@ -8,10 +8,11 @@ use engram_actors::clock::{ManualClock, SharedClock};
 use engram_actors::directory::Directory;
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::policy::Route;
+use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{ContextQuery, TurnRequest};
-use engram_storage::model::Timestamp;
+use engram_actors::user::api::{ContextQuery, SearchQuery, SearchResult, TurnRequest};
+use engram_storage::model::{MemoryKind, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Keyspace, Store};
 use tempfile::TempDir;
@@ -92,4 +93,25 @@ pub async fn context(
         token_budget: 1200,
     };
     node.directory.ask_admin(key, q.clone()).await.unwrap()
+}
+
+/// Appends Alice's turn `id` with `text` to `session` (the assistant only notes it) and
+/// returns its episodic memory's id.
+pub async fn write_episode(node: &Node, id: &str, session: &str, text: &str) -> String {
+    let mut req = turn(id, session, text);
+    req.assistant_text = "Noted.".into();
+    let ack = append(node, &alice(), req).await.unwrap();
+    ack.memories[0].memory_id.clone()
+}
+
+/// Alice's ten best episodic memories for `query`, by hybrid search.
+pub async fn search_episodes(node: &Node, query: &str) -> SearchResult {
+    let q = SearchQuery {
+        query: query.into(),
+        k: 10,
+        kinds: vec![MemoryKind::Episodic],
+        mode: SearchMode::Hybrid,
+        active_only: false,
+    };
+    node.directory.ask_admin(&alice(), q).await.unwrap()
 }

@@ -250,6 +250,24 @@ fn last_error() -> String {
 mod tests {
     use super::*;
 
+    /// Standard normal values of the test's own generator: libtorch's is one per process, and
+    /// the crate's other tests draw from it at the same time, so `tch::manual_seed` alone does
+    /// not fix what a test gets (an int8 layer's agreement depends on its values).
+    fn gaussian(shape: &[i64], seed: u64) -> Tensor {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+        let n: i64 = shape.iter().product();
+        let values: Vec<f32> = (0..n)
+            .map(|_| {
+                // Box-Muller: u in (0, 1], so its logarithm is finite.
+                let u = 1.0 - rng.random::<f64>();
+                let v = rng.random::<f64>();
+                ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+            })
+            .collect();
+        Tensor::from_slice(&values).reshape(shape)
+    }
+
     fn cosine(a: &Tensor, b: &Tensor) -> f64 {
         let a = a.flatten(0, -1);
         let b = b.flatten(0, -1);
@@ -266,10 +284,9 @@ mod tests {
     }
 
     fn packed_layer_agrees_with_the_dense_one(packing: Packing) {
-        tch::manual_seed(7);
-        let weight = Tensor::randn([96, 64], (Kind::Float, Device::Cpu)) * 0.05;
-        let bias = Tensor::randn([96], (Kind::Float, Device::Cpu));
-        let x = Tensor::randn([3, 5, 64], (Kind::Float, Device::Cpu));
+        let weight = gaussian(&[96, 64], 7) * 0.05;
+        let bias = gaussian(&[96], 8);
+        let x = gaussian(&[3, 5, 64], 9);
         let dense = Linear::new(
             weight.shallow_clone(),
             Some(bias.shallow_clone()),
@@ -333,9 +350,8 @@ mod tests {
     /// saturate fbgemm's AVX2 sums; see `cpp/qlinear.cpp`.)
     #[test]
     fn int8_layer_without_bias() {
-        tch::manual_seed(8);
-        let weight = Tensor::randn([32, 384], (Kind::Float, Device::Cpu));
-        let x = Tensor::randn([4, 384], (Kind::Float, Device::Cpu));
+        let weight = gaussian(&[32, 384], 10);
+        let x = gaussian(&[4, 384], 11);
         let expected = x.linear::<Tensor>(&weight, None);
         let int8 = Linear::new(weight, None, Packing::Int8, Device::Cpu).unwrap();
         assert!(cosine(&expected, &int8.forward(&x).unwrap()) > 0.999);

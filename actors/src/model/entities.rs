@@ -199,9 +199,10 @@ impl EntityExtractor {
         out
     }
 
-    /// What `text` names, for entity-centred retrieval: the entities of
-    /// [`EntityExtractor::extract`], capitalised words that do not open a sentence (people,
-    /// places, products: "Melanie", "Sweden"), and Chinese person and place names, each once
+    /// What `text` names, for entity-centred retrieval: table, column and metric names (as
+    /// [`EntityExtractor::extract`] finds them), capitalised words that do not open a sentence
+    /// (people, places, products: "Melanie", "Sweden"), and the Chinese names of people,
+    /// places and organisations and the business lexicon's words, by jieba's tags; each once
     /// and lower-cased. Unlike `extract` it keeps names of people: it feeds an in-memory index
     /// only, never a stored or logged field.
     pub fn mentions(&self, text: &str) -> Vec<String> {

@@ -261,7 +261,7 @@ async fn main() -> anyhow::Result<()> {
         let waited = Instant::now();
         await_model(&http, Duration::from_secs(limit)).await?;
         eprintln!(
-            "the generative model answered after {:.1} s",
+            "the generative model was loaded after {:.1} s",
             waited.elapsed().as_secs_f64()
         );
     }

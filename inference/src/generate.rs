@@ -30,8 +30,8 @@
 //! answers.
 
 mod decoder;
+mod load;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -40,14 +40,15 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
-use self::decoder::Decoder;
+use self::load::load_and_run;
 use crate::config::{DeviceChoice, default_model_dir};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::linear::Precision;
 use crate::pool::BackgroundPriority;
 use crate::pool::fair::{Lanes, Queued, Shares};
-use crate::qwen2::{Qwen2, token_bytes};
+#[cfg(doc)]
+use crate::qwen2::Qwen2;
 use crate::schema::{self, Matcher, Schema};
 
 /// Where `.ci/models` installs the default generative model, under the model directory:
@@ -94,7 +95,15 @@ pub struct GenerationConfig {
     /// System prompts whose prefix the decoding thread computes as soon as it starts (while a
     /// starting node is quiet), instead of under the first requests' load.
     pub system_prompts: Vec<String>,
+    /// After a failed load, how long the decoding thread waits before it reads the file
+    /// again, doubled after each failure up to [`LOAD_RETRY_CEILING`] (`None`: a failed load
+    /// closes the pool). [`GenerationPool::start`] tries once.
+    #[serde(with = "humantime_serde")]
+    pub load_retry: Option<Duration>,
 }
+
+/// The longest wait between two attempts to load the model.
+pub const LOAD_RETRY_CEILING: Duration = Duration::from_secs(600);
 
 impl Default for GenerationConfig {
     fn default() -> Self {
@@ -111,6 +120,7 @@ impl Default for GenerationConfig {
             priority: BackgroundPriority::Idle,
             busy_share_percent: 10,
             system_prompts: Vec::new(),
+            load_retry: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -161,6 +171,8 @@ pub struct GenerationStats {
     pub rested: Duration,
     /// Whether the model is loaded ([`GenerationPool::spawn`] returns before).
     pub loaded: bool,
+    /// Loads that failed ([`GenerationConfig::load_retry`]).
+    pub load_failures: u64,
 }
 
 #[derive(Default)]
@@ -177,6 +189,7 @@ struct Counters {
     first_token_ms: AtomicU64,
     first_tokens: AtomicU64,
     rested_us: AtomicU64,
+    load_failures: AtomicU64,
 }
 
 struct Request {
@@ -209,7 +222,8 @@ struct Shared {
     closed: AtomicBool,
     /// Whether the decoding thread has loaded the model.
     loaded: AtomicBool,
-    /// Why the model did not load (the pool is then closed).
+    /// Why the model did not load, until a later attempt loads it (without retries the
+    /// pool is then closed).
     failure: Mutex<Option<String>>,
     counters: Counters,
 }
@@ -225,6 +239,17 @@ impl Shared {
         }
     }
 
+    /// Why the last load failed, while the model is not loaded.
+    fn load_failure(&self) -> Option<Error> {
+        if self.loaded.load(Ordering::Acquire) {
+            return None;
+        }
+        let failure = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        failure.as_ref().map(|reason| Error::PoolStart {
+            reason: reason.clone(),
+        })
+    }
+
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         let waiting: Vec<Request> = {
@@ -237,68 +262,6 @@ impl Shared {
         }
         self.wake.notify_all();
     }
-}
-
-/// The decoding thread: loads the model (at the thread's normal priority: the packing's
-/// helper threads inherit it, and in the idle class a busy machine would starve the load),
-/// says so through `done`, then decodes until the pool closes. A failed or panicking load
-/// closes the pool with its reason.
-fn load_and_run(
-    config: &GenerationConfig,
-    gguf: &Gguf,
-    device: Device,
-    shared: &Arc<Shared>,
-    model_name: &str,
-    done: tokio::sync::oneshot::Sender<Result<()>>,
-) {
-    let started = Instant::now();
-    let load = std::panic::catch_unwind(|| -> Result<_> {
-        let tokenizer = gguf.tokenizer()?;
-        Ok((Qwen2::from_gguf(gguf, device, config.precision)?, tokenizer))
-    })
-    .unwrap_or_else(|_| {
-        Err(Error::PoolStart {
-            reason: "loading the generative model panicked".into(),
-        })
-    });
-    let (model, tokenizer) = match load {
-        Ok(loaded) => loaded,
-        Err(err) => {
-            tracing::error!(
-                model = %model_name,
-                error = %err,
-                "the generative model did not load; the pool is closed"
-            );
-            *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) =
-                Some(format!("the generative model did not load: {err}"));
-            shared.close();
-            let _ = done.send(Err(err));
-            return;
-        }
-    };
-    shared.loaded.store(true, Ordering::Release);
-    tracing::info!(
-        model = %model_name,
-        seconds = started.elapsed().as_secs_f64(),
-        "generative model loaded"
-    );
-    let _ = done.send(Ok(()));
-    let vocab = token_bytes(&tokenizer);
-    let decoder = Decoder {
-        shared: Arc::clone(shared),
-        model,
-        tokenizer,
-        vocab,
-        prefixes: HashMap::new(),
-        warm: config.system_prompts.clone(),
-        max_batch: config.max_batch.max(1),
-        busy_share_percent: (config.priority == BackgroundPriority::Idle)
-            .then_some(config.busy_share_percent),
-    };
-    if config.priority == BackgroundPriority::Idle {
-        crate::pool::lanes::lower_priority();
-    }
-    decoder.run();
 }
 
 /// A handle to the generation pool; clones share it.
@@ -321,6 +284,10 @@ impl std::fmt::Debug for GenerationPool {
 impl GenerationPool {
     /// Starts the pool and returns once its model is loaded (or with the load's error).
     pub async fn start(config: GenerationConfig) -> Result<GenerationPool> {
+        let config = GenerationConfig {
+            load_retry: None,
+            ..config
+        };
         let (pool, loaded) = GenerationPool::launch(config)?;
         match loaded.await {
             Ok(Ok(())) => Ok(pool),
@@ -333,8 +300,9 @@ impl GenerationPool {
 
     /// Starts the pool and returns at once, the model loading on the decoding thread (seconds
     /// to tens of seconds on a CPU, for the packing of its layers): requests wait in the queue
-    /// meanwhile ([`GenerationPool::is_loaded`]). A load that fails closes the pool and every
-    /// request is answered [`Error::PoolStart`] with its reason. A node starts its pool this
+    /// meanwhile ([`GenerationPool::is_loaded`]). After a load that fails, every request is
+    /// answered [`Error::PoolStart`] with its reason, until a later attempt loads the model
+    /// ([`GenerationConfig::load_retry`]; without one the pool closes). A node starts its pool this
     /// way, so that it serves (and distils by rules) while the decoder loads. What can be
     /// checked at once is: a missing file, a file that is no GGUF, a device that is not there.
     pub fn spawn(config: GenerationConfig) -> Result<GenerationPool> {
@@ -379,7 +347,7 @@ impl GenerationPool {
             let (shared, model) = (Arc::clone(&shared), model.clone());
             std::thread::Builder::new()
                 .name("engram-generate".into())
-                .spawn(move || load_and_run(&config, &gguf, device, &shared, &model, done))
+                .spawn(move || load_and_run(&config, gguf, device, &shared, &model, done))
                 .map_err(|e| Error::PoolStart {
                     reason: format!("the decoding thread did not start: {e}"),
                 })?
@@ -426,6 +394,11 @@ impl GenerationPool {
             if shared.closed.load(Ordering::Acquire) {
                 return Err(shared.closed_error());
             }
+            // The load failed: the thread answers what waits when it records the failure,
+            // under this lock, and retries later.
+            if let Some(failure) = shared.load_failure() {
+                return Err(failure);
+            }
             let queued = queue.texts();
             let admitted = shared.shares.reserve(&key, 1, || queued < shared.capacity);
             if admitted.is_err() {
@@ -471,6 +444,7 @@ impl GenerationPool {
             first_tokens: c.first_tokens.load(Ordering::Relaxed),
             rested: Duration::from_micros(c.rested_us.load(Ordering::Relaxed)),
             loaded: self.is_loaded(),
+            load_failures: c.load_failures.load(Ordering::Relaxed),
         }
     }
 

@@ -7,7 +7,8 @@
 //! decoder whose step ran while other threads kept every core busy rests after it. The model
 //! must be installed; these tests fail, never skip, without it. Each loads the model once: one
 //! as a node does (`spawn`: returned at once, the model loading on the decoding thread), the
-//! other with `start` (returned once it is loaded).
+//! other with `start` (returned once it is loaded); a load that failed is retried and serves
+//! once the file is whole.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -221,5 +222,56 @@ async fn an_idle_class_decoder_whose_step_ran_on_a_busy_machine_rests_after_it()
         Err(Error::PoolClosed) => {}
         Err(other) => anyhow::bail!("unexpected: {other}"),
     }
+    Ok(())
+}
+
+/// A load that fails (here a file that is GGUF but holds no model: the header passes the
+/// check at the start, the load fails on the decoding thread) is counted and answered, and
+/// read again after `load-retry`: once the file is whole (an operator reinstalls it), the
+/// next attempt loads it and the pool serves, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_load_is_retried_and_the_model_served_once_the_file_is_whole() -> anyhow::Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("model.gguf");
+    // "GGUF", version 3, no tensors, no metadata.
+    let empty: Vec<u8> = [&b"GGUF"[..], &3_u32.to_le_bytes(), &[0; 16]].concat();
+    std::fs::write(&file, empty)?;
+    let pool = GenerationPool::spawn(GenerationConfig {
+        model_dir: dir.path().to_path_buf(),
+        model: "model.gguf".into(),
+        device: DeviceChoice::Cpu,
+        priority: BackgroundPriority::Normal,
+        load_retry: Some(Duration::from_millis(20)),
+        ..GenerationConfig::default()
+    })
+    .context("the header passes the start's check")?;
+    wait_for(Duration::from_secs(120), "a failed load", || {
+        pool.stats().load_failures >= 1
+    })
+    .await?;
+    let refused = pool.generate("a", generation("hello"), None).await;
+    ensure!(
+        matches!(refused, Err(Error::PoolStart { .. })),
+        "answered {refused:?} while the model is not loaded"
+    );
+
+    // The whole model in the file's place, at once (a link renamed over it).
+    let installed =
+        engram_inference::default_model_dir().join("qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf");
+    ensure!(installed.exists(), "the 0.5B is installed (.ci/models)");
+    let link = dir.path().join("model.link");
+    std::os::unix::fs::symlink(&installed, &link)?;
+    std::fs::rename(&link, &file)?;
+    wait_for(Duration::from_secs(600), "the retried load", || {
+        pool.is_loaded()
+    })
+    .await?;
+    let answer = pool
+        .generate("a", generation("帮我预约明天上午十点的牙科检查"), None)
+        .await?;
+    ensure!(parse_answer(&answer).is_some(), "invalid under the schema");
+    ensure!(pool.stats().loaded && pool.stats().load_failures >= 1);
+    pool.join().await;
     Ok(())
 }

@@ -65,6 +65,11 @@ pub struct GenerationSection {
     /// In the idle class, while the machine is busy, the share of the time, in percent (1 to
     /// 100; 100: no limit), decoding steps may take.
     pub busy_share_percent: u8,
+    /// After a failed load, the wait before the model file is read again, doubled after each
+    /// failure up to ten minutes (`"0s"`: a failed load leaves the node distilling by rules
+    /// until it restarts).
+    #[serde(with = "humantime_serde")]
+    pub load_retry: Duration,
 }
 
 impl Default for GenerationSection {
@@ -79,6 +84,7 @@ impl Default for GenerationSection {
             tenant_share_percent: g.tenant_share_percent,
             priority: g.priority,
             busy_share_percent: g.busy_share_percent,
+            load_retry: g.load_retry.unwrap_or_default(),
         }
     }
 }
@@ -135,6 +141,7 @@ impl DistillationSection {
             tenant_share_percent: self.generation.tenant_share_percent,
             priority: self.generation.priority,
             busy_share_percent: self.generation.busy_share_percent,
+            load_retry: Some(self.generation.load_retry).filter(|wait| !wait.is_zero()),
             // The default intent types' prompt and the summaries': every message and turn's.
             system_prompts: vec![
                 engram_inference::distil::intent_prompt(&self.intent_types),

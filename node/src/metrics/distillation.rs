@@ -127,6 +127,12 @@ pub(super) fn render_distillation(text: &mut String, d: &Distillation, now: Time
                 f64::from(u8::from(s.loaded)),
             ),
             (
+                "engram_generation_model_load_failures_total",
+                "counter",
+                "Loads of the generative model that failed (each is retried later)",
+                s.load_failures as f64,
+            ),
+            (
                 "engram_generation_queue_depth",
                 "gauge",
                 "Generations waiting",

@@ -133,19 +133,27 @@ impl Ranked {
     }
 }
 
-/// Waits until the node's metrics say its generative model is loaded, at most `limit`.
+/// The value of the unlabelled metric `name` in a `/metrics` text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+}
+
+/// Waits until the node's metrics say its generative model is loaded, at most `limit`; fails
+/// at the first failed load (the node retries it later; its log says why).
 async fn await_model(http: &HttpClient, limit: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
     loop {
         let reply = http.get("/metrics").await.context("reading /metrics")?;
-        let loaded = reply.text().lines().find_map(|l| {
-            l.strip_prefix("engram_generation_model_loaded ")?
-                .parse::<f64>()
-                .ok()
-        });
-        match loaded {
+        let text = reply.text();
+        let value = |name: &str| metric(&text, name);
+        let failures = value("engram_generation_model_load_failures_total").unwrap_or(0.0);
+        match value("engram_generation_model_loaded") {
             Some(v) if v >= 1.0 => return Ok(()),
             None => bail!("the node reports no generative model (--set distillation.model=true)"),
+            Some(_) if failures > 0.0 => {
+                bail!("the generative model failed to load (the node's log says why)")
+            }
             Some(_) if Instant::now() >= deadline => {
                 bail!(
                     "the generative model did not load within {} s",
@@ -171,10 +179,7 @@ impl Backlog {
         while Instant::now() < deadline {
             if let Ok(reply) = http.get("/metrics").await {
                 let text = reply.text();
-                let value = |name: &str| {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
-                };
+                let value = |name: &str| metric(&text, name);
                 if let (Some(users), Some(age)) = (
                     value("engram_pipeline_pending_users"),
                     value("engram_pipeline_oldest_pending_seconds"),

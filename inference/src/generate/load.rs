@@ -1,0 +1,184 @@
+//! The decoding thread's start: the model's load, and its retries after a failure.
+//!
+//! A load can fail for a reason that passes: memory short while another process peaks, a
+//! model file being rewritten by `.ci/models`. So the thread records the failure (answering
+//! what waits with its reason, counting it), waits `load_retry`, doubled after each failure
+//! up to [`LOAD_RETRY_CEILING`], and reads the file again from its path; a node keeps serving
+//! (and distilling by rules) meanwhile, its model messages waiting in storage. Without
+//! `load_retry` the first failure closes the pool, as [`GenerationPool::start`] wants it.
+//!
+//! [`GenerationPool::start`]: super::GenerationPool::start
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tch::Device;
+use tokenizers::Tokenizer;
+
+use super::decoder::Decoder;
+use super::{GenerationConfig, LOAD_RETRY_CEILING, Request, Shared};
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::pool::BackgroundPriority;
+use crate::qwen2::{Qwen2, token_bytes};
+
+/// The decoding thread: loads the model (at the thread's normal priority: the packing's
+/// helper threads inherit it, and in the idle class a busy machine would starve the load),
+/// says so through `done`, then decodes until the pool closes.
+pub(super) fn load_and_run(
+    config: &GenerationConfig,
+    gguf: Gguf,
+    device: Device,
+    shared: &Arc<Shared>,
+    model_name: &str,
+    done: tokio::sync::oneshot::Sender<Result<()>>,
+) {
+    let started = Instant::now();
+    let Some((model, tokenizer)) =
+        load_until_loaded(config, gguf, device, shared, model_name, done)
+    else {
+        return;
+    };
+    tracing::info!(
+        model = %model_name,
+        seconds = started.elapsed().as_secs_f64(),
+        "generative model loaded"
+    );
+    let vocab = token_bytes(&tokenizer);
+    let decoder = Decoder {
+        shared: Arc::clone(shared),
+        model,
+        tokenizer,
+        vocab,
+        prefixes: HashMap::new(),
+        warm: config.system_prompts.clone(),
+        max_batch: config.max_batch.max(1),
+        busy_share_percent: (config.priority == BackgroundPriority::Idle)
+            .then_some(config.busy_share_percent),
+    };
+    if config.priority == BackgroundPriority::Idle {
+        crate::pool::lanes::lower_priority();
+    }
+    decoder.run();
+}
+
+/// Loads the model, again after each failure while `config.load_retry` allows; `None` once
+/// the pool is closed (by the failure without retries, or by its owner meanwhile). The first
+/// outcome goes to `done`.
+fn load_until_loaded(
+    config: &GenerationConfig,
+    gguf: Gguf,
+    device: Device,
+    shared: &Arc<Shared>,
+    model_name: &str,
+    done: tokio::sync::oneshot::Sender<Result<()>>,
+) -> Option<(Qwen2, Tokenizer)> {
+    let mut done = Some(done);
+    let mut gguf = Some(gguf);
+    let mut wait = config.load_retry;
+    let path = gguf.as_ref().map(|g| g.path().to_path_buf())?;
+    loop {
+        // The header read at the start first; the file again from its path after a failure.
+        let opened = match gguf.take() {
+            Some(gguf) => Ok(gguf),
+            None => Gguf::open(&path),
+        };
+        match opened.and_then(|gguf| load(&gguf, device, config)) {
+            Ok(loaded) => {
+                shared.loaded.store(true, Ordering::Release);
+                *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                if let Some(done) = done.take() {
+                    let _ = done.send(Ok(()));
+                }
+                return Some(loaded);
+            }
+            Err(err) => {
+                let failures = shared
+                    .counters
+                    .load_failures
+                    .fetch_add(1, Ordering::Relaxed)
+                    + 1;
+                let reason = format!("the generative model did not load: {err}");
+                match wait {
+                    Some(retry) => tracing::error!(
+                        model = %model_name,
+                        error = %err,
+                        failures,
+                        retry_in_seconds = retry.as_secs_f64(),
+                        "the generative model did not load; it is read again later"
+                    ),
+                    None => tracing::error!(
+                        model = %model_name,
+                        error = %err,
+                        "the generative model did not load; the pool is closed"
+                    ),
+                }
+                *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+                if let Some(done) = done.take() {
+                    let _ = done.send(Err(err));
+                }
+                let Some(retry) = wait else {
+                    shared.close();
+                    return None;
+                };
+                answer_waiting(shared);
+                if !rest(shared, retry) {
+                    return None;
+                }
+                wait = Some((retry * 2).min(LOAD_RETRY_CEILING));
+            }
+        }
+    }
+}
+
+/// One attempt: the tokenizer and the decoder from the file (a panic is a failure).
+fn load(gguf: &Gguf, device: Device, config: &GenerationConfig) -> Result<(Qwen2, Tokenizer)> {
+    std::panic::catch_unwind(|| -> Result<_> {
+        let tokenizer = gguf.tokenizer()?;
+        Ok((Qwen2::from_gguf(gguf, device, config.precision)?, tokenizer))
+    })
+    .unwrap_or_else(|_| {
+        Err(Error::PoolStart {
+            reason: "loading the generative model panicked".into(),
+        })
+    })
+}
+
+/// Answers every waiting request with the recorded failure (new ones are answered it at
+/// admission, [`Shared::load_failure`]).
+fn answer_waiting(shared: &Shared) {
+    let waiting: Vec<Request> = {
+        let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        queue.drain().collect()
+    };
+    for request in waiting {
+        shared.shares.release(&request.key, 1);
+        let failure = shared.load_failure().unwrap_or(Error::PoolClosed);
+        let _ = request.reply.send(Err(failure));
+    }
+}
+
+/// Waits `wait` before the next attempt; false once the pool is closed or every handle to it
+/// dropped.
+fn rest(shared: &Arc<Shared>, wait: Duration) -> bool {
+    let until = Instant::now() + wait;
+    let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        if shared.closed.load(Ordering::Acquire) || Arc::strong_count(shared) == 1 {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return true;
+        }
+        // Woken by a close; the slice bounds the look at the handles.
+        let slice = (until - now).min(Duration::from_millis(500));
+        queue = shared
+            .wake
+            .wait_timeout(queue, slice)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+}

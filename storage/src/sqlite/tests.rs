@@ -459,3 +459,36 @@ fn commits_are_fsynced_by_default_as_the_connection_reports() {
     // An in-memory store is never durable.
     assert!(!Store::in_memory().unwrap().durable_commits().unwrap());
 }
+
+/// A range scan's cached statement runs again with other bounds and another limit without
+/// being compiled again (the bundled SQLite would otherwise, for every new `LIMIT` value).
+#[test]
+fn a_range_scan_is_not_compiled_again_when_its_limit_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn =
+        super::open_connection(&dir.path().join("kv.sqlite"), &SqliteOptions::default()).unwrap();
+    super::init_schema(&conn).unwrap();
+    for k in 0_u8..10 {
+        conn.execute("INSERT INTO kv (k, v) VALUES (?1, ?1)", [[k]])
+            .unwrap();
+    }
+    let mut found = Vec::new();
+    for limit in 1_i64..=5 {
+        let mut stmt = conn.prepare_cached(super::txn::RANGE_ASC).unwrap();
+        let begin: &[u8] = &[u8::try_from(limit).unwrap()];
+        let rows: Vec<Vec<u8>> = stmt
+            .query_map(rusqlite::params![begin, &[10_u8][..], limit], |row| {
+                row.get(0)
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        found.push(rows.len());
+        assert_eq!(
+            stmt.get_status(rusqlite::StatementStatus::RePrepare),
+            0,
+            "compiled again at limit {limit}"
+        );
+    }
+    assert_eq!(found, [1, 2, 3, 4, 5]);
+}

@@ -67,6 +67,11 @@ impl Drop for SqliteTxn {
     }
 }
 
+/// A range in key order, and in reverse: begin, end, limit (-1 for none).
+pub(super) const RANGE_ASC: &str =
+    "SELECT k, v FROM kv WHERE k >= ?1 AND k < ?2 ORDER BY k ASC LIMIT ?3";
+const RANGE_DESC: &str = "SELECT k, v FROM kv WHERE k >= ?1 AND k < ?2 ORDER BY k DESC LIMIT ?3";
+
 impl EngineTxn for SqliteTxn {
     fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let conn = self.conn.get();
@@ -79,11 +84,7 @@ impl EngineTxn for SqliteTxn {
     }
 
     fn get_range(&mut self, begin: &[u8], end: &[u8], opts: RangeOptions) -> Result<Vec<KeyValue>> {
-        let sql = if opts.reverse {
-            "SELECT k, v FROM kv WHERE k >= ?1 AND k < ?2 ORDER BY k DESC LIMIT ?3"
-        } else {
-            "SELECT k, v FROM kv WHERE k >= ?1 AND k < ?2 ORDER BY k ASC LIMIT ?3"
-        };
+        let sql = if opts.reverse { RANGE_DESC } else { RANGE_ASC };
         let limit = if opts.limit == 0 {
             -1
         } else {

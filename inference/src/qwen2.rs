@@ -100,12 +100,19 @@ impl Qwen2 {
     /// Loads the decoder of the GGUF file at `path` onto `device`, its linear layers in
     /// `precision`.
     pub fn load(path: &Path, device: Device, precision: Precision) -> Result<Qwen2> {
-        Qwen2::from_gguf(&Gguf::open(path)?, device, precision)
+        Qwen2::from_gguf(&Gguf::open(path)?, device, precision, &|| false)
     }
 
     /// Loads the decoder of an opened GGUF file (its header and metadata read once, for the
-    /// tokenizer too).
-    pub fn from_gguf(gguf: &Gguf, device: Device, precision: Precision) -> Result<Qwen2> {
+    /// tokenizer too). `stop` is asked before each layer: once it says so, the load ends with
+    /// [`Error::PoolClosed`] as soon as the vocabulary projection, packing meanwhile on its own
+    /// thread, is done (a packing cannot be cut short).
+    pub fn from_gguf(
+        gguf: &Gguf,
+        device: Device,
+        precision: Precision,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Qwen2> {
         let path = gguf.path();
         let arch = gguf.require_str("general.architecture")?;
         if arch != "qwen2" {
@@ -166,6 +173,9 @@ impl Qwen2 {
             let output = scope.spawn(move || Linear::new(output, None, outlier, device));
             let mut layers = Vec::with_capacity(config.layers);
             for i in 0..config.layers {
+                if stop() {
+                    break;
+                }
                 let t = |suffix: &str| load(&format!("blk.{i}.{suffix}"));
                 let with_bias = |name: &str| -> Result<_> {
                     Ok((
@@ -205,6 +215,9 @@ impl Qwen2 {
             let output = output
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+            if layers.len() < config.layers {
+                return Err(Error::PoolClosed);
+            }
             Ok((layers, output))
         })?;
         let head_dim = config.width / config.heads;

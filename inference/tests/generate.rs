@@ -8,7 +8,7 @@
 //! must be installed; these tests fail, never skip, without it. Each loads the model once: one
 //! as a node does (`spawn`: returned at once, the model loading on the decoding thread), the
 //! other with `start` (returned once it is loaded); a load that failed is retried and serves
-//! once the file is whole.
+//! once the file is whole; closing the pool while it loads ends the load.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -273,5 +273,29 @@ async fn a_failed_load_is_retried_and_the_model_served_once_the_file_is_whole() 
     ensure!(parse_answer(&answer).is_some(), "invalid under the schema");
     ensure!(pool.stats().loaded && pool.stats().load_failures >= 1);
     pool.join().await;
+    Ok(())
+}
+
+/// Closing the pool while its model loads (a node stopped during its start) ends the load
+/// between two layers: the decoding thread ends without the model, and the load is not
+/// counted as failed. (Without the check the load runs to its end and the pool counts the
+/// model loaded.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_pool_while_its_model_loads_ends_the_load() -> anyhow::Result<()> {
+    let pool = GenerationPool::spawn(GenerationConfig {
+        device: DeviceChoice::Cpu,
+        model: "qwen2.5-coder-0.5b-instruct/model-q4_k_m.gguf".into(),
+        priority: BackgroundPriority::Normal,
+        ..GenerationConfig::default()
+    })
+    .context("the generative model is installed (.ci/models)")?;
+    pool.join().await;
+    let stats = pool.stats();
+    ensure!(!stats.loaded && stats.load_failures == 0, "{stats:?}");
+    let refused = pool.generate("a", generation("hello"), None).await;
+    ensure!(
+        matches!(refused, Err(Error::PoolClosed)),
+        "answered {refused:?} after the close"
+    );
     Ok(())
 }

@@ -85,7 +85,7 @@ fn load_until_loaded(
             Some(gguf) => Ok(gguf),
             None => Gguf::open(&path),
         };
-        match opened.and_then(|gguf| load(&gguf, device, config)) {
+        match opened.and_then(|gguf| load(&gguf, device, config, shared)) {
             Ok(loaded) => {
                 shared.loaded.store(true, Ordering::Release);
                 *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -93,6 +93,13 @@ fn load_until_loaded(
                     let _ = done.send(Ok(()));
                 }
                 return Some(loaded);
+            }
+            // Closed while loading: not a failure.
+            Err(_) if shared.closed.load(Ordering::Acquire) => {
+                if let Some(done) = done.take() {
+                    let _ = done.send(Err(Error::PoolClosed));
+                }
+                return None;
             }
             Err(err) => {
                 let failures = shared
@@ -133,11 +140,19 @@ fn load_until_loaded(
     }
 }
 
-/// One attempt: the tokenizer and the decoder from the file (a panic is a failure).
-fn load(gguf: &Gguf, device: Device, config: &GenerationConfig) -> Result<(Qwen2, Tokenizer)> {
+/// One attempt: the tokenizer and the decoder from the file (a panic is a failure), given up
+/// between two layers once the pool is closed (a node stopping while its model loads).
+fn load(
+    gguf: &Gguf,
+    device: Device,
+    config: &GenerationConfig,
+    shared: &Shared,
+) -> Result<(Qwen2, Tokenizer)> {
+    let closed = || shared.closed.load(Ordering::Acquire);
     std::panic::catch_unwind(|| -> Result<_> {
         let tokenizer = gguf.tokenizer()?;
-        Ok((Qwen2::from_gguf(gguf, device, config.precision)?, tokenizer))
+        let model = Qwen2::from_gguf(gguf, device, config.precision, &closed)?;
+        Ok((model, tokenizer))
     })
     .unwrap_or_else(|_| {
         Err(Error::PoolStart {

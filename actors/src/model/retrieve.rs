@@ -16,7 +16,6 @@
 //! storage when a user actor starts.
 
 mod bm25;
-mod expand;
 #[cfg(test)]
 mod tests;
 
@@ -92,14 +91,6 @@ pub struct RetrieverParams {
     /// product: see [`EntityExtractor::mentions`]), scaled by the share of the query's names
     /// it holds. 0 turns entity handling off, and documents are then indexed without them.
     pub entity_weight: f32,
-    /// Multi-hop expansion through shared names ([`expand`]): the weight of a document that
-    /// shares a name with the best hits (0: off; needs `entity_weight` > 0).
-    pub expansion_weight: f32,
-    /// The best hits whose names are followed.
-    pub expansion_seeds: usize,
-    /// Names held by more than this share of the documents (a conversation's speakers) are
-    /// not followed.
-    pub expansion_max_share: f32,
     /// The vector index (its dimension is taken from the first vector indexed).
     pub vectors: VectorConfig,
 }
@@ -122,10 +113,6 @@ impl Default for RetrieverParams {
             date_weight: 0.5,
             // Tuned on LoCoMo's tuning half (0.25 to 1); see docs/benchmarks.md.
             entity_weight: 0.5,
-            // Measured on LoCoMo's tuning half and left off; see docs/benchmarks.md.
-            expansion_weight: 0.0,
-            expansion_seeds: 3,
-            expansion_max_share: 0.05,
             vectors: VectorConfig::default(),
         }
     }
@@ -523,12 +510,6 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
                 }
                 for (slot, score) in &mut fused {
                     *score += (prior(*slot) + lifts(*slot)) / (k + 1.0);
-                }
-                if p.expansion_weight > 0.0 && p.entity_weight > 0.0 {
-                    let scale = 1.0 / (k + 1.0);
-                    self.expand(&mut fused, &named, allowed, scale, |slot| {
-                        (prior(slot) + lifts(slot)) * scale
-                    });
                 }
             }
             Fusion::Weighted => {

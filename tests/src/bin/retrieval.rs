@@ -98,12 +98,6 @@ struct Args {
     /// Weight of a hybrid candidate naming what the question names (0: off).
     #[arg(long, default_value_t = RetrieverParams::default().entity_weight)]
     entity_weight: f32,
-    /// Weight of a hybrid candidate sharing a name with the best hits (0: off).
-    #[arg(long, default_value_t = RetrieverParams::default().expansion_weight)]
-    expansion_weight: f32,
-    /// The best hits whose names are followed.
-    #[arg(long, default_value_t = RetrieverParams::default().expansion_seeds)]
-    expansion_seeds: usize,
     /// BM25 k1.
     #[arg(long, default_value_t = 1.2)]
     k1: f32,
@@ -224,8 +218,6 @@ fn main() -> Result<()> {
             bm25_weight: args.bm25_weight,
             date_weight: args.date_weight,
             entity_weight: args.entity_weight,
-            expansion_weight: args.expansion_weight,
-            expansion_seeds: args.expansion_seeds,
             // Turns of one evaluation conversation carry no salience, and questions ask
             // about any time of the conversation: the priors stay out of these figures.
             recency_weight: 0.0,

@@ -96,11 +96,11 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
-    /// Queues one attempt of a write transaction for the backend's next group commit (or, if
-    /// the backend is idle, commits it on the calling thread before returning). The backend
+    /// Queues one attempt of a write transaction for the backend's next group commit, without
+    /// blocking (it is called from async tasks, which then await the answer). The backend
     /// calls [`WriteJob::finish`] exactly once, and with `Ok` only once the commit holding the
-    /// job's writes is durable. Only called when [`Engine::group_commit`] is true, from a
-    /// thread that may block; the default fails the job.
+    /// job's writes is durable. Only called when [`Engine::group_commit`] is true; the default
+    /// fails the job.
     fn submit(&self, job: Box<dyn WriteJob>) {
         job.finish(Err(Error::Task(format!(
             "the {} backend has no group commit",

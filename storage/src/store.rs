@@ -1,20 +1,19 @@
 //! [`Store`]: a cloneable handle on one backend, with the run-with-retry helper.
 //!
-//! `run` and `read` execute a closure as one transaction on a blocking thread (never on the
-//! async workers), retry it on conflicts and busy errors with jittered exponential backoff,
-//! and give up with [`Error::RetriesExhausted`] after a bound. The closure may run several
+//! `run` and `read` execute a closure as one transaction off the async workers (on a blocking
+//! thread, or the backend's committer), retry it on conflicts and busy errors with jittered
+//! exponential backoff, and give up with [`Error::RetriesExhausted`] after a bound. The closure may run several
 //! times, so it must not have effects outside the transaction it is given.
 //!
 //! On a backend with group commit ([`Engine::group_commit`], SQLite's default), each attempt
 //! of a `run` transaction is handed to the backend ([`Engine::submit`]), which runs it beside
-//! other callers' transactions and makes them durable with one commit (or, when nothing else
-//! is going on, commits it at once on the blocking thread); the blocking thread waits for the
-//! answer, and the retry loop is the same. `run_blocking` and [`Store::begin`]
+//! other callers' transactions on its own thread and makes them durable with one commit; the
+//! calling task awaits the answer (no blocking thread waits in between), and the retry loop
+//! is the same. `run_blocking` and [`Store::begin`]
 //! take closures that may borrow and are not `Send`, so they open their own transaction.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -187,16 +186,14 @@ impl Store {
         F: FnMut(&mut Txn) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        if mode == TxnMode::Write && self.engine.group_commit() {
+            // The backend's committer runs the job: no blocking thread waits in between.
+            return self.grouped_loop(f).await;
+        }
         let store = self.clone();
-        tokio::task::spawn_blocking(move || {
-            if mode == TxnMode::Write && store.engine.group_commit() {
-                store.grouped_loop(f)
-            } else {
-                store.retry_loop(mode, f)
-            }
-        })
-        .await
-        .map_err(|e| Error::Task(e.to_string()))?
+        tokio::task::spawn_blocking(move || store.retry_loop(mode, f))
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?
     }
 
     fn retry_loop<T>(&self, mode: TxnMode, mut f: impl FnMut(&mut Txn) -> Result<T>) -> Result<T> {
@@ -213,7 +210,7 @@ impl Store {
                     }
                     return Ok(value);
                 }
-                Err(err) => attempts.failed(err)?,
+                Err(err) => std::thread::sleep(attempts.failed(err)?),
             }
         }
     }
@@ -226,8 +223,10 @@ impl Store {
     }
 
     /// The retry loop of a write transaction on a backend with group commit: each attempt is
-    /// submitted to the backend, and this thread waits until it is durable or has failed.
-    fn grouped_loop<T, F>(&self, mut f: F) -> Result<T>
+    /// queued for the backend's committer ([`Engine::submit`]), and this task waits until it
+    /// is durable or has failed. A caller that goes away leaves a queued attempt to commit or
+    /// fail on its own, and is not retried.
+    async fn grouped_loop<T, F>(&self, mut f: F) -> Result<T>
     where
         F: FnMut(&mut Txn) -> Result<T> + Send + 'static,
         T: Send + 'static,
@@ -235,7 +234,7 @@ impl Store {
         let mut attempts = Attempts::new(self);
         loop {
             attempts.count += 1;
-            let (reply, answer) = mpsc::sync_channel(1);
+            let (reply, answer) = tokio::sync::oneshot::channel();
             self.engine.submit(Box::new(GroupJob {
                 f,
                 value: None,
@@ -243,7 +242,7 @@ impl Store {
                 stats: Arc::clone(&self.stats),
                 reply,
             }));
-            let (back, outcome) = answer.recv().map_err(|_| {
+            let (back, outcome) = answer.await.map_err(|_| {
                 Error::Task("the backend dropped a write transaction without an answer".into())
             })?;
             f = back;
@@ -252,7 +251,7 @@ impl Store {
                     self.stats.commits.fetch_add(1, Ordering::Relaxed);
                     return Ok(value);
                 }
-                Err(err) => attempts.failed(err)?,
+                Err(err) => tokio::time::sleep(attempts.failed(err)?).await,
             }
         }
     }
@@ -274,9 +273,9 @@ impl<'a> Attempts<'a> {
         }
     }
 
-    /// After a failed attempt: sleeps the backoff and returns `Ok` to try again, or returns the
-    /// error the transaction ends with.
-    fn failed(&mut self, err: Error) -> Result<()> {
+    /// After a failed attempt: the backoff to wait before trying again, or the error the
+    /// transaction ends with.
+    fn failed(&mut self, err: Error) -> Result<Duration> {
         if !err.is_retryable() {
             return Err(err);
         }
@@ -293,8 +292,7 @@ impl<'a> Attempts<'a> {
         }
         stats.retries.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(attempts, error = %err, "retrying transaction");
-        std::thread::sleep(retry.backoff(attempts - 1));
-        Ok(())
+        Ok(retry.backoff(attempts - 1))
     }
 }
 
@@ -305,7 +303,7 @@ struct GroupJob<F, T> {
     value: Option<T>,
     limits: Limits,
     stats: Arc<StoreStats>,
-    reply: mpsc::SyncSender<(F, Result<T>)>,
+    reply: tokio::sync::oneshot::Sender<(F, Result<T>)>,
 }
 
 impl<F, T> WriteJob for GroupJob<F, T>

@@ -15,11 +15,11 @@
 //!
 //! The jobs of a batch run one after another and see the writes of those before them, so a
 //! batch is the same as running them serially in that order, with all or none committed.
-//! Nothing waits for more work: a batch is what queued while the previous one was committing.
-//! And when the writer thread is idle and nothing is queued, the submitting thread commits
-//! its job itself, in a batch of one, so a lone writer pays no hand-off to the writer thread;
-//! whatever arrives meanwhile queues for the writer thread, which batches it once the lock is
-//! free.
+//! Nothing waits for more work: a batch is what queued while the previous one was committing
+//! (a lone writer's job is a batch of one). Every job goes through the queue, so that the
+//! submitting task awaits its answer on the async runtime: no thread blocks in between (a
+//! submitter that committed by itself when the writer thread was idle cost a blocking thread,
+//! and two thread switches, for every write under load).
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -48,15 +48,15 @@ pub(super) struct GroupWriter {
     thread: Option<JoinHandle<()>>,
 }
 
-/// What the writer thread and the submitting threads share.
+/// What the writer thread and the submitters share.
 struct Shared {
     conn: Arc<Mutex<Connection>>,
     bounds: GroupCommit,
     /// Jobs in the queue.
     queued: AtomicUsize,
-    /// The writer thread is running a batch or answering its jobs.
+    /// The writer thread is running a batch or answering its jobs (the tests watch it).
     busy: AtomicBool,
-    /// Successful commits so far, by either thread.
+    /// Successful commits so far.
     seq: AtomicU64,
 }
 
@@ -89,23 +89,9 @@ impl GroupWriter {
         })
     }
 
-    /// Commits `job` on this thread if the writer thread is idle and the connection free;
-    /// queues it for the writer thread's next batch otherwise.
+    /// Queues `job` for the writer thread's next batch (never blocks).
     pub(super) fn submit(&self, job: Box<dyn WriteJob>) {
         let shared = &self.shared;
-        if shared.idle()
-            && let Some(guard) = shared.conn.try_lock_arc()
-        {
-            // Checked again under the lock: the writer thread is neither committing nor
-            // answering, and will not before this batch of one is answered.
-            if shared.idle() {
-                let conn = Rc::new(guard);
-                let mut ran = Vec::new();
-                let outcome = shared.batch(&conn, job, &mut || None, &mut ran);
-                shared.answer(ran, outcome);
-                return;
-            }
-        }
         shared.queued.fetch_add(1, Ordering::SeqCst);
         let sent = match &self.queue {
             Some(queue) => queue.send(job).map_err(|unsent| unsent.0),
@@ -156,7 +142,7 @@ impl Writer {
     fn run(&self) {
         let shared = &self.shared;
         while let Ok(first) = self.jobs.recv() {
-            // Busy before the queue looks empty, so that no submitter takes it for idle.
+            // Busy before the queue looks empty, so that no observer takes it for idle.
             shared.busy.store(true, Ordering::SeqCst);
             shared.queued.fetch_sub(1, Ordering::SeqCst);
             let conn = Rc::new(shared.conn.lock_arc());
@@ -179,11 +165,6 @@ impl Writer {
 }
 
 impl Shared {
-    /// Whether nothing is queued and the writer thread is not running a batch.
-    fn idle(&self) -> bool {
-        self.queued.load(Ordering::SeqCst) == 0 && !self.busy.load(Ordering::SeqCst)
-    }
-
     /// Runs `first` and the jobs that `more` gives, within the bounds, in one transaction and
     /// commits it. `ran` receives every job taken, with its own outcome; the result is the
     /// commit's.

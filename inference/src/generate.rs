@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
-use self::load::load_and_run;
+use self::load::{Loading, load_and_run};
 use crate::config::{DeviceChoice, default_model_dir};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
@@ -347,7 +347,15 @@ impl GenerationPool {
             let (shared, model) = (Arc::clone(&shared), model.clone());
             std::thread::Builder::new()
                 .name("engram-generate".into())
-                .spawn(move || load_and_run(&config, gguf, device, &shared, &model, done))
+                .spawn(move || {
+                    let loading = Loading {
+                        config: &config,
+                        device,
+                        shared: &shared,
+                        model_name: &model,
+                    };
+                    load_and_run(&loading, gguf, done);
+                })
                 .map_err(|e| Error::PoolStart {
                     reason: format!("the decoding thread did not start: {e}"),
                 })?

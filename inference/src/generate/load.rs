@@ -24,21 +24,31 @@ use crate::gguf::Gguf;
 use crate::pool::BackgroundPriority;
 use crate::qwen2::{Qwen2, token_bytes};
 
+/// What the decoding thread loads, for which pool.
+pub(super) struct Loading<'a> {
+    pub(super) config: &'a GenerationConfig,
+    pub(super) device: Device,
+    pub(super) shared: &'a Arc<Shared>,
+    /// The model's name, for the logs.
+    pub(super) model_name: &'a str,
+}
+
 /// The decoding thread: loads the model (at the thread's normal priority: the packing's
 /// helper threads inherit it, and in the idle class a busy machine would starve the load),
 /// says so through `done`, then decodes until the pool closes.
 pub(super) fn load_and_run(
-    config: &GenerationConfig,
+    loading: &Loading<'_>,
     gguf: Gguf,
-    device: Device,
-    shared: &Arc<Shared>,
-    model_name: &str,
     done: tokio::sync::oneshot::Sender<Result<()>>,
 ) {
+    let Loading {
+        config,
+        shared,
+        model_name,
+        ..
+    } = *loading;
     let started = Instant::now();
-    let Some((model, tokenizer)) =
-        load_until_loaded(config, gguf, device, shared, model_name, done)
-    else {
+    let Some((model, tokenizer)) = load_until_loaded(loading, gguf, done) else {
         return;
     };
     tracing::info!(
@@ -68,13 +78,16 @@ pub(super) fn load_and_run(
 /// the pool is closed (by the failure without retries, or by its owner meanwhile). The first
 /// outcome goes to `done`.
 fn load_until_loaded(
-    config: &GenerationConfig,
+    loading: &Loading<'_>,
     gguf: Gguf,
-    device: Device,
-    shared: &Arc<Shared>,
-    model_name: &str,
     done: tokio::sync::oneshot::Sender<Result<()>>,
 ) -> Option<(Qwen2, Tokenizer)> {
+    let Loading {
+        config,
+        device,
+        shared,
+        model_name,
+    } = *loading;
     let mut done = Some(done);
     let mut gguf = Some(gguf);
     let mut wait = config.load_retry;

@@ -302,8 +302,8 @@ impl GenerationPool {
     /// to tens of seconds on a CPU, for the packing of its layers): requests wait in the queue
     /// meanwhile ([`GenerationPool::is_loaded`]). After a load that fails, every request is
     /// answered [`Error::PoolStart`] with its reason, until a later attempt loads the model
-    /// ([`GenerationConfig::load_retry`]; without one the pool closes). A node starts its pool this
-    /// way, so that it serves (and distils by rules) while the decoder loads. What can be
+    /// ([`GenerationConfig::load_retry`]; without one the pool closes). A node starts its pool
+    /// this way, so that it serves (and distils by rules) while the decoder loads. What can be
     /// checked at once is: a missing file, a file that is no GGUF, a device that is not there.
     pub fn spawn(config: GenerationConfig) -> Result<GenerationPool> {
         Ok(GenerationPool::launch(config)?.0)

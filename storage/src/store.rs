@@ -2,8 +2,9 @@
 //!
 //! `run` and `read` execute a closure as one transaction off the async workers (on a blocking
 //! thread, or the backend's committer), retry it on conflicts and busy errors with jittered
-//! exponential backoff, and give up with [`Error::RetriesExhausted`] after a bound. The closure may run several
-//! times, so it must not have effects outside the transaction it is given.
+//! exponential backoff, and give up with [`Error::RetriesExhausted`] after a bound. The
+//! closure may run several times, so it must not have effects outside the transaction it is
+//! given.
 //!
 //! On a backend with group commit ([`Engine::group_commit`], SQLite's default), each attempt
 //! of a `run` transaction is handed to the backend ([`Engine::submit`]), which runs it beside

@@ -252,15 +252,20 @@ impl Shared {
 
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.answer_waiting(|| self.closed_error());
+        self.wake.notify_all();
+    }
+
+    /// Answers every waiting request with `error()`, taking them out of the queue.
+    fn answer_waiting(&self, error: impl Fn() -> Error) {
         let waiting: Vec<Request> = {
             let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             queue.drain().collect()
         };
         for request in waiting {
             self.shares.release(&request.key, 1);
-            let _ = request.reply.send(Err(self.closed_error()));
+            let _ = request.reply.send(Err(error()));
         }
-        self.wake.notify_all();
     }
 }
 

@@ -18,7 +18,7 @@ use tch::Device;
 use tokenizers::Tokenizer;
 
 use super::decoder::Decoder;
-use super::{GenerationConfig, LOAD_RETRY_CEILING, Request, Shared};
+use super::{GenerationConfig, LOAD_RETRY_CEILING, Shared};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::pool::BackgroundPriority;
@@ -88,10 +88,10 @@ fn load_until_loaded(
         shared,
         model_name,
     } = *loading;
+    let path = gguf.path().to_path_buf();
     let mut done = Some(done);
     let mut gguf = Some(gguf);
     let mut wait = config.load_retry;
-    let path = gguf.as_ref().map(|g| g.path().to_path_buf())?;
     loop {
         // The header read at the start first; the file again from its path after a failure.
         let opened = match gguf.take() {
@@ -143,7 +143,8 @@ fn load_until_loaded(
                     shared.close();
                     return None;
                 };
-                answer_waiting(shared);
+                // New requests are answered the failure at admission (`load_failure`).
+                shared.answer_waiting(|| shared.load_failure().unwrap_or(Error::PoolClosed));
                 if !rest(shared, retry) {
                     return None;
                 }
@@ -172,20 +173,6 @@ fn load(
             reason: "loading the generative model panicked".into(),
         })
     })
-}
-
-/// Answers every waiting request with the recorded failure (new ones are answered it at
-/// admission, [`Shared::load_failure`]).
-fn answer_waiting(shared: &Shared) {
-    let waiting: Vec<Request> = {
-        let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-        queue.drain().collect()
-    };
-    for request in waiting {
-        shared.shares.release(&request.key, 1);
-        let failure = shared.load_failure().unwrap_or(Error::PoolClosed);
-        let _ = request.reply.send(Err(failure));
-    }
 }
 
 /// Waits `wait` before the next attempt; false once the pool is closed or every handle to it

@@ -1,4 +1,4 @@
-//! Intent distillation on the labelled set `inference/data/intents.jsonl` (186 messages,
+//! Intent distillation on the labelled tuning set `inference/data/intents.jsonl` (186 messages,
 //! Chinese and English: appointments, complaints, renewals, cancellations, plain questions,
 //! questions about past intents, small talk, messages carrying personal data): intent-type
 //! accuracy per type for the rules only, the model only, and rules + model + gate; target
@@ -11,9 +11,12 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_ALONE` (default 20) is how many messages are timed one at a time;
-//! `ENGRAM_BENCH_RULES_ONLY=1` skips the model; `ENGRAM_BENCH_ANSWERS=<file>` saves the
-//! model's answers there (or reuses them when the file exists); `ENGRAM_BENCH_MODEL=<file>`
+//! `ENGRAM_BENCH_SET=check-1`, `check-2` or `check-3` runs a held-out set instead,
+//! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
+//! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
+//! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
+//! `ENGRAM_BENCH_ANSWERS=<file>` saves the model's answers there (or reuses them when the
+//! file exists); `ENGRAM_BENCH_MODEL=<file>`
 //! runs another GGUF file under the model directory (default: the node's default model);
 //! `ENGRAM_BENCH_PRECISION=float32`, `float16` or `int8` packs the decoder's linear layers
 //! (default: the node's default, float16).
@@ -31,6 +34,15 @@ use engram_inference::{
     BackgroundPriority, Generation, GenerationConfig, GenerationPool, GenerationStats, Precision,
 };
 use serde::Deserialize;
+
+/// The set the rules and the prompt were shaped on (their errors were read).
+const TUNING_SET: &str = include_str!("../data/intents.jsonl");
+/// Held-out sets, each written from the label definitions alone by someone who had read
+/// neither the rules, the prompt nor the other sets (docs/benchmarks.md says which of them
+/// have since had their errors read).
+const CHECKING_SET_1: &str = include_str!("../data/intents_check_1.jsonl");
+const CHECKING_SET_2: &str = include_str!("../data/intents_check_2.jsonl");
+const CHECKING_SET_3: &str = include_str!("../data/intents_check_3.jsonl");
 
 #[derive(Debug, Deserialize)]
 struct Labelled {
@@ -68,12 +80,19 @@ fn target_ok(d: Option<&Distilled>, want: &Labelled) -> bool {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    let set: Vec<Labelled> = include_str!("../data/intents.jsonl")
+    let (set_name, set_file, set_text) = match std::env::var("ENGRAM_BENCH_SET").as_deref() {
+        Err(_) | Ok("tuning") => ("tuning", "intents.jsonl", TUNING_SET),
+        Ok("check-1") => ("first checking", "intents_check_1.jsonl", CHECKING_SET_1),
+        Ok("check-2") => ("second checking", "intents_check_2.jsonl", CHECKING_SET_2),
+        Ok("check-3") => ("third checking", "intents_check_3.jsonl", CHECKING_SET_3),
+        Ok(other) => anyhow::bail!("ENGRAM_BENCH_SET={other}: tuning, check-1, -2 or -3"),
+    };
+    let set: Vec<Labelled> = set_text
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()
-        .context("inference/data/intents.jsonl")?;
+        .with_context(|| format!("inference/data/{set_file}"))?;
     let types: Vec<String> = DEFAULT_INTENT_TYPES
         .iter()
         .map(|t| (*t).to_owned())
@@ -135,7 +154,7 @@ async fn main() -> Result<()> {
         by_type.entry(l.intent_type.as_str()).or_default().push(i);
     }
     println!(
-        "## Intent distillation on {} labelled messages ({} Chinese, {} English)\n",
+        "## Intent distillation on the {set_name} set, {} labelled messages ({} Chinese, {} English)\n",
         set.len(),
         set.iter().filter(|l| l.lang == "zh").count(),
         set.iter().filter(|l| l.lang == "en").count()
@@ -190,13 +209,21 @@ async fn main() -> Result<()> {
             100.0 * right as f64 / found.len().max(1) as f64
         );
     }
-    let wrong: Vec<&str> = (0..set.len())
+    let wrong: Vec<String> = (0..set.len())
         .filter(|&i| type_of(combined[i].as_ref()) != set[i].intent_type)
-        .map(|i| set[i].id.as_str())
+        .map(|i| {
+            format!(
+                "{} ({}: rules {}, model {})",
+                set[i].id,
+                set[i].intent_type,
+                type_of(ruled[i].as_ref()),
+                type_of(modelled[i].as_ref())
+            )
+        })
         .collect();
     println!(
-        "\nMisclassified by rules + model + gate (ids): {}",
-        wrong.join(", ")
+        "\nMisclassified by rules + model + gate (id, expected type: what each stage found):\n{}",
+        wrong.join("\n")
     );
 
     println!("\n## Speed on {}\n", std::env::consts::ARCH);

@@ -21,47 +21,51 @@ fn re(pattern: &str) -> Regex {
 const WHEN_ZH: &str = "(今天|明天|后天|大后天|今晚|明早|明晚|今早|下午|上午|周[一二三四五六日天]|星期[一二三四五六日天天]|礼拜[一二三四五六日天]|下周|这周|本周|[0-9一二三四五六七八九十]+[号日点])";
 const WHEN_EN: &str = r"(today|tomorrow|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|next week|this week|\d{1,2}(:\d\d)?\s?(am|pm)|at \d{1,2}\b)";
 
-/// Intents negated right where they are named ("不是要投诉", "I'm not cancelling"): the rules
-/// leave them to the model.
+/// Intents negated right where they are named ("不是要投诉", "I'm not cancelling"), or a
+/// message that says it only asks ("就是问问", "just wondering"): no new intent.
 static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(不是要|不是想|并不是|没打算|不打算|先不|不想|不用|不需要|暂时不)(取消|退订|续|投诉|预约|约)|\b(i'?m|i am) not (cancel|renew|book|complain)|\bnot (going|trying|planning) to (cancel|renew|book|complain|file)|\bdon'?t (want|need) to (cancel|renew|book|complain)|\bno need to (cancel|renew|book)",
+        r"(?i)(不是要|不是想|并不是|没打算|不打算|先不|不想|不用|不需要|暂时不)(取消|退订|续|投诉|预约|约)|\b(i'?m|i am) not (cancel|renew|book|complain)|\bnot (going|trying|planning) to (cancel|renew|book|complain|file)|\bdon'?t (want|need) to (cancel|renew|book|complain)|\bno need to (cancel|renew|book)|(只是|就是|先|随便)问问|\bjust (asking|wondering|curious)\b",
     )
 });
 
 /// Questions (about how things work, or about an earlier request) that carry no new intent.
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|几点|哪些|哪里|进度|处理得|有没有|是否|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
+        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|哪些|哪里|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
     )
 });
 
 /// A request marker: with it, a question form is still a request ("can you book me ...?").
 static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|\bcan (you|i)\b|\bcould (you|i)\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
+        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着)*(续|取消|退订|销户|注销|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
     )
 });
 
 static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\bturn off auto-?renew(al)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
     )
 });
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b)",
+        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b)",
     )
 });
 
-/// Complaints named as such, or what customers complain of (something not arrived, broken,
-/// refused, too slow, rude).
-static COMPLAINT: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?i)(投诉|差评|还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b)",
-    )
-});
+/// The word for a complaint (a question naming only the word asks about complaints).
+const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
+/// What customers complain of (something not arrived, broken, refused, too slow, rude).
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
+
+/// Complaints named as such, or what customers complain of.
+static COMPLAINT: LazyLock<Regex> =
+    LazyLock::new(|| re(&format!("(?i)({COMPLAINT_WORD}|{GRIEVANCE_PHRASE})")));
+
+/// A grievance, not only the word: "投诉电话是多少？" asks, "快递还没到，怎么回事？" complains.
+static GRIEVANCE: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({GRIEVANCE_PHRASE})")));
 
 /// What makes a complaint urgent: something not done, late or slow (投诉 + 未/没/迟/慢).
 static URGENT: LazyLock<Regex> = LazyLock::new(|| {
@@ -88,7 +92,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\bbeen processed\b|\bdid (my|the|you)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\bbeen processed\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b)",
     )
 });
 
@@ -118,19 +122,36 @@ static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
 /// Whether `message` carries no new intent whatever a model reads into it: it negates one,
 /// asks after an earlier request (by a status word, or a question about an intent already
 /// made that voices no grievance), or is a question that asks no one to do anything (and is
-/// no grievance: "你们怎么回事" complains).
+/// no grievance: "你们怎么回事" complains, "投诉电话是多少" asks). Naming an earlier
+/// complaint ("我上周投诉的") voices no new grievance.
 pub fn no_new_intent(message: &str) -> bool {
     let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
-    let grievance = || COMPLAINT.is_match(message) || STILL_NOT.is_match(message);
+    let grievance = || GRIEVANCE.is_match(message) || STILL_NOT.is_match(message);
     NEGATED.is_match(message)
         || STATUS.is_match(message)
         || (asked()
-            && (STATUS_IF_ASKED.is_match(message) || (EARLIER.is_match(message) && !grievance())))
+            && (STATUS_IF_ASKED.is_match(message)
+                || (EARLIER.is_match(message) && !grievance() && !RESCHEDULE.is_match(message))))
         || (QUESTION.is_match(message)
             && !REQUEST.is_match(message)
-            && !COMPLAINT.is_match(message)
-            && !ASKS_FOR_A_SLOT.is_match(message))
+            && !GRIEVANCE.is_match(message)
+            && (!ASKS_FOR_A_SLOT.is_match(message) || OPENING_HOURS.is_match(message)))
 }
+
+/// Moving a booking to another time: a new request, even when it names the earlier one
+/// ("之前约的周三，能不能帮我改到周五？").
+static RESCHEDULE: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(改到|改成|改约|改期|换到|换个时间|推迟|延后|提前到|\breschedul|\bmove (it|my|the|our)\b.{0,30}\b(to|from)\b|\bpush (it|my|the|our)\b.{0,30}\bback\b)",
+    )
+});
+
+/// A question about opening hours names a day without asking for a slot ("周日几点开门？").
+static OPENING_HOURS: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b)",
+    )
+});
 
 /// A question for a time or a place in a schedule ("周六晚上还能订位子吗", "is there any slot
 /// this week?"): a booking request in question form.

@@ -166,3 +166,119 @@ fn a_question_about_an_intent_already_made_is_no_new_intent_unless_it_voices_a_g
         Some("subscription_cancel")
     );
 }
+
+#[test]
+fn a_question_naming_only_the_word_complaint_asks_about_complaints() {
+    for message in [
+        "投诉电话是多少？",
+        "What's your complaints procedure?",
+        "差评可以修改吗",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+        assert_eq!(found(message), None, "{message}");
+    }
+    // A grievance or a request beside the word is a complaint.
+    for message in [
+        "投诉了三次都没人理，你们怎么回事？",
+        "我要投诉，怎么投诉？",
+        "Can I file a complaint about the driver?",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("complaint"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn asking_how_far_an_earlier_request_got_carries_no_new_intent() {
+    for message in [
+        "我上个月投诉的退款问题，现在处理到哪一步了？",
+        "Is my booking for Friday still confirmed?",
+        "上次报修的热水器处理到什么程度了",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+        assert_eq!(found(message), None, "{message}");
+    }
+    // The earlier complaint named beside a new grievance is still a complaint.
+    assert_eq!(
+        found("我上周投诉的问题怎么还没人处理？")
+            .map(|f| f.0)
+            .as_deref(),
+        Some("complaint")
+    );
+}
+
+#[test]
+fn switching_off_an_automatic_renewal_is_a_cancellation_not_a_renewal() {
+    for message in [
+        "Please switch off auto-renewal for my music plan",
+        "disable auto-renew on my VPN subscription",
+        "I'd like to shut off the auto renewal, thanks",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_cancel"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn moving_an_earlier_booking_is_a_new_request() {
+    for message in [
+        "上次约的周二洗牙，能不能改到周四上午？",
+        "I booked a massage for Friday, can you move it to Saturday?",
+    ] {
+        assert!(!no_new_intent(message), "{message}");
+    }
+    assert!(no_new_intent("上次约的周二洗牙是几点来着？"));
+}
+
+#[test]
+fn a_question_about_opening_hours_is_no_request_for_a_slot() {
+    for message in [
+        "你们门店周六几点开门？",
+        "Are you open on Sunday afternoon?",
+        "What time do you close on Friday?",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+    }
+    assert!(!no_new_intent("周六下午还有位置吗？"), "asks for a slot");
+}
+
+#[test]
+fn a_wish_or_a_request_to_someone_beside_a_question_is_still_a_request() {
+    for message in [
+        "下个月会员到期，打算再续半年，怎么付款？",
+        "年卡快到期了，想直接再续两年，有折扣吗？",
+        "车位不用了，想注销，需要带什么？",
+        "The invoice shows the wrong address, could someone look into it?",
+    ] {
+        assert!(!no_new_intent(message), "{message}");
+    }
+    // Saying it only asks, or asking whether or how long, carries no new intent.
+    for message in [
+        "续费一般多久到账？",
+        "年卡续费会不会涨价",
+        "退订了积分会清零吗？就是问问",
+        "Just wondering whether cancelling early costs anything",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+    }
+}
+
+#[test]
+fn topping_up_a_plan_is_a_renewal() {
+    for message in [
+        "Please top up my prepaid SIM with 10GB",
+        "帮我充值一个月的视频会员",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_renewal"),
+            "{message}"
+        );
+    }
+}

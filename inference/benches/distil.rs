@@ -16,8 +16,8 @@
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
 //! `ENGRAM_BENCH_ANSWERS=<file>` saves the model's answers there (or reuses them when the
-//! file exists); `ENGRAM_BENCH_MODEL=<file>`
-//! runs another GGUF file under the model directory (default: the node's default model);
+//! file exists); `ENGRAM_BENCH_MODEL=<file>` runs another GGUF file under the model
+//! directory (default: the node's default model);
 //! `ENGRAM_BENCH_PRECISION=float32`, `float16` or `int8` packs the decoder's linear layers
 //! (default: the node's default, float16).
 

@@ -282,3 +282,46 @@ fn topping_up_a_plan_is_a_renewal() {
         );
     }
 }
+
+/// The benchmark's labelled sets (`benches/distil.rs`): each line names a known type, a
+/// target for every intent and none for "none", and an id no other line of any set has.
+#[test]
+fn every_labelled_set_is_well_formed() {
+    use crate::distil::{DEFAULT_INTENT_TYPES, NO_INTENT};
+    let sets = [
+        ("intents.jsonl", include_str!("../../../data/intents.jsonl")),
+        (
+            "intents_check_1.jsonl",
+            include_str!("../../../data/intents_check_1.jsonl"),
+        ),
+        (
+            "intents_check_2.jsonl",
+            include_str!("../../../data/intents_check_2.jsonl"),
+        ),
+        (
+            "intents_check_3.jsonl",
+            include_str!("../../../data/intents_check_3.jsonl"),
+        ),
+    ];
+    let mut ids = std::collections::HashSet::new();
+    for (file, text) in sets {
+        for (n, line) in text.lines().enumerate() {
+            let at = format!("{file}:{}", n + 1);
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|err| panic!("{at}: {err}"));
+            let t = v["intent_type"].as_str().expect("intent_type");
+            assert!(
+                t == NO_INTENT || DEFAULT_INTENT_TYPES.contains(&t),
+                "{at}: {t}"
+            );
+            let targets = v["target_any"].as_array().expect("target_any");
+            assert_eq!(targets.is_empty(), t == NO_INTENT, "{at}: target_any");
+            assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{at}");
+            assert!(
+                ids.insert(v["id"].as_str().expect("id").to_owned()),
+                "{at}: id again"
+            );
+        }
+    }
+    assert_eq!(ids.len(), 186 + 3 * 84);
+}

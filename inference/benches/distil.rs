@@ -11,7 +11,7 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_SET=check-1`, `check-2` or `check-3` runs a held-out set instead,
+//! `ENGRAM_BENCH_SET=check-1`, `check-2`, `check-3` or `check-4` runs a held-out set instead,
 //! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
@@ -43,6 +43,7 @@ const TUNING_SET: &str = include_str!("../data/intents.jsonl");
 const CHECKING_SET_1: &str = include_str!("../data/intents_check_1.jsonl");
 const CHECKING_SET_2: &str = include_str!("../data/intents_check_2.jsonl");
 const CHECKING_SET_3: &str = include_str!("../data/intents_check_3.jsonl");
+const CHECKING_SET_4: &str = include_str!("../data/intents_check_4.jsonl");
 
 #[derive(Debug, Deserialize)]
 struct Labelled {
@@ -85,7 +86,8 @@ async fn main() -> Result<()> {
         Ok("check-1") => ("first checking", "intents_check_1.jsonl", CHECKING_SET_1),
         Ok("check-2") => ("second checking", "intents_check_2.jsonl", CHECKING_SET_2),
         Ok("check-3") => ("third checking", "intents_check_3.jsonl", CHECKING_SET_3),
-        Ok(other) => anyhow::bail!("ENGRAM_BENCH_SET={other}: tuning, check-1, -2 or -3"),
+        Ok("check-4") => ("fourth checking", "intents_check_4.jsonl", CHECKING_SET_4),
+        Ok(other) => anyhow::bail!("ENGRAM_BENCH_SET={other}: tuning, check-1, -2, -3 or -4"),
     };
     let set: Vec<Labelled> = set_text
         .lines()

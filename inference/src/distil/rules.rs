@@ -32,14 +32,14 @@ static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
 /// Questions (about how things work, or about an earlier request) that carry no new intent.
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|哪些|哪里|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
+        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|几(天|号|个|次|周|月|年|小时|分钟)|吗[，,]|哪些|哪里|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
     )
 });
 
 /// A request marker: with it, a question form is still a request ("can you book me ...?").
 static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着)*(续|取消|退订|销户|注销|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
+        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|不需要了|不想用了|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
     )
 });
 
@@ -58,7 +58,25 @@ static RENEW: LazyLock<Regex> = LazyLock::new(|| {
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
+
+/// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
+/// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
+/// one, not enough for the rules to call it a complaint (a repair booking describes its
+/// fault too), so the model decides.
+static FAULT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(不出来|打不开|用不了|不能用|没法用|登不上|出(了)?问题|(出|有|发生)了?故障|故障了|失灵|没反应|不制冷|不出水|\b(is|are|was|were)n'?t working\b|\b(is|are|was|were|stopped|not) (\w+ )?working\b|\b(doesn'?t|don'?t|didn'?t) work\b|\bwon'?t (start|load|open|turn on|work|connect)\b|\bcan'?t (access|log ?in|connect|use)\b|\b(is|was|are|were|had an?|has an?|came|arrived) (\w+ ){0,2}broken\b)",
+    )
+});
+
+/// Someone else complaining of how they feel ("my daughter has been complaining that she
+/// can't see the board"): no grievance of the customer's.
+static OTHERS_COMPLAINING: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)\b(she|he|they|my \w+|our \w+)( (has|have|had|is|was|keeps|kept))?( been)? complaining (of|about|that)\b",
+    )
+});
 
 /// Complaints named as such, or what customers complain of.
 static COMPLAINT: LazyLock<Regex> =
@@ -82,7 +100,7 @@ static APPOINTMENT_ZH: LazyLock<Regex> = LazyLock::new(|| {
 
 static APPOINTMENT_EN: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
-        r"(?i)(\b(book|schedule|make|set up|reserve|arrange)\b.{{0,40}}\b(appointment|reservation|visit|consultation|slot|session|check-?up)\b|\bappointment\b.{{0,40}}\b{WHEN_EN})"
+        r"(?i)(\b(book|schedule|make|set up|reserve|arrange)\b.{{0,40}}\b(appointment|reservation|visit|consultation|slot|session|check-?up)\b|\bappointment\b.{{0,40}}\b{WHEN_EN}|\b(can|could) (someone|somebody|you|the \w+|a \w+) (come|pop|take a look|look at|see|check|fix)\b.{{0,40}}\b{WHEN_EN})"
     ))
 });
 
@@ -92,7 +110,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\bbeen processed\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b)",
     )
 });
 
@@ -105,7 +123,7 @@ static STATUS_IF_ASKED: LazyLock<Regex> =
 /// "刚续的", "I cancelled"): a question about it asks after an earlier request.
 static EARLIER: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续|退订|取消|投诉|报修|反映|提交|订)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|booked|reported|filed)\b)",
+        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续|退订|取消|投诉|报修|反映|提交|订)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|re-?booked|booked|reported|filed)\b)",
     )
 });
 
@@ -126,17 +144,64 @@ static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
 /// complaint ("我上周投诉的") voices no new grievance.
 pub fn no_new_intent(message: &str) -> bool {
     let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
-    let grievance = || GRIEVANCE.is_match(message) || STILL_NOT.is_match(message);
+    let fault = || GRIEVANCE.is_match(message) || FAULT.is_match(message);
+    let grievance = || fault() || STILL_NOT.is_match(message);
+    let request = || REQUEST.is_match(&ASKED_WHAT_IS_NEEDED.replace_all(message, ""));
     NEGATED.is_match(message)
         || STATUS.is_match(message)
         || (asked()
             && (STATUS_IF_ASKED.is_match(message)
                 || (EARLIER.is_match(message) && !grievance() && !RESCHEDULE.is_match(message))))
         || (QUESTION.is_match(message)
-            && !REQUEST.is_match(message)
-            && !GRIEVANCE.is_match(message)
-            && (!ASKS_FOR_A_SLOT.is_match(message) || OPENING_HOURS.is_match(message)))
+            && !request()
+            && !fault()
+            && (!ASKS_FOR_A_SLOT.is_match(message)
+                || OPENING_HOURS.is_match(message)
+                || ASKS_ABOUT_MINE.is_match(message)))
+        || (PERSONAL_DATA.is_match(message) && !INTENT_CUE.is_match(message) && !grievance())
+        || (CORRECTION.is_match(message)
+            && !grievance()
+            && !CANCEL.is_match(message)
+            && !RENEW.is_match(message)
+            && !RESCHEDULE.is_match(message))
 }
+
+/// Correcting personal details, of a booking too ("预约上名字写错了", "my surname is spelled
+/// Smyth"): no new intent, whatever the booking named beside it.
+static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b)",
+    )
+});
+
+/// Asking whether something is needed ("do I need to book?", "需要提前多久预约？") is no
+/// request: "I need" inside it is not the customer's wish.
+static ASKED_WHAT_IS_NEEDED: LazyLock<Regex> =
+    LazyLock::new(|| re(r"(?i)\b(do|does|would|will|did) (i|we|you) (need|have)\b"));
+
+/// A question about the customer's own booking ("what time is my eye test tomorrow?",
+/// "我的体检是几点？") names a day without asking for a slot.
+static ASKS_ABOUT_MINE: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(\b(what time|when|where|what day|which day) (is|was|are|were) (my|our)\b|我的.{0,12}(几点|什么时候|哪天|在哪))",
+    )
+});
+
+/// Personal data given ("我的身份证号是…", "my new email is …", a phone or ID number).
+static PERSONAL_DATA: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(\d{17}[\dX]|\b1[3-9]\d{9}\b|[\w.+-]+@[\w-]+\.[\w.]+|(我的|新的?)(身份证|手机|电话|邮箱|地址|姓名|生日)|\bmy (new )?(email|e-mail|phone|mobile|number|address|date of birth|birthday|id)\b|\b(dob|date of birth)\b)",
+    )
+});
+
+/// Words of the four intents, or of asking for a visit: personal data beside one of them is
+/// part of a request ("手机13800000000，帮我约明天理发"); without any, the message only
+/// gives the data, whatever a model reads into it.
+static INTENT_CUE: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(约|预订|预定|挂|订|排期|安排|上门|投诉|坏|退|取消|停|关|续|充值|不满|问题|故障|没收到|\b(book|appointment|reserv|schedul|slot|visit|come|send|cancel|stop|terminate|unsubscribe|renew|extend|top[- ]?up|complain|broken|refund|fix|repair|wrong|late|missing|arriv|deliver)\w*)",
+    )
+});
 
 /// Moving a booking to another time: a new request, even when it names the earlier one
 /// ("之前约的周三，能不能帮我改到周五？").
@@ -166,8 +231,11 @@ pub fn apply(message: &str) -> Option<Distilled> {
     if no_new_intent(message) {
         return None;
     }
+    // Masked with spaces of the same length, so that a match's bytes are the message's.
+    let masked =
+        OTHERS_COMPLAINING.replace_all(message, |c: &regex::Captures<'_>| " ".repeat(c[0].len()));
     let hit = |intent_type: &str, re: &Regex, priority: Priority, reason: &str| {
-        let m = re.find(message)?;
+        let m = re.find(&masked)?;
         Some(Distilled {
             intent_type: intent_type.to_owned(),
             target: clause_around(message, m.start(), m.end()),

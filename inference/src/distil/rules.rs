@@ -25,7 +25,7 @@ const WHEN_EN: &str = r"(today|tomorrow|tonight|monday|tuesday|wednesday|thursda
 /// message that says it only asks ("就是问问", "just wondering"): no new intent.
 static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(不是要|不是想|并不是|没打算|不打算|先不|不想|不用|不需要|暂时不)(取消|退订|续|投诉|预约|约)|\b(i'?m|i am) not (cancel|renew|book|complain)|\bnot (going|trying|planning) to (cancel|renew|book|complain|file)|\bdon'?t (want|need) to (cancel|renew|book|complain)|\bno need to (cancel|renew|book)|(只是|就是|先|随便)问问|\bjust (asking|wondering|curious)\b",
+        r"(?i)(不是要|不是想|并不是|没打算|不打算|先不|不想|不用|不需要|暂时不)(取消|退订|续|投诉|预约|约)|\b(i'?m|i am) not (cancel|renew|book|complain)|\bnot (going|trying|planning) to (cancel|renew|book|complain|file)|\bdon'?t (want|need) to (cancel|renew|book|complain)|\bno need to (cancel|renew|book)|(只是|就是|先|随便)问问|先了解(一下)?|还没(决定|想好)|\bhaven'?t decided\b|\bjust (asking|wondering|curious)\b",
     )
 });
 
@@ -39,13 +39,13 @@ static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
 /// A request marker: with it, a question form is still a request ("can you book me ...?").
 static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|不需要了|不想用了|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
+        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|不需要了|不想用了|不想要了|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
     )
 });
 
 static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
     )
 });
 
@@ -58,7 +58,7 @@ static RENEW: LazyLock<Regex> = LazyLock::new(|| {
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -110,7 +110,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b)",
     )
 });
 
@@ -123,7 +123,7 @@ static STATUS_IF_ASKED: LazyLock<Regex> =
 /// "刚续的", "I cancelled"): a question about it asks after an earlier request.
 static EARLIER: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续|退订|取消|投诉|报修|反映|提交|订)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|re-?booked|booked|reported|filed)\b)",
+        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续|退订|取消|投诉|报修|反映|提交|订|付|交|缴)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|re-?booked|booked|reported|filed)\b)",
     )
 });
 
@@ -146,7 +146,7 @@ pub fn no_new_intent(message: &str) -> bool {
     let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
     let fault = || GRIEVANCE.is_match(message) || FAULT.is_match(message);
     let grievance = || fault() || STILL_NOT.is_match(message);
-    let request = || REQUEST.is_match(&ASKED_WHAT_IS_NEEDED.replace_all(message, ""));
+    let request = || REQUEST.is_match(&NO_WISH_OF_ONES_OWN.replace_all(message, ""));
     NEGATED.is_match(message)
         || STATUS.is_match(message)
         || (asked()
@@ -166,18 +166,23 @@ pub fn no_new_intent(message: &str) -> bool {
             && !RESCHEDULE.is_match(message))
 }
 
-/// Correcting personal details, of a booking too ("预约上名字写错了", "my surname is spelled
-/// Smyth"): no new intent, whatever the booking named beside it.
+/// Correcting or updating personal details, of a booking too ("预约上名字写错了", "my surname
+/// is spelled Smyth", "预约不变，邮箱更新一下"): no new intent, whatever the booking named
+/// beside it.
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b)",
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|(预约|时间)不变|\bkeeping (my|the) \w+ (appointment|booking)\b)",
     )
 });
 
-/// Asking whether something is needed ("do I need to book?", "需要提前多久预约？") is no
-/// request: "I need" inside it is not the customer's wish.
-static ASKED_WHAT_IS_NEEDED: LazyLock<Regex> =
-    LazyLock::new(|| re(r"(?i)\b(do|does|would|will|did) (i|we|you) (need|have)\b"));
+/// Asking whether something is needed ("do I need to book?"), offering a choice ("or can I
+/// just walk in?") or a condition ("what if I want to complain?", "如果我想取消") is no
+/// request: the wish inside it is not the customer's.
+static NO_WISH_OF_ONES_OWN: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)(\b(do|does|would|will|did) (i|we|you) (need|have)\b|\bor (can|could|should) (i|we)\b|\bif (i|we) (want|wanted|need|needed|would like|'d like)\b|如果.{0,12}[，,])",
+    )
+});
 
 /// A question about the customer's own booking ("what time is my eye test tomorrow?",
 /// "我的体检是几点？") names a day without asking for a slot.

@@ -439,6 +439,56 @@ fn correcting_personal_details_of_a_booking_is_no_new_intent() {
     }
 }
 
+#[test]
+fn demanding_an_answer_dirt_and_new_damage_are_complaints() {
+    for message in [
+        "外卖里吃出一根头发，你们必须给个说法",
+        "The rental van had a dent that wasn't there before I picked it up",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("complaint"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn not_wanting_it_any_more_or_telling_to_just_stop_it_is_a_request() {
+    assert!(!no_new_intent("报纸不想要了，能停掉吗"));
+    assert_eq!(
+        found("how do I get out of this gym contract?? just stop it").map(|f| f.0),
+        Some("subscription_cancel".into())
+    );
+}
+
+#[test]
+fn asking_whether_a_payment_arrived_asks_after_it() {
+    assert!(no_new_intent("续费的钱我昨天就付了，麻烦看看到账了没"));
+}
+
+#[test]
+fn updating_contact_details_beside_a_booking_kept_is_no_new_intent() {
+    for message in [
+        "周五的预约时间不变，手机号换成13800000000",
+        "Keeping my Monday booking, please update my phone to 555 0100",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+    }
+}
+
+#[test]
+fn a_choice_a_condition_or_only_finding_out_is_no_wish() {
+    for message in [
+        "Do I need to reserve, or can I just turn up?",
+        "What happens if I want to cancel mid-term?",
+        "如果中途退订，费用怎么算？",
+        "退订会员会扣违约金吗？先了解一下",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+    }
+}
+
 /// The benchmark's labelled sets (`benches/distil.rs`, every `inference/data/*.jsonl`): each line names a known type, a
 /// target for every intent and none for "none", and an id no other line of any set has.
 #[test]

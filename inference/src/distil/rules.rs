@@ -45,20 +45,20 @@ static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
 
 static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
     )
 });
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b)",
+        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b)",
     )
 });
 
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -110,7 +110,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b)",
     )
 });
 
@@ -171,7 +171,7 @@ pub fn no_new_intent(message: &str) -> bool {
 /// beside it.
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|(预约|时间)不变|\bkeeping (my|the) \w+ (appointment|booking)\b)",
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|改名|名字改(成|为)|(预约|时间)不变|\bkeeping (my|the) \w+ (appointment|booking)\b)",
     )
 });
 
@@ -195,7 +195,7 @@ static ASKS_ABOUT_MINE: LazyLock<Regex> = LazyLock::new(|| {
 /// Personal data given ("我的身份证号是…", "my new email is …", a phone or ID number).
 static PERSONAL_DATA: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(\d{17}[\dX]|\b1[3-9]\d{9}\b|[\w.+-]+@[\w-]+\.[\w.]+|(我的|新的?)(身份证|手机|电话|邮箱|地址|姓名|生日)|\bmy (new )?(email|e-mail|phone|mobile|number|address|date of birth|birthday|id)\b|\b(dob|date of birth)\b)",
+        r"(?i)(\d{17}[\dX]|\b1[3-9]\d{9}\b|[\w.+-]+@[\w-]+\.[\w.]+|(我的|新的?)(身份证|手机|电话|邮箱|地址|姓名|生日)|\bmy (new |old )?(email( address)?|e-mail|phone( number)?|mobile( number)?|number|address|date of birth|birthday|id( number)?)( is|:)|\b(dob|date of birth)\b)",
     )
 });
 
@@ -204,7 +204,7 @@ static PERSONAL_DATA: LazyLock<Regex> = LazyLock::new(|| {
 /// gives the data, whatever a model reads into it.
 static INTENT_CUE: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(约|预订|预定|挂|订|排期|安排|上门|投诉|坏|退|取消|停|关|续|充值|不满|问题|故障|没收到|\b(book|appointment|reserv|schedul|slot|visit|come|send|cancel|stop|terminate|unsubscribe|renew|extend|top[- ]?up|complain|broken|refund|fix|repair|wrong|late|missing|arriv|deliver)\w*)",
+        r"(?i)(约|预订|预定|挂|订|排期|安排|上门|投诉|坏|退|取消|停|关|续|充值|不满|问题|故障|没收到|\b(book|appointment|reserv|schedul|slot|visit|come|send|cancel|stop|terminate|unsubscribe|renew|extend|top[- ]?up|complain|broken|refund|fix|repair|wrong|late|missing|arriv|deliver|end|contract)\w*)",
     )
 });
 

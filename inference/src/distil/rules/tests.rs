@@ -489,6 +489,54 @@ fn a_choice_a_condition_or_only_finding_out_is_no_wish() {
     }
 }
 
+#[test]
+fn something_ruined_or_charged_after_it_was_stopped_is_a_complaint() {
+    for message in [
+        "理发师把我的刘海剪坏了，怎么办",
+        "Billed again for the add-on I cancelled in May. Seriously?",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("complaint"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn not_taking_it_from_some_time_on_is_a_cancellation() {
+    for message in [
+        "钢琴课下个月就不上了",
+        "We won't be needing the parking permit after June.",
+        "How do I get out of my phone contract early? I want it ended.",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_cancel"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn topping_up_to_go_on_using_it_and_asking_whether_a_change_was_confirmed() {
+    assert_eq!(
+        found("手机卡充五十进去，还要继续用").map(|f| f.0),
+        Some("subscription_renewal".into())
+    );
+    assert!(no_new_intent("我约的体检改到下周了，确认下来了吗"));
+}
+
+#[test]
+fn details_that_should_be_otherwise_are_corrections() {
+    for message in [
+        "My birthday is 3 May, not 5 May - please fix the loyalty account",
+        "The surname on my policy should be Lee now",
+    ] {
+        assert!(no_new_intent(message), "{message}");
+    }
+}
+
 /// The benchmark's labelled sets (`benches/distil.rs`, every `inference/data/*.jsonl`): each line names a known type, a
 /// target for every intent and none for "none", and an id no other line of any set has.
 #[test]

@@ -537,6 +537,14 @@ fn details_that_should_be_otherwise_are_corrections() {
     }
 }
 
+#[test]
+fn a_phone_number_right_after_chinese_text_is_personal_data() {
+    // A Unicode word boundary sees none between 话 and 1: the rules' boundaries are ASCII.
+    assert!(no_new_intent("我叫王五，电话13900002222，有事打我"));
+    // Beside a day and a time, the number is part of a request.
+    assert!(!no_new_intent("明早九点开车过去保养，电话13800000000"));
+}
+
 /// The benchmark's labelled sets (`benches/distil.rs`, every `inference/data/*.jsonl`): each line names a known type, a
 /// target for every intent and none for "none", and an id no other line of any set has.
 #[test]

@@ -44,13 +44,13 @@ static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
 /// A request marker: with it, a question form is still a request ("can you book me ...?").
 static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|不需要了|不想用了|不想要了|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
+        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|要(停掉|退掉|取消|注销|销户|关掉)|不需要了|不想(再)?(上|学|用|要|续|订|参加)了|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
     )
 });
 
 static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|不想(再)?(上|学|用|要|续|订|参加)了|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
     )
 });
 
@@ -63,7 +63,7 @@ static RENEW: LazyLock<Regex> = LazyLock::new(|| {
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -99,7 +99,7 @@ static URGENT: LazyLock<Regex> = LazyLock::new(|| {
 
 static APPOINTMENT_ZH: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
-        "((预约|预订|挂号|约).{{0,12}}{WHEN_ZH}|{WHEN_ZH}.{{0,12}}(预约|挂号|的号))"
+        "((预约|预订|挂号|约).{{0,12}}{WHEN_ZH}|{WHEN_ZH}.{{0,12}}(预约|挂号|的号)|{WHEN_ZH}.{{0,8}}(派|安排).{{0,4}}(师傅|人|技师|工程师)|{WHEN_ZH}.{{0,8}}上门|(派|安排).{{0,4}}(师傅|人|技师|工程师).{{0,8}}{WHEN_ZH})"
     ))
 });
 
@@ -115,7 +115,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b)",
     )
 });
 

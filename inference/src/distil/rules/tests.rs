@@ -545,6 +545,46 @@ fn a_phone_number_right_after_chinese_text_is_personal_data() {
     assert!(!no_new_intent("明早九点开车过去保养，电话13800000000"));
 }
 
+#[test]
+fn sending_someone_over_at_a_time_is_an_appointment() {
+    assert_eq!(
+        found("空调不制冷，明天上午能安排个师傅来看看吗").map(|f| f.0),
+        Some("appointment".into())
+    );
+}
+
+#[test]
+fn a_bill_worked_out_wrong_or_asking_for_a_manager_is_a_complaint() {
+    for message in [
+        "水费怎么这么高，肯定算错了",
+        "I'd like to speak to a manager about how my order was handled",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("complaint"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn not_wanting_to_go_on_or_being_done_with_it_is_a_cancellation() {
+    assert!(!no_new_intent("网络电视要注销，流程是什么？"));
+    for message in [
+        "瑜伽课不想再上了，卡里的钱能退吗",
+        "We're done with the meal kits, no more after this week please",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_cancel"),
+            "{message}"
+        );
+    }
+    assert!(no_new_intent(
+        "Just checking the dinner for six on Friday is still on"
+    ));
+}
+
 /// The benchmark's labelled sets (`benches/distil.rs`, every `inference/data/*.jsonl`): each line names a known type, a
 /// target for every intent and none for "none", and an id no other line of any set has.
 #[test]

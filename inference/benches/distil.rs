@@ -11,7 +11,7 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_SET=check-1` ... `check-7` runs a held-out set instead,
+//! `ENGRAM_BENCH_SET=check-1` ... `check-8` runs a held-out set instead,
 //! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
@@ -47,6 +47,7 @@ const CHECKING_SET_4: &str = include_str!("../data/intents_check_4.jsonl");
 const CHECKING_SET_5: &str = include_str!("../data/intents_check_5.jsonl");
 const CHECKING_SET_6: &str = include_str!("../data/intents_check_6.jsonl");
 const CHECKING_SET_7: &str = include_str!("../data/intents_check_7.jsonl");
+const CHECKING_SET_8: &str = include_str!("../data/intents_check_8.jsonl");
 
 #[derive(Debug, Deserialize)]
 struct Labelled {
@@ -93,7 +94,8 @@ async fn main() -> Result<()> {
         Ok("check-5") => ("fifth checking", "intents_check_5.jsonl", CHECKING_SET_5),
         Ok("check-6") => ("sixth checking", "intents_check_6.jsonl", CHECKING_SET_6),
         Ok("check-7") => ("seventh checking", "intents_check_7.jsonl", CHECKING_SET_7),
-        Ok(other) => anyhow::bail!("ENGRAM_BENCH_SET={other}: tuning, check-1 ... check-7"),
+        Ok("check-8") => ("eighth checking", "intents_check_8.jsonl", CHECKING_SET_8),
+        Ok(other) => anyhow::bail!("ENGRAM_BENCH_SET={other}: tuning, check-1 ... check-8"),
     };
     let set: Vec<Labelled> = set_text
         .lines()

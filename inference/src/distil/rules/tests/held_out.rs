@@ -4,81 +4,84 @@
 use super::found;
 use crate::distil::rules::no_new_intent;
 
-#[test]
-fn a_fault_told_beside_a_question_is_left_to_the_model() {
-    for message in [
-        "App一直登不上，是不是你们系统出问题了？",
-        "The dishwasher you installed isn't working, is that normal?",
-        "My scooter arrived with a broken headlight?? who checks these",
-    ] {
-        assert!(!no_new_intent(message), "{message}");
+/// The rules find `intent_type` in each of `messages`.
+fn finds(intent_type: &str, messages: &[&str]) {
+    for message in messages {
+        let found = found(message).map(|f| f.0);
+        assert_eq!(found.as_deref(), Some(intent_type), "{message}");
     }
-    // Naming a fault in a plain question is no fault told.
-    for message in ["Do you repair broken screens?", "路由器故障怎么报修？"] {
+}
+
+/// The rules see no new intent in any of `messages`, whatever a model reads into them.
+fn no_intent(messages: &[&str]) {
+    for message in messages {
         assert!(no_new_intent(message), "{message}");
     }
 }
 
+/// The rules leave each of `messages` to themselves or the model: no veto.
+fn not_vetoed(messages: &[&str]) {
+    for message in messages {
+        assert!(!no_new_intent(message), "{message}");
+    }
+}
+
+#[test]
+fn a_fault_told_beside_a_question_is_left_to_the_model() {
+    not_vetoed(&[
+        "App一直登不上，是不是你们系统出问题了？",
+        "The dishwasher you installed isn't working, is that normal?",
+        "My scooter arrived with a broken headlight?? who checks these",
+    ]);
+    // Naming a fault in a plain question is no fault told.
+    no_intent(&["Do you repair broken screens?", "路由器故障怎么报修？"]);
+}
+
 #[test]
 fn a_wish_to_stop_something_through_an_application_is_a_request() {
-    assert_eq!(
-        found("因为要出国，想申请终止宽带合约，需要带什么材料？").map(|f| f.0),
-        Some("subscription_cancel".into())
+    finds(
+        "subscription_cancel",
+        &["因为要出国，想申请终止宽带合约，需要带什么材料？"],
     );
 }
 
 #[test]
 fn asking_to_confirm_an_earlier_change_asks_after_it() {
-    for message in [
+    no_intent(&[
         "上周已经把体检改到下周一了，麻烦确认一下有没有改成功",
         "Just checking the refund I asked for was approved",
         "I rebooked the plumber for Monday, can you confirm he's coming?",
         "the payment for my plan was processed?",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
+    ]);
 }
 
 #[test]
 fn a_question_about_the_customers_own_booking_is_no_request_for_a_slot() {
-    for message in [
+    no_intent(&[
         "When is my car service on Friday? I lost the email",
         "我的体检是明天几点来着？",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
-    assert!(!no_new_intent("明天下午还能约吗？"));
+    ]);
+    not_vetoed(&["明天下午还能约吗？"]);
 }
 
 #[test]
 fn asking_whether_a_booking_is_needed_is_no_request() {
-    for message in [
+    no_intent(&[
         "Do I need to book ahead for the spa?",
         "How long before do we need to reserve a court?",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
-    assert!(!no_new_intent(
-        "I need to book a table for Friday, is 7pm free?"
-    ));
+    ]);
+    not_vetoed(&["I need to book a table for Friday, is 7pm free?"]);
 }
 
 #[test]
 fn a_message_that_only_gives_personal_data_carries_no_intent() {
-    for message in [
+    no_intent(&[
         "你们上次让我补资料，我的身份证号是110101199001011234",
         "My new mobile is 13800000000, please note it",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
+    ]);
     // Beside a request or a grievance, personal data is part of it.
-    assert_eq!(
-        found("手机13800000000，帮我约周六下午剪头发").map(|f| f.0),
-        Some("appointment".into())
-    );
-    assert!(!no_new_intent(
-        "My email is a@b.co and the parcel never arrived"
-    ));
+    finds("appointment", &["手机13800000000，帮我约周六下午剪头发"]);
+    not_vetoed(&["My email is a@b.co and the parcel never arrived"]);
 }
 
 #[test]
@@ -89,219 +92,174 @@ fn someone_else_complaining_of_how_they_feel_is_no_complaint() {
             .as_deref(),
         Some("complaint")
     );
-    assert_eq!(
-        found("I'm complaining about the noise again").map(|f| f.0),
-        Some("complaint".into())
-    );
+    finds("complaint", &["I'm complaining about the noise again"]);
 }
 
 #[test]
 fn asking_how_many_days_or_whether_midway_is_a_plain_question() {
-    for message in ["体检报告一般要等几天？", "停车场可以过夜吗，收不收费"]
-    {
-        assert!(no_new_intent(message), "{message}");
-    }
+    no_intent(&["体检报告一般要等几天？", "停车场可以过夜吗，收不收费"]);
 }
 
 #[test]
 fn a_billing_error_is_a_complaint_even_as_a_question() {
-    for message in [
-        "电费怎么重复扣了一次？我只用了这么点",
-        "Why was I billed twice for March?",
-    ] {
-        assert_eq!(
-            found(message).map(|f| f.0).as_deref(),
-            Some("complaint"),
-            "{message}"
-        );
-    }
+    finds(
+        "complaint",
+        &[
+            "电费怎么重复扣了一次？我只用了这么点",
+            "Why was I billed twice for March?",
+        ],
+    );
 }
 
 #[test]
 fn a_wish_told_as_going_on_or_no_longer_needing_is_a_request() {
-    for message in [
+    not_vetoed(&[
         "钢琴课下学期继续上，学费怎么交？",
         "I no longer need the storage unit, how do I end it?",
-    ] {
-        assert!(!no_new_intent(message), "{message}");
-    }
-    assert_eq!(
-        found("What's the price for another term? If it's the same, go ahead and renew it.")
-            .map(|f| f.0),
-        Some("subscription_renewal".into())
+    ]);
+    finds(
+        "subscription_renewal",
+        &["What's the price for another term? If it's the same, go ahead and renew it."],
     );
 }
 
 #[test]
 fn asking_whether_an_arranged_visit_still_holds_asks_after_it() {
-    for message in [
+    no_intent(&[
         "上周约好的保洁阿姨，明天确定会来吧？",
         "Is the electrician still coming on Monday?",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
+    ]);
 }
 
 #[test]
 fn asking_someone_to_come_or_look_at_a_time_is_an_appointment() {
-    assert_eq!(
-        found("The boiler is making a banging noise - can someone come out tomorrow?").map(|f| f.0),
-        Some("appointment".into())
+    finds(
+        "appointment",
+        &["The boiler is making a banging noise - can someone come out tomorrow?"],
     );
 }
 
 #[test]
 fn correcting_personal_details_of_a_booking_is_no_new_intent() {
-    for message in [
+    no_intent(&[
         "周六的预约登记的电话写错了，应该是13800000000",
         "Re my booking on Monday: my email is spelt wrong, it's test@example.com",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
+    ]);
 }
 
 #[test]
 fn demanding_an_answer_dirt_and_new_damage_are_complaints() {
-    for message in [
-        "外卖里吃出一根头发，你们必须给个说法",
-        "The rental van had a dent that wasn't there before I picked it up",
-    ] {
-        assert_eq!(
-            found(message).map(|f| f.0).as_deref(),
-            Some("complaint"),
-            "{message}"
-        );
-    }
+    finds(
+        "complaint",
+        &[
+            "外卖里吃出一根头发，你们必须给个说法",
+            "The rental van had a dent that wasn't there before I picked it up",
+        ],
+    );
 }
 
 #[test]
 fn not_wanting_it_any_more_or_telling_to_just_stop_it_is_a_request() {
-    assert!(!no_new_intent("报纸不想要了，能停掉吗"));
-    assert_eq!(
-        found("how do I get out of this gym contract?? just stop it").map(|f| f.0),
-        Some("subscription_cancel".into())
+    not_vetoed(&["报纸不想要了，能停掉吗"]);
+    finds(
+        "subscription_cancel",
+        &["how do I get out of this gym contract?? just stop it"],
     );
 }
 
 #[test]
 fn asking_whether_a_payment_arrived_asks_after_it() {
-    assert!(no_new_intent("续费的钱我昨天就付了，麻烦看看到账了没"));
+    no_intent(&["续费的钱我昨天就付了，麻烦看看到账了没"]);
 }
 
 #[test]
 fn updating_contact_details_beside_a_booking_kept_is_no_new_intent() {
-    for message in [
+    no_intent(&[
         "周五的预约时间不变，手机号换成13800000000",
         "Keeping my Monday booking, please update my phone to 555 0100",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
+    ]);
 }
 
 #[test]
 fn a_choice_a_condition_or_only_finding_out_is_no_wish() {
-    for message in [
+    no_intent(&[
         "Do I need to reserve, or can I just turn up?",
         "What happens if I want to cancel mid-term?",
         "如果中途退订，费用怎么算？",
         "退订会员会扣违约金吗？先了解一下",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
+    ]);
 }
 
 #[test]
 fn something_ruined_or_charged_after_it_was_stopped_is_a_complaint() {
-    for message in [
-        "理发师把我的刘海剪坏了，怎么办",
-        "Billed again for the add-on I cancelled in May. Seriously?",
-    ] {
-        assert_eq!(
-            found(message).map(|f| f.0).as_deref(),
-            Some("complaint"),
-            "{message}"
-        );
-    }
+    finds(
+        "complaint",
+        &[
+            "理发师把我的刘海剪坏了，怎么办",
+            "Billed again for the add-on I cancelled in May. Seriously?",
+        ],
+    );
 }
 
 #[test]
 fn not_taking_it_from_some_time_on_is_a_cancellation() {
-    for message in [
-        "钢琴课下个月就不上了",
-        "We won't be needing the parking permit after June.",
-        "How do I get out of my phone contract early? I want it ended.",
-    ] {
-        assert_eq!(
-            found(message).map(|f| f.0).as_deref(),
-            Some("subscription_cancel"),
-            "{message}"
-        );
-    }
+    finds(
+        "subscription_cancel",
+        &[
+            "钢琴课下个月就不上了",
+            "We won't be needing the parking permit after June.",
+            "How do I get out of my phone contract early? I want it ended.",
+        ],
+    );
 }
 
 #[test]
 fn topping_up_to_go_on_using_it_and_asking_whether_a_change_was_confirmed() {
-    assert_eq!(
-        found("手机卡充五十进去，还要继续用").map(|f| f.0),
-        Some("subscription_renewal".into())
-    );
-    assert!(no_new_intent("我约的体检改到下周了，确认下来了吗"));
+    finds("subscription_renewal", &["手机卡充五十进去，还要继续用"]);
+    no_intent(&["我约的体检改到下周了，确认下来了吗"]);
 }
 
 #[test]
 fn details_that_should_be_otherwise_are_corrections() {
-    for message in [
+    no_intent(&[
         "My birthday is 3 May, not 5 May - please fix the loyalty account",
         "The surname on my policy should be Lee now",
-    ] {
-        assert!(no_new_intent(message), "{message}");
-    }
+    ]);
 }
 
 #[test]
 fn a_phone_number_right_after_chinese_text_is_personal_data() {
     // A Unicode word boundary sees none between 话 and 1: the rules' boundaries are ASCII.
-    assert!(no_new_intent("我叫王五，电话13900002222，有事打我"));
+    no_intent(&["我叫王五，电话13900002222，有事打我"]);
     // Beside a day and a time, the number is part of a request.
-    assert!(!no_new_intent("明早九点开车过去保养，电话13800000000"));
+    not_vetoed(&["明早九点开车过去保养，电话13800000000"]);
 }
 
 #[test]
 fn sending_someone_over_at_a_time_is_an_appointment() {
-    assert_eq!(
-        found("空调不制冷，明天上午能安排个师傅来看看吗").map(|f| f.0),
-        Some("appointment".into())
-    );
+    finds("appointment", &["空调不制冷，明天上午能安排个师傅来看看吗"]);
 }
 
 #[test]
 fn a_bill_worked_out_wrong_or_asking_for_a_manager_is_a_complaint() {
-    for message in [
-        "水费怎么这么高，肯定算错了",
-        "I'd like to speak to a manager about how my order was handled",
-    ] {
-        assert_eq!(
-            found(message).map(|f| f.0).as_deref(),
-            Some("complaint"),
-            "{message}"
-        );
-    }
+    finds(
+        "complaint",
+        &[
+            "水费怎么这么高，肯定算错了",
+            "I'd like to speak to a manager about how my order was handled",
+        ],
+    );
 }
 
 #[test]
 fn not_wanting_to_go_on_or_being_done_with_it_is_a_cancellation() {
-    assert!(!no_new_intent("网络电视要注销，流程是什么？"));
-    for message in [
-        "瑜伽课不想再上了，卡里的钱能退吗",
-        "We're done with the meal kits, no more after this week please",
-    ] {
-        assert_eq!(
-            found(message).map(|f| f.0).as_deref(),
-            Some("subscription_cancel"),
-            "{message}"
-        );
-    }
-    assert!(no_new_intent(
-        "Just checking the dinner for six on Friday is still on"
-    ));
+    not_vetoed(&["网络电视要注销，流程是什么？"]);
+    finds(
+        "subscription_cancel",
+        &[
+            "瑜伽课不想再上了，卡里的钱能退吗",
+            "We're done with the meal kits, no more after this week please",
+        ],
+    );
+    no_intent(&["Just checking the dinner for six on Friday is still on"]);
 }

@@ -14,8 +14,8 @@ use super::{Distilled, Priority};
 
 /// A rule's pattern, its word boundaries ASCII ones: the patterns' words are English, and a
 /// Unicode `\b` sees none between a Chinese character and a digit ("电话13800000000"), and
-/// keeps the regex engine from its fast automaton on any non-ASCII text (x12 the time a
-/// message).
+/// keeps the regex engine from its fast automaton on any non-ASCII text (twelve times as long
+/// a message).
 fn re(pattern: &str) -> Regex {
     // The patterns are constants of this file: a typo fails every test at once.
     Regex::new(&pattern.replace(r"\b", r"(?-u:\b)"))
@@ -144,11 +144,14 @@ static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Whether `message` carries no new intent whatever a model reads into it: it negates one,
 /// asks after an earlier request (by a status word, or a question about an intent already
-/// made that voices no grievance), or is a question that asks no one to do anything (and is
-/// no grievance: "你们怎么回事" complains, "投诉电话是多少" asks). Naming an earlier
-/// complaint ("我上周投诉的") voices no new grievance.
+/// made that voices no grievance), is a question that asks no one to do anything (and tells
+/// no grievance or fault: "你们怎么回事" complains, "投诉电话是多少" asks), only gives personal
+/// data, or corrects or updates it. Naming an earlier complaint ("我上周投诉的") voices no
+/// new grievance.
 pub fn no_new_intent(message: &str) -> bool {
     let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
+    // A grievance or a fault told; with "still not" or "again", a question about an earlier
+    // request complains too.
     let fault = || GRIEVANCE.is_match(message) || FAULT.is_match(message);
     let grievance = || fault() || STILL_NOT.is_match(message);
     let request = || REQUEST.is_match(&NO_WISH_OF_ONES_OWN.replace_all(message, ""));

@@ -11,7 +11,7 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_SET=check-1` ... `check-8` runs a held-out set instead,
+//! `ENGRAM_BENCH_SET=check-N` (1 to 8) runs a held-out set instead,
 //! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
@@ -35,19 +35,12 @@ use engram_inference::{
 };
 use serde::Deserialize;
 
-/// The set the rules and the prompt were shaped on (their errors were read).
-const TUNING_SET: &str = include_str!("../data/intents.jsonl");
-/// Held-out sets, each written from the label definitions alone by someone who had read
-/// neither the rules, the prompt nor the other sets (docs/benchmarks.md says which of them
-/// have since had their errors read).
-const CHECKING_SET_1: &str = include_str!("../data/intents_check_1.jsonl");
-const CHECKING_SET_2: &str = include_str!("../data/intents_check_2.jsonl");
-const CHECKING_SET_3: &str = include_str!("../data/intents_check_3.jsonl");
-const CHECKING_SET_4: &str = include_str!("../data/intents_check_4.jsonl");
-const CHECKING_SET_5: &str = include_str!("../data/intents_check_5.jsonl");
-const CHECKING_SET_6: &str = include_str!("../data/intents_check_6.jsonl");
-const CHECKING_SET_7: &str = include_str!("../data/intents_check_7.jsonl");
-const CHECKING_SET_8: &str = include_str!("../data/intents_check_8.jsonl");
+/// The labelled sets, in `inference/data`: `intents.jsonl`, the set the rules and the prompt
+/// were shaped on (their errors were read), and `intents_check_N.jsonl`, held-out sets, each
+/// written from the label definitions alone by someone who had read neither the rules, the
+/// prompt nor the other sets (docs/benchmarks.md says which of them have since had their
+/// errors read).
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data");
 
 #[derive(Debug, Deserialize)]
 struct Labelled {
@@ -85,18 +78,15 @@ fn target_ok(d: Option<&Distilled>, want: &Labelled) -> bool {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    let (set_name, set_file, set_text) = match std::env::var("ENGRAM_BENCH_SET").as_deref() {
-        Err(_) | Ok("tuning") => ("tuning", "intents.jsonl", TUNING_SET),
-        Ok("check-1") => ("first checking", "intents_check_1.jsonl", CHECKING_SET_1),
-        Ok("check-2") => ("second checking", "intents_check_2.jsonl", CHECKING_SET_2),
-        Ok("check-3") => ("third checking", "intents_check_3.jsonl", CHECKING_SET_3),
-        Ok("check-4") => ("fourth checking", "intents_check_4.jsonl", CHECKING_SET_4),
-        Ok("check-5") => ("fifth checking", "intents_check_5.jsonl", CHECKING_SET_5),
-        Ok("check-6") => ("sixth checking", "intents_check_6.jsonl", CHECKING_SET_6),
-        Ok("check-7") => ("seventh checking", "intents_check_7.jsonl", CHECKING_SET_7),
-        Ok("check-8") => ("eighth checking", "intents_check_8.jsonl", CHECKING_SET_8),
-        Ok(other) => anyhow::bail!("ENGRAM_BENCH_SET={other}: tuning, check-1 ... check-8"),
+    let (set_name, set_file) = match std::env::var("ENGRAM_BENCH_SET").as_deref() {
+        Err(_) | Ok("tuning") => ("tuning".to_owned(), "intents.jsonl".to_owned()),
+        Ok(set) => match set.strip_prefix("check-") {
+            Some(n) => (format!("checking {n}"), format!("intents_check_{n}.jsonl")),
+            None => anyhow::bail!("ENGRAM_BENCH_SET={set}: tuning or check-N"),
+        },
     };
+    let set_text = std::fs::read_to_string(format!("{DATA}/{set_file}"))
+        .with_context(|| format!("ENGRAM_BENCH_SET: inference/data/{set_file}"))?;
     let set: Vec<Labelled> = set_text
         .lines()
         .filter(|l| !l.trim().is_empty())

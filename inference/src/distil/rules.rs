@@ -41,17 +41,24 @@ static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
+/// Not wanting it any more ("不想再上了"): a wish, and a cancellation.
+const NOT_WANTED: &str = r"不想(再)?(上|学|用|要|续|订|参加)了";
+
 /// A request marker: with it, a question form is still a request ("can you book me ...?").
 static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|要(停掉|退掉|取消|注销|销户|关掉)|不需要了|不想(再)?(上|学|用|要|续|订|参加)了|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)",
-    )
+    re(&format!(
+        "{}{NOT_WANTED}{}",
+        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|要(停掉|退掉|取消|注销|销户|关掉)|不需要了|",
+        r"|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)"
+    ))
 });
 
 static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|不想(再)?(上|学|用|要|续|订|参加)了|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)",
-    )
+    re(&format!(
+        "{}{NOT_WANTED}{}",
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|",
+        r"|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)"
+    ))
 });
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {

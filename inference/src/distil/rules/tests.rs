@@ -285,8 +285,9 @@ fn topping_up_a_plan_is_a_renewal() {
     }
 }
 
-/// The benchmark's labelled sets (`benches/distil.rs`, every `inference/data/*.jsonl`): each line names a known type, a
-/// target for every intent and none for "none", and an id no other line of any set has.
+/// The benchmark's labelled sets (`benches/distil.rs`: every `inference/data/*.jsonl`): each
+/// line names a known type, a target for every intent and none for "none", and an id no
+/// other line of any set has.
 #[test]
 fn every_labelled_set_is_well_formed() {
     use crate::distil::{DEFAULT_INTENT_TYPES, NO_INTENT};

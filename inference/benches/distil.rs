@@ -11,13 +11,14 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_SET=check-N` (1 to 8) runs a held-out set instead,
+//! `ENGRAM_BENCH_SET=check-N` (1 to 12) runs a held-out set instead,
 //! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
 //! `ENGRAM_BENCH_ANSWERS=<file>` saves the model's answers there (or reuses them when the
-//! file exists); `ENGRAM_BENCH_MODEL=<file>` runs another GGUF file under the model
-//! directory (default: the node's default model);
+//! file exists); `ENGRAM_BENCH_DETAIL=1` prints each message's stage results (ids and
+//! types); `ENGRAM_BENCH_MODEL=<file>` runs another GGUF file under the model directory
+//! (default: the node's default model);
 //! `ENGRAM_BENCH_PRECISION=float32`, `float16` or `int8` packs the decoder's linear layers
 //! (default: the node's default, float16).
 
@@ -218,6 +219,21 @@ async fn main() -> Result<()> {
             found.len(),
             100.0 * right as f64 / found.len().max(1) as f64
         );
+    }
+    // `ENGRAM_BENCH_DETAIL=1`: every message's stages, one line each (ids and types only).
+    if std::env::var_os("ENGRAM_BENCH_DETAIL").is_some() {
+        println!("\nid\texpected\trules\tmodel\tno_new_intent\tcombined");
+        for i in 0..set.len() {
+            println!(
+                "{}\t{}\t{}\t{}\t{}\t{}",
+                set[i].id,
+                set[i].intent_type,
+                type_of(ruled[i].as_ref()),
+                type_of(modelled[i].as_ref()),
+                rules::no_new_intent(&set[i].message),
+                type_of(combined[i].as_ref()),
+            );
+        }
     }
     let wrong: Vec<String> = (0..set.len())
         .filter(|&i| type_of(combined[i].as_ref()) != set[i].intent_type)

@@ -23,8 +23,8 @@ fn re(pattern: &str) -> Regex {
 }
 
 /// Days and times that make an appointment phrase concrete.
-const WHEN_ZH: &str = "(今天|明天|后天|大后天|今晚|明早|明晚|今早|下午|上午|周[一二三四五六日天]|星期[一二三四五六日天天]|礼拜[一二三四五六日天]|下周|这周|本周|[0-9一二三四五六七八九十]+[号日点])";
-const WHEN_EN: &str = r"(today|tomorrow|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|next week|this week|\d{1,2}(:\d\d)?\s?(am|pm)|at \d{1,2}\b)";
+const WHEN_ZH: &str = "(今天|明天|后天|大后天|今晚|明早|明晚|今早|下午|上午|周[一二三四五六日天]|星期[一二三四五六日天天]|礼拜[一二三四五六日天]|下周|这周|本周|[0-9一二三四五六七八九十]+[号日]|([0-9]+|[二三四五六七八九十]|十[一二])点|一点(钟|半)|[0-9一二三四五六七八九十]+点半)";
+const WHEN_EN: &str = r"(today|tomorrow|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|next week|this week|\d{1,2}(:\d\d)?\s?(am|pm)|at \d{1,2}\b|\b(the )?\d{1,2}(st|nd|rd|th)\b)";
 
 /// Intents negated right where they are named ("不是要投诉", "I'm not cancelling"), or a
 /// message that says it only asks ("就是问问", "just wondering"): no new intent.
@@ -49,28 +49,28 @@ static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
         "{}{NOT_WANTED}{}",
         r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|要(停掉|退掉|取消|注销|销户|关掉)|不需要了|",
-        r"|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\bi want\b|\bi'd like\b|\bi would like\b|\bi need\b)"
+        r"|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\b(i|we)('ll| will|'d| would| have to|'ve got to| must|'m going to| am going to|'re going to| are going to) (need to |have to )?(end|cancel|terminate|stop|renew|extend|book|reschedule)\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\b(i|we) want\b|\bi'd like\b|\bi would like\b|\bi need\b)"
     ))
 });
 
 static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
         "{}{NOT_WANTED}{}",
-        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(别|不要)再扣|停止扣费|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|",
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(宽带|会员|套餐|服务|订阅|月卡|年卡|包月).{0,4}就?不用了|(别|不要)再扣|停止扣费|(配送|送货|订阅|会员|服务|套餐).{0,6}先停(了|掉|一下)?吧?|(配送|送货).{0,6}停(了|掉)吧|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\b(i|we) want out\b|\bmake\b.{0,40}\b(charges?|payments?|billing|deliveries|emails)\b.{0,10}\bstop\b|\bdrop (the|my|our)\b.{0,30}\b(line|plan|subscription|membership|package|add-?on)\b|(包月|自动续费|连续包|扣费|扣款).{0,20}(关了|关掉|停了|停掉)|",
         r"|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b)"
     ))
 });
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b)",
+        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续上|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b)",
     )
 });
 
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了两次|\b(charged|billed) (me )?twice\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -106,7 +106,7 @@ static URGENT: LazyLock<Regex> = LazyLock::new(|| {
 
 static APPOINTMENT_ZH: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
-        "((预约|预订|挂号|约).{{0,12}}{WHEN_ZH}|{WHEN_ZH}.{{0,12}}(预约|挂号|的号)|{WHEN_ZH}.{{0,8}}(派|安排).{{0,4}}(师傅|人|技师|工程师)|{WHEN_ZH}.{{0,8}}上门|(派|安排).{{0,4}}(师傅|人|技师|工程师).{{0,8}}{WHEN_ZH})"
+        "((预约|预订|挂号|约).{{0,12}}{WHEN_ZH}|{WHEN_ZH}.{{0,12}}(预约|挂号|的号)|{WHEN_ZH}.{{0,8}}(派|安排).{{0,4}}(师傅|人|技师|工程师)|{WHEN_ZH}.{{0,8}}上门|找个(时间|空)(来|过来|去).{{0,8}}(查|看|检查|做|修|弄)|(派|安排).{{0,4}}(师傅|人|技师|工程师).{{0,8}}{WHEN_ZH})"
     ))
 });
 
@@ -122,7 +122,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理好了(没|吗)|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been|got)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b)",
     )
 });
 
@@ -170,6 +170,7 @@ pub fn no_new_intent(message: &str) -> bool {
         || (QUESTION.is_match(message)
             && !request()
             && !fault()
+            && !MOVED.is_match(message)
             && (!ASKS_FOR_A_SLOT.is_match(message)
                 || OPENING_HOURS.is_match(message)
                 || ASKS_ABOUT_MINE.is_match(message)))
@@ -181,7 +182,7 @@ pub fn no_new_intent(message: &str) -> bool {
             && !grievance()
             && !CANCEL.is_match(message)
             && !RENEW.is_match(message)
-            && !RESCHEDULE.is_match(message))
+            && !RESCHEDULE.is_match(&CORRECTION.replace_all(message, "")))
 }
 
 /// Correcting or updating personal details, of a booking too ("预约上名字写错了", "my surname
@@ -189,7 +190,7 @@ pub fn no_new_intent(message: &str) -> bool {
 /// beside it.
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|改名|名字改(成|为)|(预约|时间)不变|\bkeeping (my|the) \w+ (appointment|booking)\b)",
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b)",
     )
 });
 
@@ -198,7 +199,7 @@ static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
 /// request: the wish inside it is not the customer's.
 static NO_WISH_OF_ONES_OWN: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(\b(do|does|would|will|did) (i|we|you) (need|have)\b|\bor (can|could|should) (i|we)\b|\bif (i|we) (want|wanted|need|needed|would like|'d like)\b|如果.{0,12}[，,])",
+        r"(?i)(\b(do|does|would|will|did) (i|we|you) (need|have)\b|\bwhere (can|could|do|should) (i|we)\b|\bor (can|could|should) (i|we)\b|\bif (i|we) (want|wanted|need|needed|would like|'d like)\b|如果.{0,12}[，,])",
     )
 });
 
@@ -227,13 +228,21 @@ static INTENT_CUE: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
+/// Moving a booking, in English, by where it goes ("push my session back a week", "shift my
+/// cleaning from the 3rd to the 10th"): a request in question form too (a Chinese move names
+/// its day, which asks for a slot; "到期日改到几号了" asks).
+const MOVE: &str = r"\b(move|push|bump|shift) (it|my|the|our|us|me)\b.{0,40}\b(to|from|back|forward|later|earlier)\b";
+
 /// Moving a booking to another time: a new request, even when it names the earlier one
 /// ("之前约的周三，能不能帮我改到周五？").
 static RESCHEDULE: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?i)(改到|改成|改约|改期|换到|换个时间|推迟|延后|提前到|\breschedul|\bmove (it|my|the|our)\b.{0,30}\b(to|from)\b|\bpush (it|my|the|our)\b.{0,30}\bback\b)",
-    )
+    re(&format!(
+        r"(?i)({MOVE}|改到|改成|改约|改期|换到|换个时间|推迟|延后|提前到|\breschedul)"
+    ))
 });
+
+/// A move with where it goes ([`MOVE`]).
+static MOVED: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({MOVE})")));
 
 /// A question about opening hours names a day without asking for a slot ("周日几点开门？").
 static OPENING_HOURS: LazyLock<Regex> = LazyLock::new(|| {
@@ -246,7 +255,7 @@ static OPENING_HOURS: LazyLock<Regex> = LazyLock::new(|| {
 /// this week?"): a booking request in question form.
 static ASKS_FOR_A_SLOT: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
-        r"(?i)({WHEN_ZH}|{WHEN_EN}|哪天|什么时候有空|还能(订|约|预约|加)|有没有(位|号|空)|\b(any|a|an) (slot|opening|appointment)\b|\bearliest\b|\bsoonest\b|\bfit (us|me) in\b|\bis .{{0,20}} possible\b)"
+        r"(?i)({WHEN_ZH}|{WHEN_EN}|哪天|什么时候有空|还能(订|约|预约|加)|有没有(位|号|空)|\b(any|free|available|open|spare) (slots?|openings?|appointments?)\b|\b(get|grab|have|book|make|squeeze in) (a|an|another) (slot|appointment)\b|\bearliest\b|\bsoonest\b|\bfit (us|me) in\b|\bis .{{0,20}} possible\b)"
     ))
 });
 

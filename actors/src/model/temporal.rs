@@ -33,49 +33,56 @@ pub type DaySpan = (i64, i64);
 /// written that year).
 pub const MAX_QUERY_SPAN_DAYS: i64 = 62;
 
+/// A pattern of this file, its word boundaries ASCII ones: the words are English, a Unicode
+/// `\b` sees none between a Chinese character and a digit or a Latin letter ("昨天yesterday"),
+/// and it keeps the regex engine from its fast automaton on any non-ASCII text.
+fn pattern(pattern: &str) -> Regex {
+    // The patterns are constants of this file: a typo fails every test at once.
+    Regex::new(&pattern.replace(r"\b", r"(?-u:\b)"))
+        .unwrap_or_else(|err| panic!("date pattern {pattern:?}: {err}"))
+}
+
 const MONTHS: [&str; 12] = [
     "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
 ];
 
 static RELATIVE_EN: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
+    pattern(
         r"(?i)\b(?:(the day before yesterday)|(today|tonight|this morning|this afternoon|this evening)|(yesterday|last night)|(tomorrow)|(\d{1,2}|one|two|three|four|five|six|seven|eight|nine|ten|a|a couple of)\s+(day|week|month|year)s?\s+ago|(last|this|next)\s+(week|weekend|month|year)|last\s+(monday|tuesday|wednesday|thursday|friday|saturday|sunday))\b",
     )
-    .unwrap()
 });
 
 static RELATIVE_ZH: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
+    pattern(
         r"(前天)|(今天|今晚)|(昨天|昨晚)|(明天)|(后天)|(\d{1,2}|[一二三四五六七八九十两])天前|(上个?星期|上周|本周|这周|这个星期|下个?星期|下周)(末)?|(上个?月|这个月|本月|下个?月)|(去年|今年|明年)",
     )
-    .unwrap()
 });
 
-static ISO: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\b(\d{4})-(\d{2})-(\d{2})\b").unwrap());
+static ISO: LazyLock<Regex> = LazyLock::new(|| pattern(r"\b(\d{4})-(\d{2})-(\d{2})\b"));
 
 /// A month's name or its usual abbreviation (`decided` is not December).
 const MONTH: &str = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?";
 
 static DAY_MONTH: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(
+    pattern(&format!(
         r"(?i)\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{MONTH}\b,?(?:\s+(\d{{4}})\b)?"
     ))
-    .unwrap()
 });
 
 static MONTH_DAY: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(&format!(
+    pattern(&format!(
         r"(?i)\b{MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?\b,?(?:\s+(\d{{4}})\b)?"
     ))
-    .unwrap()
 });
 
 static MONTH_YEAR: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\b(?:in\s+)?(january|february|march|april|may|june|july|august|september|october|november|december)(?:,?\s+(\d{4}))?\b").unwrap()
+    pattern(
+        r"(?i)\b(?:in\s+)?(january|february|march|april|may|june|july|august|september|october|november|december)(?:,?\s+(\d{4}))?\b",
+    )
 });
 
 static ZH_DATE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?:(\d{4})年)?(\d{1,2})月(?:(\d{1,2})[日号])?").unwrap());
+    LazyLock::new(|| pattern(r"(?:(\d{4})年)?(\d{1,2})月(?:(\d{1,2})[日号])?"));
 
 /// The spans of days `text` speaks of, resolved against `written` (its time of writing).
 /// Each span once, in order of first mention.

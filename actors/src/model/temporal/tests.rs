@@ -130,3 +130,13 @@ proptest::proptest! {
         }
     }
 }
+
+/// English words and ISO dates written right against Chinese characters are found: the
+/// patterns' word boundaries are ASCII ones (a Unicode `\b` sees none between 在 and 2).
+#[test]
+fn dates_and_english_words_against_chinese_characters_are_found() {
+    resolves_each(&[
+        ("会议改在2023-05-20举行", one(2023, 5, 20)),
+        ("我yesterday已经付过了", one(2023, 5, 7)),
+    ]);
+}

@@ -315,6 +315,8 @@ pub struct SqliteConfig {
     pub read_pool: usize,
     /// Commit the write transactions waiting at once with one fsync (group commit).
     pub group_commit: bool,
+    /// WAL pages after which a commit checkpoints the WAL into the database file.
+    pub wal_autocheckpoint: u32,
 }
 
 impl Default for SqliteConfig {
@@ -325,6 +327,7 @@ impl Default for SqliteConfig {
             busy_timeout: Duration::from_secs(5),
             read_pool: 8,
             group_commit: true,
+            wal_autocheckpoint: SqliteOptions::default().wal_autocheckpoint,
         }
     }
 }
@@ -529,6 +532,7 @@ impl SqliteConfig {
             synchronous: self.synchronous.into(),
             busy_timeout: self.busy_timeout,
             read_pool: self.read_pool,
+            wal_autocheckpoint: self.wal_autocheckpoint,
         }
     }
 }

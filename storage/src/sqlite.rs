@@ -12,8 +12,9 @@
 //! default), the transactions of [`crate::Store::run`] that arrive while another commits go
 //! to a writer thread that commits all those waiting at once, so concurrent writers share one
 //! fsync (see the `group` module); `run_blocking` and [`crate::Store::begin`] commit on their
-//! own. The in-memory mode has a
-//! single connection and exists for unit tests of the layers above.
+//! own. With group commit the WAL is checkpointed by a thread of its own, not by the writer
+//! after its commits (see the `checkpoint` module). The in-memory mode has a single connection
+//! and exists for unit tests of the layers above.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,11 +28,13 @@ use crate::error::{Error, Result};
 use crate::kv::{Engine, EngineTxn, TxnMode, WriteJob};
 
 mod backup;
+mod checkpoint;
 mod group;
 mod txn;
 
 pub use backup::{Backup, backup};
 
+use checkpoint::Checkpointer;
 use group::GroupWriter;
 use txn::{Conn, SqliteTxn};
 
@@ -67,7 +70,16 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// Idle read connections kept open.
     pub read_pool: usize,
+    /// WAL pages after which the WAL is checkpointed into the database file (SQLite's default
+    /// is 1,000). With group commit a thread of its own checkpoints (the `checkpoint` module);
+    /// without, the commit that reaches it does (`PRAGMA wal_autocheckpoint`). A page written
+    /// by many transactions between two checkpoints is copied once: fewer, larger checkpoints
+    /// copy fewer pages an append, for a larger WAL file and a longer recovery after a crash.
+    pub wal_autocheckpoint: u32,
 }
+
+/// SQLite's own default for `wal_autocheckpoint`, in pages.
+pub const SQLITE_WAL_AUTOCHECKPOINT: u32 = 1_000;
 
 impl Default for SqliteOptions {
     fn default() -> Self {
@@ -75,6 +87,7 @@ impl Default for SqliteOptions {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
             read_pool: 8,
+            wal_autocheckpoint: SQLITE_WAL_AUTOCHECKPOINT,
         }
     }
 }
@@ -118,6 +131,13 @@ pub struct SqliteEngine {
     writer: Arc<Mutex<Connection>>,
     readers: Option<Arc<ReaderPool>>,
     group: Option<GroupWriter>,
+    /// With group commit, the thread that checkpoints the WAL (the writer thread does not).
+    /// Last: it stops after the writer thread has.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "held for its Drop, which stops the thread")
+    )]
+    checkpointer: Option<Checkpointer>,
 }
 
 struct ReaderPool {
@@ -140,12 +160,18 @@ impl SqliteEngine {
         }
         let writer = open_connection(path, &options)?;
         retry_busy(options.busy_timeout, || init_schema(&writer))?;
+        let checkpointer = if group.enabled {
+            checkpoint::hook(&writer)?;
+            Some(Checkpointer::start(path, &options)?)
+        } else {
+            None
+        };
         let readers = ReaderPool {
             path: path.to_owned(),
             options,
             idle: Mutex::new(Vec::new()),
         };
-        Self::assemble(writer, Some(Arc::new(readers)), group)
+        Self::assemble(writer, Some(Arc::new(readers)), group, checkpointer)
     }
 
     /// A private in-memory store with one connection and group commit, for unit tests.
@@ -157,13 +183,14 @@ impl SqliteEngine {
     pub fn in_memory_with(group: GroupCommit) -> Result<Self> {
         let conn = Connection::open_in_memory().map_err(map_err)?;
         init_schema(&conn)?;
-        Self::assemble(conn, None, group)
+        Self::assemble(conn, None, group, None)
     }
 
     fn assemble(
         writer: Connection,
         readers: Option<Arc<ReaderPool>>,
         group: GroupCommit,
+        checkpointer: Option<Checkpointer>,
     ) -> Result<Self> {
         let writer = Arc::new(Mutex::new(writer));
         let group = if group.enabled {
@@ -171,7 +198,8 @@ impl SqliteEngine {
                 max_jobs: group.max_jobs.max(1),
                 ..group
             };
-            Some(GroupWriter::start(Arc::clone(&writer), bounds)?)
+            let watch = checkpointer.as_ref().map(Checkpointer::state);
+            Some(GroupWriter::start(Arc::clone(&writer), bounds, watch)?)
         } else {
             None
         };
@@ -179,6 +207,7 @@ impl SqliteEngine {
             writer,
             readers,
             group,
+            checkpointer,
         })
     }
 
@@ -222,6 +251,8 @@ fn open_connection(path: &Path, options: &SqliteOptions) -> Result<Connection> {
         )));
     }
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())
+        .map_err(map_err)?;
+    conn.pragma_update(None, "wal_autocheckpoint", options.wal_autocheckpoint)
         .map_err(map_err)?;
     // Deleted content is overwritten with zeros, so a forgotten user's keys (which hold their
     // ids) do not linger in free pages of the file.

@@ -32,6 +32,7 @@ use std::thread::JoinHandle;
 use parking_lot::Mutex;
 use rusqlite::Connection;
 
+use super::checkpoint;
 use super::txn::{Conn, SqliteTxn, WriterGuard};
 use super::{GroupCommit, exec};
 use crate::error::{Error, Result};
@@ -64,8 +65,13 @@ struct Shared {
 type Ran = (Box<dyn WriteJob>, Result<()>);
 
 impl GroupWriter {
-    /// Starts the writer thread of `conn`.
-    pub(super) fn start(conn: Arc<Mutex<Connection>>, bounds: GroupCommit) -> Result<Self> {
+    /// Starts the writer thread of `conn`; its commits report the WAL's growth to `watch`
+    /// (the engine's checkpoint thread), if any.
+    pub(super) fn start(
+        conn: Arc<Mutex<Connection>>,
+        bounds: GroupCommit,
+        watch: Option<Arc<checkpoint::State>>,
+    ) -> Result<Self> {
         let (queue, jobs) = mpsc::channel();
         let shared = Arc::new(Shared {
             conn,
@@ -80,7 +86,12 @@ impl GroupWriter {
         };
         let thread = std::thread::Builder::new()
             .name(WRITER_THREAD.into())
-            .spawn(move || writer.run())
+            .spawn(move || {
+                if let Some(state) = watch {
+                    checkpoint::watch(state);
+                }
+                writer.run();
+            })
             .map_err(|e| Error::Open(format!("cannot start the sqlite writer thread: {e}")))?;
         Ok(GroupWriter {
             shared,

@@ -315,7 +315,8 @@ pub struct SqliteConfig {
     pub read_pool: usize,
     /// Commit the write transactions waiting at once with one fsync (group commit).
     pub group_commit: bool,
-    /// WAL pages after which a commit checkpoints the WAL into the database file.
+    /// WAL pages after which the WAL is checkpointed into the database file (by a thread of its
+    /// own with group commit, else by the commit that reaches it).
     pub wal_autocheckpoint: u32,
 }
 

@@ -16,6 +16,7 @@
 //! [`VectorIndex`]: engram_storage::vector::VectorIndex
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Trigger};
 use engram_storage::vector::VectorError;
@@ -23,7 +24,7 @@ use engram_storage::vector::VectorError;
 use super::context::is_live;
 use super::entities::EntityExtractor;
 use super::policy::kind_policy;
-use super::retrieve::{DocFeatures, DocText, Query, Retriever, RetrieverParams, SearchMode};
+use super::retrieve::{Analysis, DocFeatures, Query, Retriever, RetrieverParams, SearchMode};
 
 /// Tuning of a [`MemoryIndex`].
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +76,9 @@ pub struct MemoryQuery<'a> {
 #[derive(Debug, Clone)]
 struct Source {
     text: String,
+    /// What the index reads from `text`, read once (a turn's text is indexed again as each
+    /// neighbour comes).
+    analysis: Arc<Analysis>,
     vector: Option<Vec<f32>>,
 }
 
@@ -177,7 +181,20 @@ impl MemoryIndex {
         let text = text
             .or_else(|| old.map(|s| s.text.clone()))
             .unwrap_or_else(|| record.summary_text.clone());
+        let analysis = match old {
+            Some(old)
+                if old.text == text
+                    && self.records.get(&id).map(|r| r.created_at) == Some(record.created_at) =>
+            {
+                Arc::clone(&old.analysis)
+            }
+            _ => Arc::new(
+                self.retriever
+                    .analyse(extractor, &text, Some(record.created_at)),
+            ),
+        };
         let source = Source {
+            analysis,
             vector: if record.status == MemoryStatus::Deleted {
                 None
             } else {
@@ -194,7 +211,7 @@ impl MemoryIndex {
         if let Some(turn) = &turn {
             self.episodes.insert(turn.clone(), id.clone());
         }
-        if let Err(err) = self.reindex(extractor, &id) {
+        if let Err(err) = self.reindex(&id) {
             // Put everything back as it was.
             match previous {
                 Some(source) => self.sources.insert(id.clone(), source),
@@ -212,7 +229,7 @@ impl MemoryIndex {
             return Err(err);
         }
         for neighbour in self.neighbours(turn.as_ref()) {
-            self.reindex(extractor, &neighbour)?;
+            self.reindex(&neighbour)?;
         }
         Ok(())
     }
@@ -239,7 +256,7 @@ impl MemoryIndex {
     }
 
     /// Drops a record from the cache and the index; returns whether it was there.
-    pub fn remove(&mut self, extractor: &EntityExtractor, memory_id: &str) -> bool {
+    pub fn remove(&mut self, memory_id: &str) -> bool {
         let Some(record) = self.records.remove(memory_id) else {
             return false;
         };
@@ -252,7 +269,7 @@ impl MemoryIndex {
         }
         for neighbour in neighbours {
             // Their own vectors were accepted before: re-indexing them cannot fail.
-            let _ = self.reindex(extractor, &neighbour);
+            let _ = self.reindex(&neighbour);
         }
         true
     }
@@ -331,7 +348,7 @@ impl MemoryIndex {
     }
 
     /// Indexes `id` with its neighbours' context.
-    fn reindex(&mut self, extractor: &EntityExtractor, id: &str) -> Result<(), VectorError> {
+    fn reindex(&mut self, id: &str) -> Result<(), VectorError> {
         let (Some(record), Some(source)) = (self.records.get(id), self.sources.get(id)) else {
             return Ok(());
         };
@@ -340,13 +357,11 @@ impl MemoryIndex {
             .iter()
             .filter_map(|n| self.sources.get(n))
             .collect();
-        let mut text = source.text.clone();
-        if self.params.neighbour_text && !neighbours.is_empty() {
-            text = std::iter::once(source.text.as_str())
-                .chain(neighbours.iter().map(|n| n.text.as_str()))
-                .collect::<Vec<_>>()
-                .join("\n");
-        }
+        let context: Vec<&Analysis> = if self.params.neighbour_text {
+            neighbours.iter().map(|n| &*n.analysis).collect()
+        } else {
+            Vec::new()
+        };
         let vector = source.vector.as_ref().map(|own| {
             let mut mixed = own.clone();
             if self.params.neighbour_weight > 0.0 {
@@ -366,13 +381,10 @@ impl MemoryIndex {
             decay_per_day: kind_policy(record.kind).decay_per_day,
             written_at: Some(record.created_at),
         };
-        self.retriever.index(
-            extractor,
+        self.retriever.index_analysed(
             id.to_owned(),
-            DocText {
-                words: &text,
-                own: &source.text,
-            },
+            &source.analysis,
+            &context,
             vector.as_deref(),
             features,
         )

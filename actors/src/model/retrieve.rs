@@ -247,6 +247,32 @@ impl<'a> From<&'a str> for DocText<'a> {
     }
 }
 
+/// What indexing reads from one text, read once by [`Retriever::analyse`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Analysis {
+    /// The terms, one after another: term `i` ends at `ends[i]`.
+    terms: Box<str>,
+    ends: Box<[u32]>,
+    /// The days the text speaks of, in order of first mention (empty while date handling is
+    /// off or the text has no time of writing).
+    days: Box<[DaySpan]>,
+    /// Hashes of what the text names, sorted (empty while entity handling is off).
+    names: Box<[u64]>,
+}
+
+impl Analysis {
+    /// The terms, in the order of the text.
+    fn terms(&self) -> impl Iterator<Item = &str> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let end = end as usize;
+            let term = &self.terms[start..end];
+            start = end;
+            term
+        })
+    }
+}
+
 /// One user's retrieval index. `D` is the caller's document id (a string key: it also keys
 /// the vector index).
 pub struct Retriever<D> {
@@ -293,6 +319,56 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
         self.slots.is_empty()
     }
 
+    /// What [`Retriever::index_analysed`] reads from `text`, written at `written_at`: its terms,
+    /// the days it speaks of (resolved against its own time of writing) and what it names.
+    /// Read once and kept, a text need not be read again each time it is indexed beside
+    /// another (a turn is indexed with its neighbours' words).
+    pub fn analyse(
+        &self,
+        extractor: &EntityExtractor,
+        text: &str,
+        written_at: Option<Timestamp>,
+    ) -> Analysis {
+        let mut analysis = self.analyse_words(extractor, text, written_at);
+        analysis.names = self.names(extractor, text);
+        analysis
+    }
+
+    fn analyse_words(
+        &self,
+        extractor: &EntityExtractor,
+        text: &str,
+        written_at: Option<Timestamp>,
+    ) -> Analysis {
+        let terms = self.terms(extractor, text);
+        let mut joined = String::with_capacity(terms.iter().map(String::len).sum());
+        let mut ends = Vec::with_capacity(terms.len());
+        for term in &terms {
+            joined.push_str(term);
+            ends.push(u32::try_from(joined.len()).unwrap_or(u32::MAX));
+        }
+        let days = match written_at {
+            Some(written) if self.params.date_weight > 0.0 => {
+                temporal::mentioned(text, written).into_boxed_slice()
+            }
+            _ => Box::default(),
+        };
+        Analysis {
+            terms: joined.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+            days,
+            names: Box::default(),
+        }
+    }
+
+    fn names(&self, extractor: &EntityExtractor, text: &str) -> Box<[u64]> {
+        if self.params.entity_weight > 0.0 {
+            extractor.mention_hashes(text)
+        } else {
+            Box::default()
+        }
+    }
+
     /// Indexes a document, replacing any earlier one with the same id. `vector` must have
     /// the dimension of the first vector indexed (it is normalised here); a bad vector is
     /// refused and leaves the index unchanged.
@@ -304,7 +380,22 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
         vector: Option<&[f32]>,
         features: DocFeatures,
     ) -> Result<(), VectorError> {
-        let DocText { words: text, own } = text.into();
+        let DocText { words, own } = text.into();
+        let mut analysis = self.analyse_words(extractor, words, features.written_at);
+        analysis.names = self.names(extractor, own);
+        self.index_analysed(id, &analysis, &[], vector, features)
+    }
+
+    /// [`Retriever::index`] of texts read before: the document is found by the terms and days
+    /// of `own` and of each of `context`, and names what `own` names.
+    pub fn index_analysed(
+        &mut self,
+        id: D,
+        own: &Analysis,
+        context: &[&Analysis],
+        vector: Option<&[f32]>,
+        features: DocFeatures,
+    ) -> Result<(), VectorError> {
         match vector {
             Some(vector) => {
                 let vectors = match &mut self.vectors {
@@ -323,29 +414,28 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
             }
         }
         self.remove_terms(&id);
-        let terms = self.terms(extractor, text);
+        let texts = || std::iter::once(own).chain(context.iter().copied());
         let slot = self.docs.len();
-        self.bm25.add(slot, &terms);
+        self.bm25.add(slot, texts().flat_map(Analysis::terms));
         let days = match features.written_at {
             Some(written) if self.params.date_weight > 0.0 => {
                 let day = temporal::day_of(written);
                 let mut days = vec![(day, day)];
-                days.extend(temporal::mentioned(text, written));
+                for span in texts().flat_map(|t| t.days.iter()) {
+                    if !days.contains(span) {
+                        days.push(*span);
+                    }
+                }
                 days.into_boxed_slice()
             }
             _ => Box::default(),
-        };
-        let names = if self.params.entity_weight > 0.0 {
-            extractor.mention_hashes(own)
-        } else {
-            Box::default()
         };
         self.docs.push(Doc {
             id: id.clone(),
             features,
             live: true,
             days,
-            names,
+            names: own.names.clone(),
         });
         self.slots.insert(id, slot);
         Ok(())

@@ -8,7 +8,6 @@
 //! sweep runs further transactions for the rest (up to [`MAX_ARCHIVE_ROUNDS`]), and whatever
 //! is left stays due for the next run of the job.
 
-use std::sync::Arc;
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
@@ -167,9 +166,8 @@ impl UserState {
                 sweep(&mut u, &scope, retention, what, &records)
             })
             .await?;
-        let extractor = Arc::clone(&services.extractor);
         for id in &swept.purged {
-            self.index.remove(&extractor, id);
+            self.index.remove(id);
         }
         self.cache(swept.changed, None, &Prepared::default());
         add(total, swept.report);

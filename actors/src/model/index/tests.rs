@@ -96,7 +96,7 @@ fn neighbouring_turns_lend_their_words_until_removed() {
     let mut hits = ids(&index.search(&EXTRACTOR, &query("hiking", &[])).unwrap());
     hits.sort();
     assert_eq!(hits, ["m0", "m1", "m2"], "both neighbours carry the word");
-    assert!(index.remove(&EXTRACTOR, "m1"));
+    assert!(index.remove("m1"));
     assert!(
         index
             .search(&EXTRACTOR, &query("hiking", &[]))
@@ -104,6 +104,39 @@ fn neighbouring_turns_lend_their_words_until_removed() {
             .is_empty(),
         "nothing of a removed turn stays in its neighbours"
     );
+}
+
+#[test]
+fn a_changed_text_is_read_again_and_its_neighbour_lends_the_new_words() {
+    // What the index reads from a text is kept and reused while the text stays the same;
+    // a new text must be read again, for the record and for the neighbour it lends words to.
+    let mut index = MemoryIndex::default();
+    for (i, text) in ["we went hiking at Mount Tam", "sounds lovely"]
+        .iter()
+        .enumerate()
+    {
+        let r = record(&format!("m{i}"), MemoryKind::Episodic, "", Some(i as u64));
+        index
+            .upsert(&EXTRACTOR, r, Some((*text).into()), None)
+            .unwrap();
+    }
+    let found = |index: &MemoryIndex, word: &str| {
+        let mut hits = ids(&index.search(&EXTRACTOR, &query(word, &[])).unwrap());
+        hits.sort();
+        hits
+    };
+    assert_eq!(found(&index, "hiking"), ["m0", "m1"]);
+    let r = record("m0", MemoryKind::Episodic, "", Some(0));
+    index
+        .upsert(&EXTRACTOR, r.clone(), Some("we went kayaking instead".into()), None)
+        .unwrap();
+    assert!(found(&index, "hiking").is_empty(), "the old words are gone");
+    assert_eq!(found(&index, "kayaking"), ["m0", "m1"]);
+    // The same text again (a status change, a vector arriving) keeps what it is found by.
+    index
+        .upsert(&EXTRACTOR, r, None, Some(vec![1.0, 0.0, 0.0]))
+        .unwrap();
+    assert_eq!(found(&index, "kayaking"), ["m0", "m1"]);
 }
 
 #[test]

@@ -21,11 +21,19 @@ pub(super) struct Bm25Index {
 
 impl Bm25Index {
     /// Adds the document at `slot` (the next free slot) with its words.
-    pub(super) fn add(&mut self, slot: usize, words: &[String]) {
+    pub(super) fn add<'w>(&mut self, slot: usize, words: impl IntoIterator<Item = &'w str>) {
         let mut counts: HashMap<u32, u32> = HashMap::new();
+        let mut len = 0u32;
         for word in words {
-            let next = u32::try_from(self.terms.len()).unwrap_or(u32::MAX);
-            let term = *self.terms.entry(word.clone()).or_insert(next);
+            len = len.saturating_add(1);
+            let term = match self.terms.get(word) {
+                Some(&term) => term,
+                None => {
+                    let term = u32::try_from(self.terms.len()).unwrap_or(u32::MAX);
+                    self.terms.insert(word.to_owned(), term);
+                    term
+                }
+            };
             if term as usize == self.postings.len() {
                 self.postings.push(Vec::new());
             }
@@ -37,7 +45,6 @@ impl Bm25Index {
             self.postings[term as usize].push((slot32, tf));
             held.push(term);
         }
-        let len = u32::try_from(words.len()).unwrap_or(u32::MAX);
         if self.docs.len() <= slot {
             self.docs.resize_with(slot + 1, Default::default);
         }

@@ -429,3 +429,78 @@ fn a_query_naming_someone_ranks_the_turns_that_name_them_first() {
     assert_eq!(ask(&build(0.0)), ["caroline", "neighbour", "melanie"]);
     assert_eq!(ask(&build(1.0)), ["melanie", "caroline", "neighbour"]);
 }
+
+#[test]
+fn texts_read_apart_give_the_terms_and_days_of_the_texts_read_joined() {
+    // A turn is indexed with its neighbours' words from analyses read once a text; they must
+    // give what reading the neighbours' texts joined to the turn's gave.
+    let r: Retriever<&'static str> = Retriever::new(RetrieverParams::default());
+    let written = Some(Timestamp(1_683_548_160_000)); // 2023-05-08
+    let pairs = [
+        (
+            "Yesterday we booked the lake cabin for June 3",
+            "Great, see you on 2023-06-03!",
+        ),
+        ("上周三我们去了杭州，3月5日回来", "明天再约时间吧"),
+        (
+            "Show GMV of 华东 in March from dw_orders, by week",
+            "GMV of 华东 in March: 4 weekly rows.",
+        ),
+        ("running runs ran", "ran, running; RUNS"),
+    ];
+    for (a, b) in pairs {
+        let joined = r.analyse(&EXTRACTOR, &format!("{a}\n{b}"), written);
+        let (a, b) = (
+            r.analyse(&EXTRACTOR, a, written),
+            r.analyse(&EXTRACTOR, b, written),
+        );
+        let apart: Vec<&str> = a.terms().chain(b.terms()).collect();
+        assert_eq!(joined.terms().collect::<Vec<_>>(), apart);
+        let mut days = a.days.to_vec();
+        days.extend(b.days.iter().filter(|d| !a.days.contains(d)));
+        assert_eq!(*joined.days, *days);
+        assert!(!joined.terms.is_empty());
+    }
+}
+
+#[test]
+fn a_document_indexed_from_analyses_ranks_as_one_indexed_from_its_text() {
+    let written = Timestamp(1_683_548_160_000);
+    let features = DocFeatures {
+        written_at: Some(written),
+        ..DocFeatures::default()
+    };
+    let docs = [
+        ("a", "We went to the lake yesterday", "and swam at noon"),
+        ("b", "I booked the dentist", "see you then, on June 3"),
+        ("c", "GMV of 华东 in March", "4 weekly rows from dw_orders"),
+    ];
+    let mut from_text = Retriever::new(RetrieverParams::default());
+    let mut from_analyses = Retriever::new(RetrieverParams::default());
+    for (id, own, next) in docs {
+        let words = format!("{own}\n{next}");
+        let text = DocText { words: &words, own };
+        from_text
+            .index(&EXTRACTOR, id, text, None, features)
+            .unwrap();
+        let own = from_analyses.analyse(&EXTRACTOR, own, Some(written));
+        let next = from_analyses.analyse(&EXTRACTOR, next, Some(written));
+        from_analyses
+            .index_analysed(id, &own, &[&next], None, features)
+            .unwrap();
+    }
+    // Words and days of the neighbour's text as well as of the document's own.
+    for question in [
+        "who swam at noon",
+        "the lake on 2023-05-07",
+        "the dentist on 2023-06-03",
+        "see you then",
+        "weekly rows from dw_orders",
+        "华东 GMV",
+    ] {
+        let query = Query::new(question, 3, SearchMode::Hybrid).now(written);
+        let hits = |r: &Retriever<&'static str>| r.search(&EXTRACTOR, &query).unwrap();
+        assert!(!hits(&from_text).is_empty(), "{question}");
+        assert_eq!(hits(&from_text), hits(&from_analyses), "{question}");
+    }
+}

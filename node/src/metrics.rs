@@ -320,6 +320,13 @@ impl NodeMetrics {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}\n"
             ));
         }
+        for figure in directory.services().store.figures() {
+            let (name, help, value) = (figure.name, figure.help, figure.value);
+            let kind = if figure.counter { "counter" } else { "gauge" };
+            text.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+            ));
+        }
         if let Some(embedder) = &directory.services().embedder {
             render_pool(&mut text, &embedder.pool().stats());
             render_queries(&mut text, embedder.metrics());

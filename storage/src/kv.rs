@@ -74,6 +74,19 @@ impl Default for Limits {
     }
 }
 
+/// One figure a backend reports of itself, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Figure {
+    /// The metric's name (`engram_sqlite_...`).
+    pub name: &'static str,
+    /// What it counts or measures.
+    pub help: &'static str,
+    /// A counter (only grows) rather than a gauge.
+    pub counter: bool,
+    /// Its value now.
+    pub value: f64,
+}
+
 /// A storage backend: something that opens transactions.
 pub trait Engine: Send + Sync + 'static {
     /// Opens one transaction attempt.
@@ -81,6 +94,11 @@ pub trait Engine: Send + Sync + 'static {
 
     /// A short name for logs and metrics ("sqlite", "fdb").
     fn name(&self) -> &'static str;
+
+    /// The backend's own figures for metrics (SQLite's WAL and checkpoints); none by default.
+    fn figures(&self) -> Vec<Figure> {
+        Vec::new()
+    }
 
     /// Whether an acknowledged commit is on stable storage, as the backend is set up now
     /// (read back from it, not from the options it was given). FoundationDB's commits are

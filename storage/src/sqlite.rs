@@ -25,7 +25,7 @@ use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{Error, Result};
-use crate::kv::{Engine, EngineTxn, TxnMode, WriteJob};
+use crate::kv::{Engine, EngineTxn, Figure, TxnMode, WriteJob};
 
 mod backup;
 mod checkpoint;
@@ -133,10 +133,6 @@ pub struct SqliteEngine {
     group: Option<GroupWriter>,
     /// With group commit, the thread that checkpoints the WAL (the writer thread does not).
     /// Last: it stops after the writer thread has.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "held for its Drop, which stops the thread")
-    )]
     checkpointer: Option<Checkpointer>,
 }
 
@@ -326,6 +322,19 @@ impl Engine for SqliteEngine {
 
     fn name(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        let mut figures = vec![Figure {
+            name: "engram_sqlite_write_queue",
+            help: "Write transactions waiting for the group-commit writer thread",
+            counter: false,
+            value: self.queued_jobs() as f64,
+        }];
+        if let Some(checkpointer) = &self.checkpointer {
+            figures.extend(checkpointer.figures());
+        }
+        figures
     }
 
     fn durable_commits(&self) -> Result<bool> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use crate::error::{Error, Result};
-use crate::kv::{Engine, EngineTxn, Limits, SharedCommit, Txn, TxnMode, WriteJob};
+use crate::kv::{Engine, EngineTxn, Figure, Limits, SharedCommit, Txn, TxnMode, WriteJob};
 
 /// How [`Store::run`] retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +141,11 @@ impl Store {
     /// Transaction counters.
     pub fn stats(&self) -> &StoreStats {
         &self.stats
+    }
+
+    /// The backend's own figures, for metrics.
+    pub fn figures(&self) -> Vec<Figure> {
+        self.engine.figures()
     }
 
     /// Runs `f` as one read-write transaction on a blocking thread, with retries. On a backend

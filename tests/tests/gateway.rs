@@ -480,6 +480,14 @@ async fn metrics_count_requests_per_route_and_status_without_user_ids() {
         "a user id leaked into the metrics:\n{text}"
     );
     assert!(text.contains("engram_storage_commits_total"), "{text}");
+    // SQLite's WAL and its checkpoint thread.
+    for name in [
+        "engram_sqlite_write_queue gauge",
+        "engram_sqlite_checkpoints_total counter",
+        "engram_sqlite_wal_pages gauge",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name}")), "{name}:\n{text}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 use rusqlite::Connection;
@@ -37,6 +38,7 @@ use rusqlite::hooks::Wal;
 
 use super::{SqliteOptions, map_err, open_connection};
 use crate::error::{Error, Result};
+use crate::kv::Figure;
 
 /// The name of an engine's checkpoint thread.
 pub(super) const CHECKPOINT_THREAD: &str = "engram-sqlite-checkpoint";
@@ -60,6 +62,10 @@ pub(super) struct State {
     wake: Condvar,
     /// Checkpoints run by the thread.
     runs: AtomicU64,
+    /// Those that failed.
+    failures: AtomicU64,
+    /// Microseconds the thread spent checkpointing.
+    busy_micros: AtomicU64,
     /// `runs` when the writer thread last copied what its commits added during a checkpoint.
     tails: AtomicU64,
     /// Times the hook saw the WAL start again from its beginning.
@@ -92,6 +98,8 @@ impl Checkpointer {
             signal: Mutex::new(Signal::default()),
             wake: Condvar::new(),
             runs: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            busy_micros: AtomicU64::new(0),
             tails: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
             peak: AtomicI64::new(0),
@@ -110,6 +118,57 @@ impl Checkpointer {
     /// What the writer thread installs with [`watch`].
     pub(super) fn state(&self) -> Arc<State> {
         Arc::clone(&self.state)
+    }
+
+    /// What the thread and the writer's hook have seen, for metrics.
+    pub(super) fn figures(&self) -> [Figure; 6] {
+        let s = &self.state;
+        let count = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64;
+        let pages = |n: &AtomicI64| n.load(Ordering::Relaxed).max(0) as f64;
+        let figure = |name, help, counter, value| Figure {
+            name,
+            help,
+            counter,
+            value,
+        };
+        [
+            figure(
+                "engram_sqlite_checkpoints_total",
+                "WAL checkpoints run by the checkpoint thread",
+                true,
+                count(&s.runs),
+            ),
+            figure(
+                "engram_sqlite_checkpoint_failures_total",
+                "WAL checkpoints that failed (each logged)",
+                true,
+                count(&s.failures),
+            ),
+            figure(
+                "engram_sqlite_checkpoint_seconds_total",
+                "Time the checkpoint thread spent copying the WAL into the database file",
+                true,
+                count(&s.busy_micros) / 1e6,
+            ),
+            figure(
+                "engram_sqlite_wal_restarts_total",
+                "Times the WAL started again from its beginning after a complete checkpoint",
+                true,
+                count(&s.restarts),
+            ),
+            figure(
+                "engram_sqlite_wal_pages",
+                "Pages in the WAL after the writer thread's last commit",
+                false,
+                pages(&s.last),
+            ),
+            figure(
+                "engram_sqlite_wal_pages_peak",
+                "The most pages the WAL held after a commit of the writer thread",
+                false,
+                pages(&s.peak),
+            ),
+        ]
     }
 
     /// Checkpoints run so far.
@@ -204,13 +263,17 @@ impl State {
                 }
                 signal.due = false;
             }
+            let started = Instant::now();
             let outcome = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
                 row.get::<_, i64>(1)
             });
+            let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            self.busy_micros.fetch_add(took, Ordering::Relaxed);
             self.runs.fetch_add(1, Ordering::SeqCst);
             let wal = match outcome {
                 Ok(wal) => wal,
                 Err(err) => {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
                     // Another process checkpointing the same file, for one: try again once
                     // the WAL has grown by another interval.
                     tracing::warn!(error = %err, "wal checkpoint failed");

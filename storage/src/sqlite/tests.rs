@@ -540,6 +540,21 @@ async fn a_thread_of_its_own_checkpoints_the_wal_and_it_starts_again() {
     // grows the WAL to 25,000-58,000 pages before it starts again three times; with it, to
     // 48-65 (measured). The bound leaves room for a thread kept waiting by a busy machine.
     assert!(checkpointer.peak() < 5_000, "{} pages", checkpointer.peak());
+    // The metrics say the same.
+    let figures = engine.figures();
+    let figure = |name: &str| figures.iter().find(|f| f.name == name).unwrap().value;
+    assert_eq!(
+        figure("engram_sqlite_checkpoints_total"),
+        checkpointer.runs() as f64
+    );
+    assert!(figure("engram_sqlite_wal_restarts_total") >= 3.0);
+    assert!(figure("engram_sqlite_checkpoint_seconds_total") > 0.0);
+    assert_eq!(
+        figure("engram_sqlite_wal_pages_peak"),
+        checkpointer.peak() as f64
+    );
+    assert_eq!(figure("engram_sqlite_checkpoint_failures_total"), 0.0);
+    assert_eq!(figure("engram_sqlite_write_queue"), 0.0);
     drop(store);
     drop(engine);
     let engine = Arc::new(SqliteEngine::open(&path, options).unwrap());

@@ -8,7 +8,6 @@
 //! sweep runs further transactions for the rest (up to [`MAX_ARCHIVE_ROUNDS`]), and whatever
 //! is left stays due for the next run of the job.
 
-
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::data::archive::RetentionRule;

@@ -128,7 +128,12 @@ fn a_changed_text_is_read_again_and_its_neighbour_lends_the_new_words() {
     assert_eq!(found(&index, "hiking"), ["m0", "m1"]);
     let r = record("m0", MemoryKind::Episodic, "", Some(0));
     index
-        .upsert(&EXTRACTOR, r.clone(), Some("we went kayaking instead".into()), None)
+        .upsert(
+            &EXTRACTOR,
+            r.clone(),
+            Some("we went kayaking instead".into()),
+            None,
+        )
         .unwrap();
     assert!(found(&index, "hiking").is_empty(), "the old words are gone");
     assert_eq!(found(&index, "kayaking"), ["m0", "m1"]);

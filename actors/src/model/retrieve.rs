@@ -15,6 +15,7 @@
 //! (the query says what "now" is) or persist anything: it is derived state, rebuilt from
 //! storage when a user actor starts.
 
+mod analysis;
 mod bm25;
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,7 @@ use std::hash::Hash;
 use engram_storage::model::Timestamp;
 use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
 
+pub use self::analysis::{Analysis, DocText};
 use self::bm25::Bm25Index;
 pub use self::bm25::stem;
 use super::entities::EntityExtractor;
@@ -228,51 +230,6 @@ struct Doc<D> {
     names: Box<[u64]>,
 }
 
-/// A document's text: the words it is found by, and its own text, which says what it names
-/// (a turn is found by its neighbours' words too, but names only what it says itself).
-#[derive(Debug, Clone, Copy)]
-pub struct DocText<'a> {
-    /// The words for BM25 and the days it speaks of.
-    pub words: &'a str,
-    /// The text its named entities are read from.
-    pub own: &'a str,
-}
-
-impl<'a> From<&'a str> for DocText<'a> {
-    fn from(text: &'a str) -> Self {
-        DocText {
-            words: text,
-            own: text,
-        }
-    }
-}
-
-/// What indexing reads from one text, read once by [`Retriever::analyse`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Analysis {
-    /// The terms, one after another: term `i` ends at `ends[i]`.
-    terms: Box<str>,
-    ends: Box<[u32]>,
-    /// The days the text speaks of, in order of first mention (empty while date handling is
-    /// off or the text has no time of writing).
-    days: Box<[DaySpan]>,
-    /// Hashes of what the text names, sorted (empty while entity handling is off).
-    names: Box<[u64]>,
-}
-
-impl Analysis {
-    /// The terms, in the order of the text.
-    fn terms(&self) -> impl Iterator<Item = &str> {
-        let mut start = 0;
-        self.ends.iter().map(move |&end| {
-            let end = end as usize;
-            let term = &self.terms[start..end];
-            start = end;
-            term
-        })
-    }
-}
-
 /// One user's retrieval index. `D` is the caller's document id (a string key: it also keys
 /// the vector index).
 pub struct Retriever<D> {
@@ -317,56 +274,6 @@ impl<D: Clone + Eq + Hash + Borrow<str>> Retriever<D> {
     /// Whether nothing is indexed.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
-    }
-
-    /// What [`Retriever::index_analysed`] reads from `text`, written at `written_at`: its terms,
-    /// the days it speaks of (resolved against its own time of writing) and what it names.
-    /// Read once and kept, a text need not be read again each time it is indexed beside
-    /// another (a turn is indexed with its neighbours' words).
-    pub fn analyse(
-        &self,
-        extractor: &EntityExtractor,
-        text: &str,
-        written_at: Option<Timestamp>,
-    ) -> Analysis {
-        let mut analysis = self.analyse_words(extractor, text, written_at);
-        analysis.names = self.names(extractor, text);
-        analysis
-    }
-
-    fn analyse_words(
-        &self,
-        extractor: &EntityExtractor,
-        text: &str,
-        written_at: Option<Timestamp>,
-    ) -> Analysis {
-        let terms = self.terms(extractor, text);
-        let mut joined = String::with_capacity(terms.iter().map(String::len).sum());
-        let mut ends = Vec::with_capacity(terms.len());
-        for term in &terms {
-            joined.push_str(term);
-            ends.push(u32::try_from(joined.len()).unwrap_or(u32::MAX));
-        }
-        let days = match written_at {
-            Some(written) if self.params.date_weight > 0.0 => {
-                temporal::mentioned(text, written).into_boxed_slice()
-            }
-            _ => Box::default(),
-        };
-        Analysis {
-            terms: joined.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
-            days,
-            names: Box::default(),
-        }
-    }
-
-    fn names(&self, extractor: &EntityExtractor, text: &str) -> Box<[u64]> {
-        if self.params.entity_weight > 0.0 {
-            extractor.mention_hashes(text)
-        } else {
-            Box::default()
-        }
     }
 
     /// Indexes a document, replacing any earlier one with the same id. `vector` must have

@@ -9,7 +9,8 @@
 //! and the throughput ratio. Texts are the conversation turns of `shared/data/locomo-dev.json`.
 //!
 //! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench embed`
-//! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5).
+//! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5; `ENGRAM_BENCH_DEVICE=cuda`
+//! runs it on the GPU, where float32 is measured with and without libtorch's autocast).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,18 +33,30 @@ fn main() -> Result<()> {
     let span = common::measurement();
     let secs = span.as_secs();
     let texts = Arc::new(locomo_turns()?);
+    let device = bench_device()?;
     let config = EncoderConfig {
-        device: DeviceChoice::Cpu,
+        device,
         ..EncoderConfig::default()
     };
     let encoder = Encoder::load(&config)?;
-    let packed = |precision| {
-        Encoder::load(&EncoderConfig {
-            precision,
-            ..config.clone()
-        })
-    };
-    let (float16, int8) = (packed(Precision::Float16)?, packed(Precision::Int8)?);
+    // The packed precisions are the CPU's (elsewhere the layers stay float32); on a GPU the
+    // float32 encoder under libtorch's autocast (half-precision matrix products) is measured
+    // beside it instead, when it runs there.
+    let mut packed: Vec<(&str, Option<Encoder>, bool)> = Vec::new();
+    if encoder.device_name() == "cpu" {
+        for (label, precision) in [("float16", Precision::Float16), ("int8", Precision::Int8)] {
+            let config = EncoderConfig {
+                precision,
+                ..config.clone()
+            };
+            packed.push((label, Some(Encoder::load(&config)?), false));
+        }
+    } else {
+        match embed(&encoder, &texts[..8], true) {
+            Ok(_) => packed.push(("autocast", None, true)),
+            Err(err) => println!("autocast is not measured: {err:#}\n"),
+        }
+    }
     let tokens: usize = encoder
         .tokenize(&texts, TextRole::Passage)?
         .iter()
@@ -62,53 +75,68 @@ fn main() -> Result<()> {
     );
 
     println!("## direct encoder\n");
-    println!(
-        "| batch size | float32 embeddings/s | ms/batch | float16 embeddings/s | ms/batch | \
-         int8 embeddings/s | ms/batch | float16 / float32 | int8 / float32 |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let encoders = [&encoder, &float16, &int8];
+    let mut header = "| batch size | float32 embeddings/s | ms/batch |".to_owned();
+    let mut rule = "|---:|---:|---:|".to_owned();
+    for (label, ..) in &packed {
+        header.push_str(&format!(" {label} embeddings/s | ms/batch |"));
+        rule.push_str("---:|---:|");
+    }
+    for (label, ..) in &packed {
+        header.push_str(&format!(" {label} / float32 |"));
+        rule.push_str("---:|");
+    }
+    println!("{header}\n{rule}");
+    let encoders: Vec<(&Encoder, bool)> = std::iter::once((&encoder, false))
+        .chain(
+            packed
+                .iter()
+                .map(|(_, own, autocast)| (own.as_ref().unwrap_or(&encoder), *autocast)),
+        )
+        .collect();
     // Warm-up: libtorch's first passes at new shapes are several times slower.
-    for batch in [1, 8, 32, 128] {
-        for encoder in encoders {
-            direct_batches(encoder, &texts, batch, Duration::from_millis(500))?;
+    let sizes = [1, 8, 32, 128];
+    for batch in sizes {
+        for &(encoder, autocast) in &encoders {
+            direct_batches(encoder, autocast, &texts, batch, Duration::from_millis(500))?;
         }
     }
     // The sizes and precisions take turns in short rounds, so drift in the shared machine's
     // load hits all.
-    let sizes = [1, 8, 32, 128];
-    let mut totals = [[(0, Duration::ZERO); 3]; 4];
+    let mut totals = vec![vec![(0, Duration::ZERO); encoders.len()]; sizes.len()];
     for _ in 0..ROUNDS {
         for (batch, total) in sizes.iter().zip(&mut totals) {
-            for (encoder, total) in encoders.iter().zip(total.iter_mut()) {
-                let (done, elapsed) = direct_batches(encoder, &texts, *batch, span / ROUNDS)?;
+            for (&(encoder, autocast), total) in encoders.iter().zip(total.iter_mut()) {
+                let (done, elapsed) =
+                    direct_batches(encoder, autocast, &texts, *batch, span / ROUNDS)?;
                 total.0 += done;
                 total.1 += elapsed;
             }
         }
     }
     for (batch, totals) in sizes.into_iter().zip(totals) {
-        let [
-            (per_sec, ms),
-            (f16_per_sec, f16_ms),
-            (int8_per_sec, int8_ms),
-        ] = totals.map(|(done, elapsed)| {
-            let per_sec = done as f64 / elapsed.as_secs_f64();
-            (per_sec, 1000.0 * batch as f64 / per_sec)
-        });
-        println!(
-            "| {batch} | {per_sec:.1} | {ms:.1} | {f16_per_sec:.1} | {f16_ms:.1} | \
-             {int8_per_sec:.1} | {int8_ms:.1} | {:.2} | {:.2} |",
-            f16_per_sec / per_sec,
-            int8_per_sec / per_sec
-        );
+        let per_sec: Vec<f64> = totals
+            .iter()
+            .map(|(done, elapsed)| *done as f64 / elapsed.as_secs_f64())
+            .collect();
+        let mut row = format!("| {batch} |");
+        for rate in &per_sec {
+            row.push_str(&format!(
+                " {rate:.1} | {:.1} |",
+                1000.0 * batch as f64 / rate
+            ));
+        }
+        for rate in &per_sec[1..] {
+            row.push_str(&format!(" {:.2} |", rate / per_sec[0]));
+        }
+        println!("{row}");
     }
     let sample = &texts[..256.min(texts.len())];
     let reference = encoder.embed(sample, TextRole::Passage)?;
-    for (label, other) in [("float16", &float16), ("int8", &int8)] {
+    for (label, own, autocast) in &packed {
+        let other = own.as_ref().unwrap_or(&encoder);
         let cosines: Vec<f64> = reference
             .iter()
-            .zip(other.embed(sample, TextRole::Passage)?)
+            .zip(embed(other, sample, *autocast)?)
             .map(|(a, b)| a.iter().zip(&b).map(|(x, y)| f64::from(x * y)).sum())
             .collect();
         println!(
@@ -118,7 +146,7 @@ fn main() -> Result<()> {
             cosines.iter().copied().fold(f64::INFINITY, f64::min)
         );
     }
-    drop((float16, int8));
+    drop(packed);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -127,22 +155,48 @@ fn main() -> Result<()> {
     runtime.block_on(concurrent(encoder, config, texts, span))
 }
 
+/// `ENGRAM_BENCH_DEVICE`: `cpu` (the default), `auto` (CUDA where libtorch sees it) or
+/// `cuda`.
+fn bench_device() -> Result<DeviceChoice> {
+    match std::env::var("ENGRAM_BENCH_DEVICE").as_deref() {
+        Err(_) | Ok("cpu") => Ok(DeviceChoice::Cpu),
+        Ok("auto") => Ok(DeviceChoice::Auto),
+        Ok("cuda") => Ok(DeviceChoice::Cuda(0)),
+        Ok(other) => anyhow::bail!("ENGRAM_BENCH_DEVICE is cpu, auto or cuda, not {other:?}"),
+    }
+}
+
 /// Runs batches of `batch` consecutive turns for about `span`; returns texts done and time.
 fn direct_batches(
     encoder: &Encoder,
+    autocast: bool,
     texts: &[String],
     batch: usize,
     span: Duration,
 ) -> Result<(usize, Duration)> {
-    encoder.embed(&texts[..batch], TextRole::Passage)?; // warm-up
+    embed(encoder, &texts[..batch], autocast)?; // warm-up
     let started = Instant::now();
     let mut done = 0;
     while started.elapsed() < span {
         let start = done % (texts.len() - batch);
-        encoder.embed(&texts[start..start + batch], TextRole::Passage)?;
+        embed(encoder, &texts[start..start + batch], autocast)?;
         done += batch;
     }
     Ok((done, started.elapsed()))
+}
+
+/// Embeds `texts` as passages, under libtorch's autocast where `autocast` says (CUDA only).
+fn embed(encoder: &Encoder, texts: &[String], autocast: bool) -> Result<Vec<Vec<f32>>> {
+    if !autocast {
+        return Ok(encoder.embed(texts, TextRole::Passage)?);
+    }
+    let call = std::panic::AssertUnwindSafe(|| {
+        tch::autocast(true, || encoder.embed(texts, TextRole::Passage))
+    });
+    match std::panic::catch_unwind(call) {
+        Ok(embedded) => Ok(embedded?),
+        Err(_) => anyhow::bail!("the forward pass panicked under autocast"),
+    }
 }
 
 /// One measurement: calls answered, time taken, latencies in microseconds.

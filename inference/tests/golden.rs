@@ -154,7 +154,10 @@ fn minilm_golden(precision: Precision) -> Result<()> {
         .map(|item| item.embedding.as_slice())
         .collect();
     check_embeddings(
-        &format!("all-minilm-l6-v2 {precision:?}"),
+        &format!(
+            "all-minilm-l6-v2 {precision:?} on {}",
+            encoder.device_name()
+        ),
         &got,
         &want,
         &texts,
@@ -239,7 +242,10 @@ fn e5_golden(precision: Precision, bound: f64) -> Result<()> {
         let got = encoder.embed(&texts, role).context("embedding")?;
         let want: Vec<&[f32]> = items.iter().map(|item| item.embedding.as_slice()).collect();
         check_embeddings(
-            &format!("multilingual-e5-small {role:?} {precision:?}"),
+            &format!(
+                "multilingual-e5-small {role:?} {precision:?} on {}",
+                encoder.device_name()
+            ),
             &got,
             &want,
             &texts,

@@ -83,6 +83,11 @@ impl Encoder {
         self.tokenizer.max_len()
     }
 
+    /// Whether the forward passes run on the CPU (rather than a GPU).
+    pub fn on_cpu(&self) -> bool {
+        self.bert.device() == Device::Cpu
+    }
+
     /// Where the forward passes run: `cpu` or `cuda:N`.
     pub fn device_name(&self) -> String {
         match self.bert.device() {

@@ -90,7 +90,7 @@ pub struct GenerationConfig {
     /// In the idle class, while the machine is busy, the share of the time (percent, 1 to
     /// 100; 100: no limit) prefills and decoding steps may take: the thread rests after each
     /// for the rest, as the embedding pool's background worker does
-    /// ([`crate::PoolConfig::background_busy_share_percent`]).
+    /// ([`crate::PoolConfig::background_busy_share_percent`]); on the CPU only.
     pub busy_share_percent: u8,
     /// System prompts whose prefix the decoding thread computes as soon as it starts (while a
     /// starting node is quiet), instead of under the first requests' load.

@@ -85,7 +85,8 @@ pub struct PoolConfig {
     /// 100: no limit), that idle-class background batches may take: each rests after it for
     /// the rest of that time ([`rest::busy_pause`]), or until the machine is quiet
     /// ([`rest::Rest`]). The idle class alone still lets them run in every gap a request
-    /// leaves, and take the caches with them.
+    /// leaves, and take the caches with them. Where the encoder runs on the CPU only: a
+    /// batch on a GPU takes the device, not the cores, and does not rest.
     pub background_busy_share_percent: u8,
 }
 

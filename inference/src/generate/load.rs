@@ -43,9 +43,9 @@ pub(super) fn load_and_run(
 ) {
     let Loading {
         config,
+        device,
         shared,
         model_name,
-        ..
     } = *loading;
     let started = Instant::now();
     let Some((model, tokenizer)) = load_until_loaded(loading, gguf, done) else {
@@ -65,7 +65,8 @@ pub(super) fn load_and_run(
         prefixes: HashMap::new(),
         warm: config.system_prompts.clone(),
         max_batch: config.max_batch.max(1),
-        busy_share_percent: (config.priority == BackgroundPriority::Idle)
+        // On a GPU the decoding owes no rest ([`crate::pool`]'s workers likewise).
+        busy_share_percent: (config.priority == BackgroundPriority::Idle && device == Device::Cpu)
             .then_some(config.busy_share_percent),
     };
     if config.priority == BackgroundPriority::Idle {

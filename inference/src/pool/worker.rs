@@ -51,6 +51,17 @@ pub(crate) enum Serves {
     Background,
 }
 
+impl Serves {
+    /// Whether a worker of this kind rests after its batches while the machine is busy
+    /// ([`super::rest::busy_pause`]): the background one, in the idle class, with its encoder
+    /// on the CPU. A batch on a GPU owes no rest: its forward pass takes the device, not the
+    /// CPU time a rest leaves to requests (resting there held the vectors minutes behind the
+    /// writes under load: docs/benchmarks.md, "On a GPU").
+    pub(crate) fn rests(self, background: BackgroundPriority, on_cpu: bool) -> bool {
+        self == Serves::Background && background == BackgroundPriority::Idle && on_cpu
+    }
+}
+
 /// A worker's start-up arguments.
 pub(crate) struct WorkerArgs {
     pub(crate) index: usize,
@@ -94,8 +105,10 @@ impl Actor for EncoderWorker {
         args: WorkerArgs,
     ) -> std::result::Result<WorkerState, ActorProcessingErr> {
         let idle = args.background == BackgroundPriority::Idle;
-        let busy_share_percent =
-            (args.serves == Serves::Background && idle).then_some(args.busy_share_percent);
+        let busy_share_percent = args
+            .serves
+            .rests(args.background, args.encoder.on_cpu())
+            .then_some(args.busy_share_percent);
         let (lane, cancel) = match args.serves {
             Serves::Interactive => (
                 Lane::start(format!("embed-{}", args.index), false, &args.threads)?,
@@ -249,4 +262,20 @@ fn embed_all(
     let tokens = ids.iter().map(Vec::len).sum();
     let (vectors, passes) = encoder.embed_ids(&ids, cancel)?;
     Ok((vectors, passes, tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the idle-class background worker rests, and only with its encoder on the CPU.
+    #[test]
+    fn only_a_background_worker_on_the_cpu_rests() {
+        let (idle, normal) = (BackgroundPriority::Idle, BackgroundPriority::Normal);
+        assert!(Serves::Background.rests(idle, true));
+        assert!(!Serves::Background.rests(idle, false), "a GPU batch rested");
+        assert!(!Serves::Background.rests(normal, true));
+        assert!(!Serves::Interactive.rests(idle, true));
+        assert!(!Serves::Interactive.rests(idle, false));
+    }
 }

@@ -192,13 +192,16 @@ impl UserData<'_> {
         if entry.text != text {
             return Ok(Completion::Dropped);
         }
-        self.clear_pending(memory_id)?;
         match self.record(entry.kind, memory_id)? {
             Some(record) if record.status != MemoryStatus::Deleted => {
+                // Clears the entry too.
                 self.put_embedding(memory_id, embedding)?;
                 Ok(Completion::Stored)
             }
-            Some(_) | None => Ok(Completion::Dropped),
+            Some(_) | None => {
+                self.clear_pending(memory_id)?;
+                Ok(Completion::Dropped)
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::{Completion, pending_users};
 use crate::data::tests::{record, with_user};
-use crate::model::{Embedding, MemoryKind, PendingInference, Timestamp};
+use crate::model::{Embedding, MemoryKind, MemoryStatus, PendingInference, Timestamp};
 use crate::{Keyspace, Store, WorkQueue};
 
 #[test]
@@ -23,9 +23,14 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
             u.put_record(&record(id, MemoryKind::Episodic, None))?;
             u.put_pending(id, &pending(&format!("text {id}"), 5))?;
         }
-        // m1 is rewritten before its vector comes, m3 deleted.
+        // m1 is rewritten before its vector comes, m3 deleted, m4 marked deleted (its record
+        // kept).
         u.put_pending("m1", &pending("text m1 again", 7))?;
         u.remove_record(MemoryKind::Episodic, "m3")?;
+        let mut gone = record("m4", MemoryKind::Episodic, None);
+        gone.status = MemoryStatus::Deleted;
+        u.put_record(&gone)?;
+        u.put_pending("m4", &pending("text m4", 6))?;
         Ok(())
     });
     let users = store
@@ -43,6 +48,7 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
             u.complete_pending("m1", "text m1", &vector)?,
             u.complete_pending("m2", "text m2", &vector)?,
             u.complete_pending("m3", "text m3", &vector)?,
+            u.complete_pending("m4", "text m4", &vector)?,
         ];
         assert_eq!(
             u.settle_pending()?,
@@ -51,7 +57,7 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
         );
         Ok(outcomes)
     });
-    assert_eq!(outcomes, [Dropped, Stored, Dropped]);
+    assert_eq!(outcomes, [Dropped, Stored, Dropped, Dropped]);
     let left = with_user(&store, &ks, "alice", |u| {
         Ok((
             u.pending_entries(10)?,
@@ -59,7 +65,11 @@ fn a_vector_is_stored_only_for_the_text_still_pending_and_the_work_index_follows
             u.embedding("m2")?,
         ))
     });
-    assert_eq!(left.0.len(), 1, "the rewritten text still waits");
+    assert_eq!(
+        left.0.len(),
+        1,
+        "the rewritten text still waits, the deleted record's entry is gone"
+    );
     assert_eq!(left.0[0].1.text, "text m1 again");
     assert_eq!((left.1, left.2), (None, Some(vector.clone())));
     with_user(&store, &ks, "alice", |u| {

@@ -153,8 +153,9 @@ static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
 /// asks after an earlier request (by a status word, or a question about an intent already
 /// made that voices no grievance), is a question that asks no one to do anything (and tells
 /// no grievance or fault: "你们怎么回事" complains, "投诉电话是多少" asks), only gives personal
-/// data, or corrects or updates it. Naming an earlier complaint ("我上周投诉的") voices no
-/// new grievance.
+/// data, corrects or updates it (not an error in what the business made), or laughs with the
+/// assistant and asks for nothing. Naming an earlier complaint ("我上周投诉的") voices no new
+/// grievance.
 pub fn no_new_intent(message: &str) -> bool {
     let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
     // A grievance or a fault told; with "still not" or "again", a question about an earlier

@@ -24,7 +24,7 @@ fn re(pattern: &str) -> Regex {
 
 /// Days and times that make an appointment phrase concrete.
 const WHEN_ZH: &str = "(今天|明天|后天|大后天|今晚|明早|明晚|今早|下午|上午|周[一二三四五六日天]|星期[一二三四五六日天天]|礼拜[一二三四五六日天]|下周|这周|本周|[0-9一二三四五六七八九十]+[号日]|([0-9]+|[二三四五六七八九十]|十[一二])点|一点(钟|半)|[0-9一二三四五六七八九十]+点半)";
-const WHEN_EN: &str = r"(today|tomorrow|tonight|monday|tuesday|wednesday|thursday|friday|saturday|sunday|next week|this week|\d{1,2}(:\d\d)?\s?(am|pm)|at \d{1,2}\b|\b(the )?\d{1,2}(st|nd|rd|th)\b)";
+const WHEN_EN: &str = r"(today|tomorrow|tonight|(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b|next week|this week|\d{1,2}(:\d\d)?\s?(am|pm)|at \d{1,2}\b|\b(the )?\d{1,2}(st|nd|rd|th)\b)";
 
 /// Intents negated right where they are named ("不是要投诉", "I'm not cancelling"), or a
 /// message that says it only asks ("就是问问", "just wondering"): no new intent.
@@ -37,7 +37,7 @@ static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
 /// Questions (about how things work, or about an earlier request) that carry no new intent.
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|几(天|号|个|次|周|月|年|小时|分钟)|吗[，,]|哪些|哪里|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
+        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|(^|[^好])几(天|号|个|次|周|月|年|小时|分钟)|吗[，,]|哪些|哪里|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
     )
 });
 
@@ -70,7 +70,7 @@ static RENEW: LazyLock<Regex> = LazyLock::new(|| {
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b|(说|反映|提|打|找|讲)(了|过)?(好几|很多|无数)次|到现在(还是|也|都)";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -122,7 +122,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理好了(没|吗)|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust checking\b.{0,60}\b(was|were|went|has been|have been|got)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b|(有|什么)进展|还(在|算数|有效)(吧|吗)|(同意|批准|答应)了(吗|没)|\bwas (that|it|this) (ok|okay|fine|alright|approved|accepted)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理好了(没|吗)|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust (checking|wanted to check|want to check|making sure)\b.{0,60}\b(was|were|went|has been|have been|got|received)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b|(有|什么)进展|还(在|算数|有效)(吧|吗)|(同意|批准|答应)了(吗|没)|\bwas (that|it|this) (ok|okay|fine|alright|approved|accepted)\b)",
     )
 });
 
@@ -135,12 +135,12 @@ static STATUS_IF_ASKED: LazyLock<Regex> =
 /// "刚续的", "I cancelled"): a question about it asks after an earlier request.
 static EARLIER: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续|退订|取消|投诉|报修|反映|提交|订|付|交|缴)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|re-?booked|booked|reported|filed)\b)",
+        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续费|续|退订|取消|投诉|报修|反映|提交|订|付|交|缴)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|re-?booked|booked|reported|filed)\b)",
     )
 });
 
-/// A question form anywhere in the message.
-static ASKED: LazyLock<Regex> = LazyLock::new(|| re(r"[?？吗呢]"));
+/// A question form anywhere in the message, or a closing "了没(有)" ("生效了没有啊").
+static ASKED: LazyLock<Regex> = LazyLock::new(|| re(r"([?？吗呢]|了没有?[啊呀吧]?\s*$)"));
 
 /// What turns a question about an earlier request into a grievance ("我约的师傅怎么还没来？").
 static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
@@ -174,7 +174,7 @@ pub fn no_new_intent(message: &str) -> bool {
             && !MOVED.is_match(message)
             && (!ASKS_FOR_A_SLOT.is_match(message)
                 || OPENING_HOURS.is_match(message)
-                || ASKS_ABOUT_MINE.is_match(message)))
+                || (ASKS_ABOUT_MINE.is_match(message) && !RESCHEDULE.is_match(message))))
         || (PERSONAL_DATA.is_match(message)
             && !INTENT_CUE.is_match(message)
             && !ASKS_FOR_A_SLOT.is_match(message)
@@ -206,7 +206,7 @@ static LAUGH: LazyLock<Regex> =
 /// beside it.
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|\b(updating|replacing|changing) (my|the) (card|payment (card|details|method))\b)",
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|(之前|刚才|上次)(填|写|登记|留)错了|\b(update|updating|replace|replacing|change|changing) (my|the) (card|payment (card|details|method))\b)",
     )
 });
 
@@ -219,18 +219,19 @@ static NO_WISH_OF_ONES_OWN: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
-/// A question about the customer's own booking ("what time is my eye test tomorrow?",
-/// "我的体检是几点？") names a day without asking for a slot.
+/// A question about the customer's own booking, or beside it ("what time is my eye test
+/// tomorrow?", "我的体检是几点？", "I've got an appointment on Friday, do you …",
+/// "我下周三约了洗牙，…") names a day without asking for a slot (unless it moves it).
 static ASKS_ABOUT_MINE: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(\b(what time|when|where|what day|which day) (is|was|are|were) (my|our)\b|我的.{0,12}(几点|什么时候|哪天|在哪)|\b(i'?ve got|i have|i'?ve booked|we'?ve got|we have) (my|our) \w+( \w+)? (in|booked)\b|我.{0,6}(约了|预约了|订了).{0,12}[，,].{0,4}(想问|问下|问一下|请问))",
+        r"(?i)(\b(what time|when|where|what day|which day) (is|was|are|were) (my|our)\b|我的.{0,12}(几点|什么时候|哪天|在哪)|\b(i'?ve got|i have|i'?ve booked|we'?ve got|we have) (my|our) \w+( \w+)? (in|booked)\b|\b(i'?ve got|i have|we'?ve got|we have) (my|our|an?) (\w+ ){0,2}(appointment|booking|reservation|session|lesson|class)\b|我.{0,8}(约了|预约了|订了|挂了)[^，,。]{0,12}[，,])",
     )
 });
 
 /// Personal data given ("我的身份证号是…", "my new email is …", a phone or ID number).
 static PERSONAL_DATA: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(\d{17}[\dX]|\b1[3-9]\d{9}\b|[\w.+-]+@[\w-]+\.[\w.]+|(我的|新的?)(身份证|手机|电话|邮箱|地址|姓名|生日)|\bmy (new |old )?(email( address)?|e-mail|phone( number)?|mobile( number)?|number|address|date of birth|birthday|id( number)?)( is|:)|\b(dob|date of birth)\b)",
+        r"(?i)(\d{17}[\dX]|\b1[3-9]\d{9}\b|[\w.+-]+@[\w-]+\.[\w.]+|(我的|新的?)(身份证|手机|电话|邮箱|地址|姓名|生日)|我(身份证|手机|电话|邮箱|地址|生日)号?(码)?(是|：|:)|\bmy (new |old )?(email( address)?|e-mail|phone( number)?|mobile( number)?|number|address|date of birth|birthday|id( number)?)( is|:)|\b(dob|date of birth)\b)",
     )
 });
 
@@ -240,7 +241,7 @@ static PERSONAL_DATA: LazyLock<Regex> = LazyLock::new(|| {
 /// whatever a model reads into it.
 static INTENT_CUE: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(约|预订|预定|挂|订|排期|安排|上门|投诉|坏|退|取消|停|关|续|充值|不满|问题|故障|没收到|\b(book|appointment|reserv|schedul|slot|visit|consult|come|send|cancel|stop|terminate|unsubscribe|renew|extend|top[- ]?up|complain|broken|refund|fix|repair|wrong|late|missing|arriv|deliver|end|contract)\w*)",
+        r"(?i)(约|预订|预定|挂|订|排期|安排|上门|投诉|坏|退|取消|注销|销户|停|关|续|充值|不满|问题|故障|没收到|\b(book|appointment|reserv|schedul|slot|visit|consult|come|send|cancel|stop|terminate|unsubscribe|renew|extend|top[- ]?up|complain|broken|refund|fix|repair|wrong|late|missing|arriv|deliver|end|contract)\w*)",
     )
 });
 
@@ -260,10 +261,11 @@ static RESCHEDULE: LazyLock<Regex> = LazyLock::new(|| {
 /// A move with where it goes ([`MOVE`]).
 static MOVED: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({MOVE})")));
 
-/// A question about opening hours names a day without asking for a slot ("周日几点开门？").
+/// A question about opening hours, or about how busy a time is, names a day without asking
+/// for a slot ("周日几点开门？", "周五晚上人多吗").
 static OPENING_HOURS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b)",
+        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b|人多|排队(吗|久)|\b(busy|crowded|packed|quiet)\b)",
     )
 });
 

@@ -539,3 +539,64 @@ fn being_told_something_late_is_a_complaint() {
         &["I booked the table for 7, it's 7:40 and now you're telling me it isn't ready?"],
     );
 }
+
+// The classes set 14 showed.
+
+#[test]
+fn a_problem_reported_many_times_is_a_complaint() {
+    finds(
+        "complaint",
+        &[
+            "宿舍空调一直不制冷，找物业反映了好几次，到现在也没人管",
+            "打印机卡纸的事跟你们说过很多次了",
+        ],
+    );
+}
+
+#[test]
+fn a_cancellation_with_an_id_number_is_a_cancellation() {
+    finds(
+        "subscription_cancel",
+        &["帮我把宽带注销了吧，身份证号000000198001010000"],
+    );
+}
+
+#[test]
+fn asking_how_busy_a_time_is_only_asks() {
+    no_intent(&[
+        "周六上午游泳馆人多吗？",
+        "Is the climbing wall usually busy on Sunday mornings?",
+    ]);
+    not_vetoed(&["Are you busy on Friday? I'd like to book a haircut"]);
+}
+
+#[test]
+fn a_question_beside_an_appointment_one_has_only_asks() {
+    no_intent(&[
+        "I have an eye test appointment on Monday, should I bring my old glasses?",
+        "我明天上午约了体检，需要空腹吗",
+    ]);
+    // Moving it is a request.
+    not_vetoed(&["我约了周三的课，能改到周五吗"]);
+}
+
+#[test]
+fn a_weekday_in_the_plural_is_a_habit_not_a_slot() {
+    no_intent(&["do you run beginner pottery classes on mondays?"]);
+}
+
+#[test]
+fn asking_whether_an_earlier_renewal_took_effect_asks_after_it() {
+    no_intent(&[
+        "昨天续费的会员，到账了没有啊",
+        "I topped up my transit card last night, just wanted to check you received it",
+    ]);
+}
+
+#[test]
+fn data_given_with_an_earlier_mistake_or_a_card_to_use_only_gives_data() {
+    no_intent(&[
+        "我邮箱是zhou@example.com，上次留错了",
+        "please change the card on file to the one ending 0005",
+    ]);
+}

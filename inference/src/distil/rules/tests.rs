@@ -3,6 +3,7 @@
 use super::*;
 
 mod held_out;
+mod labels_sets;
 
 fn found(message: &str) -> Option<(String, Priority)> {
     apply(message).map(|d| (d.intent_type, d.priority))

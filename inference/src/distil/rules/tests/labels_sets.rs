@@ -1,6 +1,6 @@
 //! The classes of messages held-out sets 13 and 14 showed, the sets written from
 //! `inference/data/LABELS.md` (each pinned with messages that are in no set:
-//! docs/benchmarks.md, "Sets 13 and 14").
+//! docs/benchmarks.md, "Sets 13 to 15").
 
 use super::held_out::{finds, no_intent, not_vetoed};
 

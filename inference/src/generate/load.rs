@@ -65,8 +65,7 @@ pub(super) fn load_and_run(
         prefixes: HashMap::new(),
         warm: config.system_prompts.clone(),
         max_batch: config.max_batch.max(1),
-        // On a GPU the decoding owes no rest ([`crate::pool`]'s workers likewise).
-        busy_share_percent: (config.priority == BackgroundPriority::Idle && device == Device::Cpu)
+        busy_share_percent: crate::pool::rest::rests(config.priority, device == Device::Cpu)
             .then_some(config.busy_share_percent),
     };
     if config.priority == BackgroundPriority::Idle {

@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::lanes::BackgroundPriority;
+
 /// How long threads have run on a CPU and waited in a run queue for one, as the kernel counts
 /// them (`/proc/self/task/<tid>/schedstat`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -81,6 +83,15 @@ const QUIET_PERCENT: u64 = 50;
 /// Lower than the quiet line, so under a moderate load a rest ends at its first slice and
 /// under a heavy one it runs its course.
 const BUSY_PERCENT: u64 = 25;
+
+/// Whether background work of `priority` rests after each batch or step while the machine is
+/// busy: in the idle class, on the CPU. Work on a GPU owes no rest: it takes the device, not
+/// the CPU time a rest leaves to requests (resting there held the vectors minutes behind the
+/// writes under load: docs/benchmarks.md, "On a GPU"). The embedding pool's background worker
+/// and the decoder both follow it.
+pub(crate) fn rests(priority: BackgroundPriority, on_cpu: bool) -> bool {
+    priority == BackgroundPriority::Idle && on_cpu
+}
 
 /// How long an idle-class lane rests after a batch that took `wall` on the clock, given what
 /// the machine and the lane's threads did meanwhile (`load`, [`Load::since`]), so that while

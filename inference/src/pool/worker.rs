@@ -53,12 +53,10 @@ pub(crate) enum Serves {
 
 impl Serves {
     /// Whether a worker of this kind rests after its batches while the machine is busy
-    /// ([`super::rest::busy_pause`]): the background one, in the idle class, with its encoder
-    /// on the CPU. A batch on a GPU owes no rest: its forward pass takes the device, not the
-    /// CPU time a rest leaves to requests (resting there held the vectors minutes behind the
-    /// writes under load: docs/benchmarks.md, "On a GPU").
+    /// ([`super::rest::busy_pause`]): the background one, where background work rests
+    /// ([`super::rest::rests`]).
     pub(crate) fn rests(self, background: BackgroundPriority, on_cpu: bool) -> bool {
-        self == Serves::Background && background == BackgroundPriority::Idle && on_cpu
+        self == Serves::Background && super::rest::rests(background, on_cpu)
     }
 }
 

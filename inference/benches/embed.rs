@@ -41,19 +41,19 @@ fn main() -> Result<()> {
     let encoder = Encoder::load(&config)?;
     // The packed precisions are the CPU's (elsewhere the layers stay float32); on a GPU the
     // float32 encoder under libtorch's autocast (half-precision matrix products) is measured
-    // beside it instead, when it runs there.
-    let mut packed: Vec<(&str, Option<Encoder>, bool)> = Vec::new();
-    if encoder.device_name() == "cpu" {
+    // beside it instead, when it runs there (no encoder of its own: the float32 one).
+    let mut packed: Vec<(&str, Option<Encoder>)> = Vec::new();
+    if encoder.on_cpu() {
         for (label, precision) in [("float16", Precision::Float16), ("int8", Precision::Int8)] {
             let config = EncoderConfig {
                 precision,
                 ..config.clone()
             };
-            packed.push((label, Some(Encoder::load(&config)?), false));
+            packed.push((label, Some(Encoder::load(&config)?)));
         }
     } else {
         match embed(&encoder, &texts[..8], true) {
-            Ok(_) => packed.push(("autocast", None, true)),
+            Ok(_) => packed.push(("autocast", None)),
             Err(err) => println!("autocast is not measured: {err:#}\n"),
         }
     }
@@ -90,7 +90,7 @@ fn main() -> Result<()> {
         .chain(
             packed
                 .iter()
-                .map(|(_, own, autocast)| (own.as_ref().unwrap_or(&encoder), *autocast)),
+                .map(|(_, own)| (own.as_ref().unwrap_or(&encoder), own.is_none())),
         )
         .collect();
     // Warm-up: libtorch's first passes at new shapes are several times slower.
@@ -132,11 +132,11 @@ fn main() -> Result<()> {
     }
     let sample = &texts[..256.min(texts.len())];
     let reference = encoder.embed(sample, TextRole::Passage)?;
-    for (label, own, autocast) in &packed {
+    for (label, own) in &packed {
         let other = own.as_ref().unwrap_or(&encoder);
         let cosines: Vec<f64> = reference
             .iter()
-            .zip(embed(other, sample, *autocast)?)
+            .zip(embed(other, sample, own.is_none())?)
             .map(|(a, b)| a.iter().zip(&b).map(|(x, y)| f64::from(x * y)).sum())
             .collect();
         println!(

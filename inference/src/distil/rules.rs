@@ -49,21 +49,21 @@ static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
         "{}{NOT_WANTED}{}",
         r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|要(停掉|退掉|取消|注销|销户|关掉)|不需要了|",
-        r"|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\b(i|we)('ll| will|'d| would| have to|'ve got to| must|'m going to| am going to|'re going to| are going to) (need to |have to )?(end|cancel|terminate|stop|renew|extend|book|reschedule)\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\b(i|we) want\b|\bi'd like\b|\bi would like\b|\bi need\b)"
+        r"|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\b(can|could) (it|they|these|those|this|that|the \w+) be (swapped|replaced|redone|remade|reprinted|re-?sent|fixed)\b|能(不能)?(给|帮)?(我|我们)?(重新?|再)(印|做|发|寄|送|洗|修|剪|弄|换|打)|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\b(i|we)('ll| will|'d| would| have to|'ve got to| must|'m going to| am going to|'re going to| are going to) (need to |have to )?(end|cancel|terminate|stop|renew|extend|book|reschedule)\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\b(i|we) want\b|\bi'd like\b|\bi would like\b|\bi need\b)"
     ))
 });
 
 static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
         "{}{NOT_WANTED}{}",
-        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(宽带|会员|套餐|服务|订阅|月卡|年卡|包月).{0,4}就?不用了|(别|不要)再扣|停止扣费|(配送|送货|订阅|会员|服务|套餐).{0,6}先停(了|掉|一下)?吧?|(配送|送货).{0,6}停(了|掉)吧|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\b(i|we) want out\b|\bmake\b.{0,40}\b(charges?|payments?|billing|deliveries|emails)\b.{0,10}\bstop\b|\bdrop (the|my|our)\b.{0,30}\b(line|plan|subscription|membership|package|add-?on)\b|(包月|自动续费|连续包|扣费|扣款).{0,20}(关了|关掉|停了|停掉)|",
+        r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(宽带|会员|套餐|服务|订阅|月卡|年卡|包月).{0,4}就?不用了|(别|不要)再扣|(别|不要|不用)再?(给我|帮我)?自动(续|扣)|停止扣费|(配送|送货|订阅|会员|服务|套餐).{0,6}先停(了|掉|一下)?吧?|(配送|送货).{0,6}停(了|掉)吧|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\b(i|we) want out\b|\bmake\b.{0,40}\b(charges?|payments?|billing|deliveries|emails)\b.{0,10}\bstop\b|\bdrop (the|my|our)\b.{0,30}\b(line|plan|subscription|membership|package|add-?on)\b|(包月|自动续费|连续包|扣费|扣款).{0,20}(关了|关掉|停了|停掉)|",
         r"|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b|\b(don'?t|do not|never) auto[- ]?renew\b)"
     ))
 });
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(续费|续订|续约|续期|续租|续办|再续|续上|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用))",
+        r"(?i)(续费|续订|续约|续期|续租|续办|续保|再续|续上|(给|帮)我?再?充|充(个|上)?\s*\d+\s*(块钱?|元)|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用))",
     )
 });
 
@@ -122,7 +122,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理好了(没|吗)|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一下)?.{0,6}(是不是|有没有|是否)|\bjust (checking|wanted to check|want to check|making sure)\b.{0,60}\b(was|were|went|has been|have been|got|received)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b|(有|什么)进展|还(在|算数|有效)(吧|吗)|(同意|批准|答应)了(吗|没)|\bwas (that|it|this) (ok|okay|fine|alright|approved|accepted)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理好了(没|吗)|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一)?下?.{0,6}(是不是|有没有|是否)|\bjust (checking|wanted to check|want to check|making sure)\b.{0,60}\b(was|were|went|has been|have been|got|received)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b|\b(is|are) (that|it|this|everything|we|all)( all)? still (good|ok|okay|fine|happening|going ahead|on track)\b|(有|什么)进展|还(在|算数|有效)(吧|吗)|(同意|批准|答应)了(吗|没)|\bwas (that|it|this) (ok|okay|fine|alright|approved|accepted)\b)",
     )
 });
 
@@ -139,8 +139,13 @@ static EARLIER: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
-/// A question form anywhere in the message, or a closing "了没(有)" ("生效了没有啊").
-static ASKED: LazyLock<Regex> = LazyLock::new(|| re(r"([?？吗呢]|了没有?[啊呀吧]?\s*$)"));
+/// A question form anywhere in the message, a closing "了没(有)" or "到没" ("生效了没有啊",
+/// "收到没"), a tag question ("对吧") or a conjecture ("应该不会再扣了吧").
+static ASKED: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"([?？吗呢]|(了|到|好|完|过)没有?[啊呀吧]?\s*$|(对|是|没错)吧|(应该|不会).{0,12}吧\s*[。.]?\s*$)",
+    )
+});
 
 /// What turns a question about an earlier request into a grievance ("我约的师傅怎么还没来？").
 static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
@@ -173,7 +178,7 @@ pub fn no_new_intent(message: &str) -> bool {
             && !fault()
             && !MOVED.is_match(message)
             && (!ASKS_FOR_A_SLOT.is_match(message)
-                || OPENING_HOURS.is_match(message)
+                || ABOUT_A_TIME.is_match(message)
                 || (ASKS_ABOUT_MINE.is_match(message) && !RESCHEDULE.is_match(message))))
         || (PERSONAL_DATA.is_match(message)
             && !INTENT_CUE.is_match(message)
@@ -206,7 +211,7 @@ static LAUGH: LazyLock<Regex> =
 /// beside it.
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|(之前|刚才|上次)(填|写|登记|留)错了|\b(update|updating|replace|replacing|change|changing) (my|the) (card|payment (card|details|method))\b)",
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|(接送人|紧急联系人|联系人|监护人).{0,4}(加|添加|增加|换成|改成|改为|更新)|(加|添加|增加|更新)(一个|一下)?.{0,4}(接送人|紧急联系人|联系人|监护人)|\b(update|updating|change|changing|add|adding|set|setting)\b.{0,30}\b(emergency contact|contact person|next of kin|pick-?up person|authori[sz]ed (person|pick-?up))|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|(之前|刚才|上次)(填|写|登记|留)错了|\b(update|updating|replace|replacing|change|changing) (my|the) (card|payment (card|details|method))\b)",
     )
 });
 
@@ -261,11 +266,11 @@ static RESCHEDULE: LazyLock<Regex> = LazyLock::new(|| {
 /// A move with where it goes ([`MOVE`]).
 static MOVED: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({MOVE})")));
 
-/// A question about opening hours, or about how busy a time is, names a day without asking
-/// for a slot ("周日几点开门？", "周五晚上人多吗").
-static OPENING_HOURS: LazyLock<Regex> = LazyLock::new(|| {
+/// A question about opening hours, how busy a time is or what it costs names a day without
+/// asking for a slot ("周日几点开门？", "周五晚上人多吗", "how much more is a Saturday?").
+static ABOUT_A_TIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b|人多|排队(吗|久)|\b(busy|crowded|packed|quiet)\b)",
+        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b|人多|排队(吗|久)|\b(busy|crowded|packed|quiet)\b|多少钱|价格|价钱|贵|便宜|\bhow much\b|\bprices?\b|\bcosts?\b|\bcheaper\b|\bmore expensive\b)",
     )
 });
 

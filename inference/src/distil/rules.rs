@@ -37,7 +37,7 @@ static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
 /// Questions (about how things work, or about an earlier request) that carry no new intent.
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|(^|[^好])几(天|号|个|次|周|月|年|小时|分钟)|吗[，,]|哪些|哪里|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b)",
+        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|(^|[^好])几(天|号|个|次|周|月|年|小时|分钟)|吗[，,]|哪些|哪里|谁|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b|[,;:，；：]\s*(how|what|when|where|which|why|is|are|does)\b)",
     )
 });
 
@@ -63,7 +63,7 @@ static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(续费|续订|续约|续期|续租|续办|续保|再续|续上|(给|帮)我?再?充|充(个|上)?\s*\d+\s*(块钱?|元)|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用))",
+        r"(?i)(续费|续订|续约|续期|续租|续办|续保|再续|续上|(给|帮)我?再?充|充(个|上)?\s*\d+|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用))",
     )
 });
 
@@ -135,7 +135,23 @@ static STATUS_IF_ASKED: LazyLock<Regex> =
 /// "刚续的", "I cancelled"): a question about it asks after an earlier request.
 static EARLIER: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续费|续|退订|取消|投诉|报修|反映|提交|订|付|交|缴)(的|了|过)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|re-?booked|booked|reported|filed)\b)",
+        r"(?i)((之前|上次|上回|昨天|前天|上周|上个月|刚才?|已经|早就).{0,4}(预约|约|续费|续|退订|取消|投诉|报修|反映|提交|订|付|交|缴)(的|了|过|[^，,。！？!?]{1,6}了)|我(预约|约|续|续费|订|退订|取消|投诉|报修)的|\b(i|we) (already |just )?(cancell?ed|renewed|re-?booked|booked|reported|filed)\b)",
+    )
+});
+
+/// Telling the business of something ("跟你们说一声", "just so you know").
+static INFORMING: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)((和|跟|给)你们?说一声|告诉你们?一声|知会(你们)?一声|\bjust (letting you know|so you know)\b|\bfyi\b|\bjust a heads[- ]up\b)",
+    )
+});
+
+/// Something the customer has already done, told with a time or "already", the doer left
+/// out too ("刚在小程序上续了年卡", "renewed my plan this morning"): told to the business
+/// ([`INFORMING`]), no new intent.
+static DONE: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"(?i)((刚|已经|今天|今早|昨天|昨晚|上午|早上|前天).{0,10}(续|订|约|退订|取消|付|交|充|办)了|(^|[,.;]\s*)((i|we) )?(just |already )?(renewed|cancell?ed|booked|paid|topped up|re-?booked|signed up)\b)",
     )
 });
 
@@ -158,9 +174,9 @@ static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
 /// asks after an earlier request (by a status word, or a question about an intent already
 /// made that voices no grievance), is a question that asks no one to do anything (and tells
 /// no grievance or fault: "你们怎么回事" complains, "投诉电话是多少" asks), only gives personal
-/// data, corrects or updates it (not an error in what the business made), or laughs with the
-/// assistant and asks for nothing. Naming an earlier complaint ("我上周投诉的") voices no new
-/// grievance.
+/// data, corrects or updates it (not an error in what the business made), makes small talk
+/// (a laugh, the weather) and asks for nothing, or tells of something the customer already
+/// did. Naming an earlier complaint ("我上周投诉的") voices no new grievance.
 pub fn no_new_intent(message: &str) -> bool {
     let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
     // A grievance or a fault told; with "still not" or "again", a question about an earlier
@@ -190,7 +206,11 @@ pub fn no_new_intent(message: &str) -> bool {
             && !CANCEL.is_match(message)
             && !RENEW.is_match(message)
             && !RESCHEDULE.is_match(&CORRECTION.replace_all(message, "")))
-        || (LAUGH.is_match(message) && !request() && !grievance() && !INTENT_CUE.is_match(message))
+        || (SMALL_TALK.is_match(message)
+            && !request()
+            && !grievance()
+            && !INTENT_CUE.is_match(message))
+        || (INFORMING.is_match(message) && DONE.is_match(message) && !request() && !grievance())
 }
 
 /// Something the business made or sent ("the translation you sent back", "你们寄来的"): an
@@ -201,17 +221,18 @@ static YOURS: LazyLock<Regex> = LazyLock::new(|| {
     )
 });
 
-/// Laughing at or with the assistant ("lol", "哈哈"): small talk, when it asks for nothing,
-/// tells no grievance and names no intent.
-static LAUGH: LazyLock<Regex> =
-    LazyLock::new(|| re(r"(?i)(\b(lol|lmao|haha+|hehe+)\b|哈哈|嘿嘿|笑死)"));
+/// Laughing at or with the assistant ("lol", "哈哈") or remarking on the weather: small talk,
+/// when it asks for nothing, tells no grievance and names no intent.
+static SMALL_TALK: LazyLock<Regex> = LazyLock::new(|| {
+    re(r"(?i)(\b(lol|lmao|haha+|hehe+)\b|哈哈|嘿嘿|笑死|天气|下(大|小)?(雪|雨)了|\bweather\b)")
+});
 
 /// Correcting or updating personal details, of a booking too ("预约上名字写错了", "my surname
 /// is spelled Smyth", "预约不变，邮箱更新一下"): no new intent, whatever the booking named
 /// beside it.
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|(接送人|紧急联系人|联系人|监护人).{0,4}(加|添加|增加|换成|改成|改为|更新)|(加|添加|增加|更新)(一个|一下)?.{0,4}(接送人|紧急联系人|联系人|监护人)|\b(update|updating|change|changing|add|adding|set|setting)\b.{0,30}\b(emergency contact|contact person|next of kin|pick-?up person|authori[sz]ed (person|pick-?up))|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|(之前|刚才|上次)(填|写|登记|留)错了|\b(update|updating|replace|replacing|change|changing) (my|the) (card|payment (card|details|method))\b)",
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|(接送人|紧急联系人|联系人|监护人).{0,4}(加|添加|增加|换成|改成|改为|更新)|(加|添加|增加|更新)(一个|一下)?.{0,4}(接送人|紧急联系人|联系人|监护人)|\b(update|updating|change|changing|add|adding|set|setting)\b.{0,30}\b(emergency contact|contact person|next of kin|pick-?up person|authori[sz]ed (person|pick-?up))|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|(之前|刚才|上次)[^，,。！？]{0,8}(填|写|登记|留)错了|\b(update|updating|replace|replacing|change|changing) (my|the) (card|payment (card|details|method))\b)",
     )
 });
 
@@ -220,7 +241,7 @@ static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
 /// request: the wish inside it is not the customer's.
 static NO_WISH_OF_ONES_OWN: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(\b(do|does|would|will|did) (i|we|you) (need|have)\b|\bwhere (can|could|do|should) (i|we)\b|\bor (can|could|should) (i|we)\b|\bif (i|we) (want|wanted|need|needed|would like|'d like)\b|如果.{0,12}[，,])",
+        r"(?i)(\b(do|does|would|will|did) (i|we|you) (need|have)\b|\bwhere (can|could|do|should) (i|we)\b|\bor (can|could|should) (i|we)\b|\bif (i|we) (want|wanted|need|needed|would like|'d like)\b|如果.{0,12}[，,]|的话[，,])",
     )
 });
 
@@ -270,7 +291,7 @@ static MOVED: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({MOVE})")));
 /// asking for a slot ("周日几点开门？", "周五晚上人多吗", "how much more is a Saturday?").
 static ABOUT_A_TIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b|人多|排队(吗|久)|\b(busy|crowded|packed|quiet)\b|多少钱|价格|价钱|贵|便宜|\bhow much\b|\bprices?\b|\bcosts?\b|\bcheaper\b|\bmore expensive\b)",
+        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b|人多|排队(吗|久)|\b(busy|crowded|packed|quiet)\b|\bwalk[- ]?ins?\b|\bwalk in\b|\b(appointments?|bookings?|reservations?) only\b|只接受预约|需要预约吗|可以直接(去|来|过来)吗|多少钱|价格|价钱|贵|便宜|\bhow much\b|\bprices?\b|\bcosts?\b|\bcheaper\b|\bmore expensive\b)",
     )
 });
 

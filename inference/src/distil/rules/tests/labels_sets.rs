@@ -224,3 +224,55 @@ fn a_price_question_naming_days_only_asks() {
     // With a request beside it, it books.
     not_vetoed(&["How much for a trim, and can you fit me in Saturday at 10?"]);
 }
+
+// The classes set 16 showed.
+
+#[test]
+fn a_top_up_with_a_bare_amount_renews() {
+    finds("subscription_renewal", &["流量包充200，还是这个号码"]);
+}
+
+#[test]
+fn confirming_a_past_step_told_with_its_object_asks_after_it() {
+    no_intent(&["前天已经取消包月了，确认下下个月不会再扣了吧"]);
+}
+
+#[test]
+fn telling_that_one_already_did_it_carries_no_new_intent() {
+    no_intent(&[
+        "刚在官网上续了会员，和你们说一声，不用再发短信了",
+        "cancelled the magazine online last night, just so you know, no need to call",
+    ]);
+    // Telling it beside a wish is a request.
+    not_vetoed(&["just so you know I moved house, please book the boiler service for Friday"]);
+}
+
+#[test]
+fn a_name_and_birthday_given_with_an_earlier_slip_only_give_data() {
+    no_intent(&["我叫钱思远，出生日期是1988年3月9日，上次填表的时候填错了"]);
+}
+
+#[test]
+fn remarks_on_the_weather_are_small_talk() {
+    no_intent(&[
+        "外面下大雪了，路上好美",
+        "lovely weather today, perfect for a walk",
+    ]);
+    not_vetoed(&["明天天气好的话，帮我约个上门洗车"]);
+}
+
+#[test]
+fn who_pays_and_what_if_questions_only_ask() {
+    no_intent(&["快递寄丢了的话，损失谁来承担"]);
+}
+
+#[test]
+fn a_question_after_a_lead_in_is_still_a_question() {
+    no_intent(&["quick question, does the family plan renew by itself every year"]);
+    not_vetoed(&["quick question, can you cancel my plan today?"]);
+}
+
+#[test]
+fn asking_whether_one_may_walk_in_only_asks() {
+    no_intent(&["Can people just walk in on Sunday afternoons, or is it booking only?"]);
+}

@@ -11,7 +11,8 @@
 pub mod dataset;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::io::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow};
@@ -30,7 +31,7 @@ use engram_storage::model::{MemoryKind, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Keyspace, Store};
 
-use self::dataset::Conversation;
+use self::dataset::{Conversation, Question};
 
 /// The cut-offs reported.
 pub const KS: [usize; 3] = [5, 10, 20];
@@ -47,6 +48,9 @@ pub struct Bench {
     /// Search active memories only (the seed's status rule; the turns' episodic memories are
     /// candidates, so this shows what that rule costs).
     active_only: bool,
+    /// Where each question's hybrid candidates are written, for rerankers measured outside
+    /// (`--dump-candidates`).
+    dump: Option<Mutex<std::fs::File>>,
     _dir: tempfile::TempDir,
 }
 
@@ -82,6 +86,7 @@ impl Bench {
             pipeline,
             clock,
             active_only: false,
+            dump: None,
             _dir: dir,
         })
     }
@@ -90,6 +95,16 @@ impl Bench {
     pub fn active_only(mut self) -> Bench {
         self.active_only = true;
         self
+    }
+
+    /// Writes each question's first [`DUMPED`] hybrid candidates to `path` from now on, one
+    /// JSON line a question: its id, category, text and evidence, and the candidates' passage
+    /// indices, texts and the texts of the turns before them (in a file, never in a log).
+    pub fn dump_candidates(mut self, path: &std::path::Path) -> Result<Bench> {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("--dump-candidates {}", path.display()))?;
+        self.dump = Some(Mutex::new(file));
+        Ok(self)
     }
 
     /// The pool (for its statistics).
@@ -215,8 +230,59 @@ impl Bench {
             if !found_by_any {
                 report.miss(&question.id, &question.category);
             }
+            if let Some(dump) = &self.dump {
+                self.dump_question(dump, key, passage_of, conversation, question)
+                    .await?;
+            }
         }
         Ok(report)
+    }
+}
+
+/// How many hybrid candidates `--dump-candidates` writes for each question.
+pub const DUMPED: usize = 50;
+
+impl Bench {
+    async fn dump_question(
+        &self,
+        dump: &Mutex<std::fs::File>,
+        key: &UserKey,
+        passage_of: &HashMap<(String, u64), usize>,
+        conversation: &Conversation,
+        question: &Question,
+    ) -> Result<()> {
+        let query = SearchQuery {
+            query: question.text.clone(),
+            k: DUMPED,
+            kinds: vec![MemoryKind::Episodic],
+            mode: SearchMode::Hybrid,
+            active_only: self.active_only,
+        };
+        let result = self.directory.ask_admin(key, query).await?;
+        let passages = &conversation.passages;
+        let hits: Vec<usize> = result
+            .hits
+            .iter()
+            .filter_map(|h| passage_of.get(&(h.memory.session_id.clone()?, h.memory.turn_id?)))
+            .copied()
+            .collect();
+        let before = |h: usize| match h.checked_sub(1) {
+            Some(p) if passages[p].session == passages[h].session => passages[p].text.as_str(),
+            _ => "",
+        };
+        let line = serde_json::json!({
+            "id": question.id,
+            "category": question.category,
+            "q": question.text,
+            "evidence": question.evidence,
+            "hits": hits,
+            "texts": hits.iter().map(|&h| passages[h].text.as_str()).collect::<Vec<_>>(),
+            "before": hits.iter().map(|&h| before(h)).collect::<Vec<_>>(),
+        });
+        // One write a line: conversations are asked concurrently.
+        let mut file = dump.lock().expect("the dump file's lock");
+        file.write_all(format!("{line}\n").as_bytes())?;
+        Ok(())
     }
 }
 

@@ -132,6 +132,10 @@ struct Args {
     /// Only this half ("tuning" while tuning; "checking" for the final figures).
     #[arg(long, value_enum, conflicts_with = "whole")]
     half: Option<HalfArg>,
+    /// Write each question's first 50 hybrid candidates to this file (JSON lines with the
+    /// texts, for rerankers measured outside: `tests/scripts/rerank_candidates.py`).
+    #[arg(long)]
+    dump_candidates: Option<std::path::PathBuf>,
 }
 
 fn main() -> Result<()> {
@@ -231,7 +235,14 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
-    runtime.block_on(run(&command, sets, pool, index, args.active_only))
+    runtime.block_on(run(
+        &command,
+        sets,
+        pool,
+        index,
+        args.active_only,
+        args.dump_candidates.as_deref(),
+    ))
 }
 
 async fn run(
@@ -240,11 +251,15 @@ async fn run(
     pool: PoolConfig,
     index: IndexParams,
     active_only: bool,
+    dump_candidates: Option<&std::path::Path>,
 ) -> Result<()> {
     let model = pool.encoder.model;
     let mut bench = Bench::start(pool, index).await?;
     if active_only {
         bench = bench.active_only();
+    }
+    if let Some(path) = dump_candidates {
+        bench = bench.dump_candidates(path)?;
     }
     let bench = Arc::new(bench);
     println!("command: `{}`\n", command.join(" "));

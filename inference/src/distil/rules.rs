@@ -63,7 +63,7 @@ static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(续费|续订|续约|续期|续租|续办|续保|再续|续上|(给|帮)我?再?充|充(个|上)?\s*\d+|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用))",
+        r"(?i)(续费|续订|续约|续期|续租|续办|续保|再续|续上|(给|帮)我?再?充((一?个|一下|上)[^电]|[^个一上电])|充(个|上)?\s*(\d+|[一二三四五六七八九十百千万两]+(块|元))|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用))",
     )
 });
 

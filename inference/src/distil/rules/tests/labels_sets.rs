@@ -230,6 +230,10 @@ fn a_price_question_naming_days_only_asks() {
 #[test]
 fn a_top_up_with_a_bare_amount_renews() {
     finds("subscription_renewal", &["流量包充200，还是这个号码"]);
+    // Charging a phone is no top-up.
+    for message in ["手机没电了，能帮我充个电吗", "帮我充一下电"] {
+        assert!(super::apply(message).is_none(), "{message}");
+    }
 }
 
 #[test]

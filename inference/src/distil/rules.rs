@@ -48,8 +48,8 @@ const NOT_WANTED: &str = r"不想(再)?(上|学|用|要|续|订|参加)了";
 static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
         "{}{NOT_WANTED}{}",
-        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|i|someone|somebody|anyone)\b|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|要(停掉|退掉|取消|注销|销户|关掉)|不需要了|",
-        r"|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\b(can|could) (it|they|these|those|this|that|the \w+) be (swapped|replaced|redone|remade|reprinted|re-?sent|fixed)\b|能(不能)?(给|帮)?(我|我们)?(重新?|再)(印|做|发|寄|送|洗|修|剪|弄|换|打)|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\b(i|we)('ll| will|'d| would| have to|'ve got to| must|'m going to| am going to|'re going to| are going to) (need to |have to )?(end|cancel|terminate|stop|renew|extend|book|reschedule)\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\b(i|we) want\b|\bi'd like\b|\bi would like\b|\bi need\b)"
+        r"(?i)(帮我|给我|麻烦|请帮|请给|我要|我想|我需要|我得|能不能|能否|可不可以|可以帮|(想|打算|准备)(直接|再|接着|申请)*(续|取消|退订|销户|注销|终止|停|退|预约|约|办理)|\b(can|could) (you|u|i|someone|somebody|anyone)\b|\bany chance\b|能(不能)?(帮我)?重新(开通|激活|启用)|(继续|接着)(报|上|用|订|学)|用不上了|用不着了|要(停掉|退掉|取消|注销|销户|关掉)|不需要了|",
+        r"|不要了|能(不能)?(帮我)?(退掉|取消掉?|停掉|关掉|注销)|\bjust (stop|cancel|end) (it|this|that)\b|\b(can|could) (it|they|these|those|this|that|the \w+) be (swapped|replaced|redone|remade|reprinted|re-?sent|fixed)\b|能(不能)?(给|帮)?(我|我们)?(重新?|再)(印|做|发|寄|送|洗|修|剪|弄|换|打)|(能|可以)(不能)?(给|帮)?(我|我们)?换(一|个|新)|\bno longer (need|use|want)\b|\bdon'?t (need|use) it any ?more\b|\b(i|we)('ll| will|'d| would| have to|'ve got to| must|'m going to| am going to|'re going to| are going to) (need to |have to )?(end|cancel|terminate|stop|renew|extend|book|reschedule)\b|\bgo ahead\b|\bsign me up\b|\blook into\b|\bplease\b|\b(i|we) want\b|\bi'd like\b|\bi would like\b|\bi need\b)"
     ))
 });
 
@@ -57,20 +57,27 @@ static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
         "{}{NOT_WANTED}{}",
         r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(宽带|会员|套餐|服务|订阅|月卡|年卡|包月).{0,4}就?不用了|(别|不要)再扣|(别|不要|不用)再?(给我|帮我)?自动(续|扣)|停止扣费|(配送|送货|订阅|会员|服务|套餐).{0,6}先停(了|掉|一下)?吧?|(配送|送货).{0,6}停(了|掉)吧|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\b(i|we) want out\b|\bmake\b.{0,40}\b(charges?|payments?|billing|deliveries|emails)\b.{0,10}\bstop\b|\bdrop (the|my|our)\b.{0,30}\b(line|plan|subscription|membership|package|add-?on)\b|(包月|自动续费|连续包|扣费|扣款).{0,20}(关了|关掉|停了|停掉)|",
-        r"|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b|\b(don'?t|do not|never) auto[- ]?renew\b)"
+        r"|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b|\b(don'?t|do not|never) auto[- ]?renew\b|\b(don'?t|do not) want\b.{0,40}\bto auto[- ]?renew\b|\blet it (run out|lapse|expire)\b)"
     ))
 });
 
 static RENEW: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?i)(续费|续订|续约|续期|续租|续办|续保|再续|续上|(给|帮)我?再?充((一?个|一下|上)[^电]|[^个一上电])|充(个|上)?\s*(\d+|[一二三四五六七八九十百千万两]+(块|元))|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用))",
-    )
+    re(&format!(
+        "{}{REACTIVATE_PHRASE})",
+        r"(?i)(续费|续订|续约|续期|续租|续办|续保|再续|续上|(给|帮)我?再?充((一?个|一下|上)[^电]|[^个一上电])|充(个|上)?\s*(\d+|[一二三四五六七八九十百千万两]+(块|元))|再来一(期|个疗程|季|年)|续(一|两|三|半|[0-9])(年|个月|月|季)|\brenew(al)?\b|\btop[- ]?up\b|\btop (it|me|us|them|my \w+|this|that) up\b|充值|再充|充.{0,4}进去|充.{0,8}(话费|流量|余额)|再(买|续|报|充)(\d+|[一二三四五六七八九十两]+)?(节|次|课时|期|个月|年)|继续用|加(个|一个)?.{0,4}流量包|\bextend\b.{0,30}\b(subscription|membership|plan|contract|lease|license)\b|"
+    ))
 });
+
+/// Getting a lapsed or stopped plan active again: a renewal, even beside the words of its
+/// stopping ("之前停掉的会员能重新开通吗").
+const REACTIVATE_PHRASE: &str = r"\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用)";
+
+static REACTIVATE: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({REACTIVATE_PHRASE})")));
 
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b|(说|反映|提|打|找|讲)(了|过)?(好几|很多|无数)次|到现在(还是|也|都)";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一|好几|几)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b|(说|反映|提|打|找|讲)(了|过)?(好几|很多|无数)次|到现在(还是|也|都)";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -257,7 +264,7 @@ static ASKS_ABOUT_MINE: LazyLock<Regex> = LazyLock::new(|| {
 /// Personal data given ("我的身份证号是…", "my new email is …", a phone or ID number).
 static PERSONAL_DATA: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(\d{17}[\dX]|\b1[3-9]\d{9}\b|[\w.+-]+@[\w-]+\.[\w.]+|(我的|新的?)(身份证|手机|电话|邮箱|地址|姓名|生日)|我(身份证|手机|电话|邮箱|地址|生日)号?(码)?(是|：|:)|\bmy (new |old )?(email( address)?|e-mail|phone( number)?|mobile( number)?|number|address|date of birth|birthday|id( number)?)( is|:)|\b(dob|date of birth)\b)",
+        r"(?i)(\d{17}[\dX]|\b1[3-9]\d{9}\b|[\w.+-]+@[\w-]+\.[\w.]+|(我的|新的?)(身份证|手机|电话|邮箱|地址|姓名|生日)|我(身份证|手机|电话|邮箱|地址|生日)号?(码)?(是|：|:)|\bmy (new |old )?(email( address)?|e-mail|phone( number)?|mobile( number)?|number|address|date of birth|birthday|id( number)?)( is|:)|\b(new|updated) (email( address)?|e-mail|phone( number)?|mobile( number)?|number|address)( is|:)|\b(dob|date of birth)\b)",
     )
 });
 
@@ -291,7 +298,7 @@ static MOVED: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({MOVE})")));
 /// asking for a slot ("周日几点开门？", "周五晚上人多吗", "how much more is a Saturday?").
 static ABOUT_A_TIME: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b|人多|排队(吗|久)|\b(busy|crowded|packed|quiet)\b|\bwalk[- ]?ins?\b|\bwalk in\b|\b(appointments?|bookings?|reservations?) only\b|只接受预约|需要预约吗|可以直接(去|来|过来)吗|多少钱|价格|价钱|贵|便宜|\bhow much\b|\bprices?\b|\bcosts?\b|\bcheaper\b|\bmore expensive\b)",
+        r"(?i)(开门|关门|营业|上班时间|\b(are|is) (you|it|the \w+) open\b|\bopen(ing)? (hours|times)\b|\bwhat time do you (open|close)\b|\bclosed on\b|人多|排队(吗|久)|\b(busy|crowded|packed|quiet)\b|\bhow far (ahead|in advance)\b|提前(多久|几天)|\bwalk[- ]?ins?\b|\bwalk in\b|\b(appointments?|bookings?|reservations?) only\b|只接受预约|需要预约吗|可以直接(去|来|过来)吗|多少钱|价格|价钱|贵|便宜|\bhow much\b|\bprices?\b|\bcosts?\b|\bcheaper\b|\bmore expensive\b)",
     )
 });
 
@@ -326,11 +333,19 @@ pub fn apply(message: &str) -> Option<Distilled> {
         Priority::Medium
     };
     hit(
-        "subscription_cancel",
-        &CANCEL,
+        "subscription_renewal",
+        &REACTIVATE,
         Priority::Medium,
-        "rule: cancellation",
+        "rule: renewal",
     )
+    .or_else(|| {
+        hit(
+            "subscription_cancel",
+            &CANCEL,
+            Priority::Medium,
+            "rule: cancellation",
+        )
+    })
     .or_else(|| {
         hit(
             "complaint",

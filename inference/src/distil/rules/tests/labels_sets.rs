@@ -280,3 +280,57 @@ fn a_question_after_a_lead_in_is_still_a_question() {
 fn asking_whether_one_may_walk_in_only_asks() {
     no_intent(&["Can people just walk in on Sunday afternoons, or is it booking only?"]);
 }
+
+// The classes set 17 showed.
+
+#[test]
+fn asking_to_swap_a_damaged_item_is_a_request() {
+    not_vetoed(&[
+        "新买的行李箱轮子上有几道刮痕，能给换个新的吗",
+        "这双鞋鞋底开胶了，可以帮我换一双吗",
+    ]);
+}
+
+#[test]
+fn opening_again_what_one_stopped_renews_it() {
+    finds(
+        "subscription_renewal",
+        &["去年取消的游泳卡会员，现在能重新激活吗"],
+    );
+}
+
+#[test]
+fn a_slot_asked_for_beside_a_laugh_is_no_small_talk() {
+    not_vetoed(&[
+        "any chance someone could look at my bike Friday at 4? it squeaks like a duck lol",
+    ]);
+}
+
+#[test]
+fn topping_a_plan_up_in_other_words_renews_it() {
+    finds(
+        "subscription_renewal",
+        &["running low on minutes, can u top me up with the 500 pack"],
+    );
+}
+
+#[test]
+fn not_wanting_it_to_renew_by_itself_cancels() {
+    finds(
+        "subscription_cancel",
+        &["I don't want the gym pass to auto-renew next month, let it lapse"],
+    );
+}
+
+#[test]
+fn asking_how_far_ahead_people_book_only_asks() {
+    no_intent(&[
+        "How far in advance should I book for a Friday dinner for 8, usually?",
+        "周六的理发一般要提前几天约啊",
+    ]);
+}
+
+#[test]
+fn a_new_number_to_keep_on_file_only_gives_data() {
+    no_intent(&["Updated mobile number: 555-0123, please put it on my profile."]);
+}

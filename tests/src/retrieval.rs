@@ -25,7 +25,7 @@ use engram_actors::model::retrieve::SearchMode;
 use engram_actors::pipeline::{Pipeline, PipelineConfig};
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{SearchQuery, TurnRequest};
+use engram_actors::user::api::{SearchQuery, SearchResult, TurnRequest};
 use engram_inference::{EmbeddingPool, PoolConfig};
 use engram_storage::model::{MemoryKind, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
@@ -216,14 +216,7 @@ impl Bench {
                     .entry(mode_index(mode))
                     .or_default()
                     .push(started.elapsed());
-                let hits: Vec<usize> = result
-                    .hits
-                    .iter()
-                    .filter_map(|h| {
-                        let turn = (h.memory.session_id.clone()?, h.memory.turn_id?);
-                        passage_of.get(&turn).copied()
-                    })
-                    .collect();
+                let hits = passages_of(&result, passage_of);
                 found_by_any |= hits.iter().any(|h| question.evidence.contains(h));
                 report.add(mode, &question.category, &question.evidence, &hits);
             }
@@ -242,7 +235,18 @@ impl Bench {
 /// How many hybrid candidates `--dump-candidates` writes for each question.
 pub const DUMPED: usize = 50;
 
+/// The passages (indices in their conversation) of a search's hits, best first.
+fn passages_of(result: &SearchResult, passage_of: &HashMap<(String, u64), usize>) -> Vec<usize> {
+    result
+        .hits
+        .iter()
+        .filter_map(|h| passage_of.get(&(h.memory.session_id.clone()?, h.memory.turn_id?)))
+        .copied()
+        .collect()
+}
+
 impl Bench {
+    /// Writes `question`'s first [`DUMPED`] hybrid candidates to `dump`.
     async fn dump_question(
         &self,
         dump: &Mutex<std::fs::File>,
@@ -260,12 +264,7 @@ impl Bench {
         };
         let result = self.directory.ask_admin(key, query).await?;
         let passages = &conversation.passages;
-        let hits: Vec<usize> = result
-            .hits
-            .iter()
-            .filter_map(|h| passage_of.get(&(h.memory.session_id.clone()?, h.memory.turn_id?)))
-            .copied()
-            .collect();
+        let hits = passages_of(&result, passage_of);
         let before = |h: usize| match h.checked_sub(1) {
             Some(p) if passages[p].session == passages[h].session => passages[p].text.as_str(),
             _ => "",

@@ -1,6 +1,6 @@
-//! The classes of messages held-out sets 13, 14 and 15 showed, the sets written from
+//! The classes of messages held-out sets 13 to 17 showed, the sets written from
 //! `inference/data/LABELS.md` (each pinned with messages that are in no set:
-//! docs/benchmarks.md, "Sets 13 to 15").
+//! docs/benchmarks.md, "Sets 13 to 15" and "Sets 16 to 18").
 
 use super::held_out::{finds, no_intent, not_vetoed};
 

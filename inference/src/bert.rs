@@ -33,7 +33,7 @@ pub struct BertConfig {
     pub vocab: i64,
     /// Rows of the position embedding table: the longest input, special tokens included.
     pub max_positions: i64,
-    /// Rows of the token type table (only type 0 is used).
+    /// Rows of the token type table (the encoders use type 0; the reranker's passages 1).
     pub type_vocab: i64,
     /// Epsilon of every layer norm.
     pub layer_norm_eps: f64,
@@ -351,10 +351,21 @@ impl Bert {
     /// of `ids` `[batch, len]` whose real tokens are marked by `mask` `[batch, len]` (int64,
     /// 1 for a token, 0 for padding). `len` must not exceed `max_positions`.
     pub fn embed(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
-        tch::no_grad(|| self.forward(ids, mask))
+        tch::no_grad(|| {
+            let x = self.hidden_states(ids, mask, None)?;
+            mean_pool(&x, mask)
+        })
     }
 
-    fn forward(&self, ids: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    /// The last layer's hidden states `[batch, len, hidden]` of `ids` `[batch, len]` with
+    /// `mask` as for [`Bert::embed`] and token types `types` `[batch, len]` (int64; all 0 when
+    /// `None`). Callers run it under `no_grad`.
+    pub(crate) fn hidden_states(
+        &self,
+        ids: &Tensor,
+        mask: &Tensor,
+        types: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let (batch, len) = ids.size2()?;
         let hidden = self.config.hidden;
         let heads = self.config.heads;
@@ -365,7 +376,10 @@ impl Bert {
 
         let words = self.word.lookup(ids, hidden)?;
         let positions = self.position.f_narrow(0, 0, len)?.f_unsqueeze(0)?;
-        let types = self.token_type.f_narrow(0, 0, 1)?.f_unsqueeze(0)?;
+        let types = match types {
+            Some(types) => Tensor::f_embedding(&self.token_type, types, -1, false, false)?,
+            None => self.token_type.f_narrow(0, 0, 1)?.f_unsqueeze(0)?,
+        };
         let mut x = norm(
             &words.f_add(&positions)?.f_add(&types)?,
             &self.embedding_norm,
@@ -403,18 +417,22 @@ impl Bert {
                 .forward(&layer.ff_in.forward(&x)?.f_gelu("none")?)?;
             x = norm(&x.f_add(&feed_forward)?, &layer.output_norm)?;
         }
-
-        let weights = mask.f_to_kind(x.kind())?.f_unsqueeze(-1)?;
-        let sum = x
-            .f_mul(&weights)?
-            .f_sum_dim_intlist([1_i64].as_slice(), false, None)?;
-        let count = weights
-            .f_sum_dim_intlist([1_i64].as_slice(), false, None)?
-            .f_clamp_min(1e-9)?;
-        let mean = sum.f_div(&count)?;
-        let length = mean
-            .f_norm_scalaropt_dim(2, [1_i64].as_slice(), true)?
-            .f_clamp_min(1e-12)?;
-        Ok(mean.f_div(&length)?)
+        Ok(x)
     }
+}
+
+/// The L2-normalised mean over the real tokens (`mask`) of hidden states `x`.
+fn mean_pool(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    let weights = mask.f_to_kind(x.kind())?.f_unsqueeze(-1)?;
+    let sum = x
+        .f_mul(&weights)?
+        .f_sum_dim_intlist([1_i64].as_slice(), false, None)?;
+    let count = weights
+        .f_sum_dim_intlist([1_i64].as_slice(), false, None)?
+        .f_clamp_min(1e-9)?;
+    let mean = sum.f_div(&count)?;
+    let length = mean
+        .f_norm_scalaropt_dim(2, [1_i64].as_slice(), true)?
+        .f_clamp_min(1e-12)?;
+    Ok(mean.f_div(&length)?)
 }

@@ -119,47 +119,56 @@ impl Encoder {
         cancel: Option<&std::sync::atomic::AtomicBool>,
     ) -> Result<(Vec<Vec<f32>>, usize)> {
         let dim = self.dim();
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by_key(|&i| ids[i].len());
         let mut out = vec![Vec::new(); ids.len()];
-        // On the CPU the cost of a pass grows with its padded tokens, so a pass also ends where
-        // padding would pass a quarter of its real tokens; on CUDA fewer, larger passes win.
-        let bound_padding = self.bert.device() == Device::Cpu;
-        let mut start = 0;
-        let mut passes = 0;
-        while start < order.len() {
+        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+        let groups = passes(&lengths, self.max_batch_tokens, self.on_cpu());
+        for group in &groups {
             if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Acquire)) {
                 return Err(Error::PoolClosed);
             }
-            // Sorted by length, so a pass is padded to the length of its last text.
-            let mut end = start + 1;
-            let mut real = ids[order[start]].len();
-            while end < order.len() {
-                let len = ids[order[end]].len();
-                let padded = (end + 1 - start) * len;
-                if padded > self.max_batch_tokens
-                    || (bound_padding && 4 * padded > 5 * (real + len))
-                {
-                    break;
-                }
-                real += len;
-                end += 1;
-            }
-            let rows: Vec<&[u32]> = order[start..end]
-                .iter()
-                .map(|&i| ids[i].as_slice())
-                .collect();
+            let rows: Vec<&[u32]> = group.iter().map(|&i| ids[i].as_slice()).collect();
             let batch = PaddedBatch::new(&rows, self.tokenizer.pad_id(), self.bert.device())?;
             let vectors = self.bert.embed(&batch.ids, &batch.mask)?;
             let flat = Vec::<f32>::try_from(vectors.f_to_device(Device::Cpu)?.f_flatten(0, -1)?)?;
-            for (vector, &i) in flat.chunks_exact(dim).zip(&order[start..end]) {
+            for (vector, &i) in flat.chunks_exact(dim).zip(group) {
                 out[i] = vector.to_vec();
             }
-            start = end;
-            passes += 1;
         }
+        let passes = groups.len();
         Ok((out, passes))
     }
+}
+
+/// The forward passes that inputs of token counts `lengths` are split into, each a list of
+/// input indices: ordered by length, at most `max_batch_tokens` padded tokens a pass, and on
+/// the CPU (`bound_padding`) a pass also ends where padding would pass a quarter of its real
+/// tokens (there a pass costs its padded tokens; on CUDA fewer, larger passes win).
+pub(crate) fn passes(
+    lengths: &[usize],
+    max_batch_tokens: usize,
+    bound_padding: bool,
+) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..lengths.len()).collect();
+    order.sort_by_key(|&i| lengths[i]);
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        // Sorted by length, so a pass is padded to the length of its last input.
+        let mut end = start + 1;
+        let mut real = lengths[order[start]];
+        while end < order.len() {
+            let len = lengths[order[end]];
+            let padded = (end + 1 - start) * len;
+            if padded > max_batch_tokens || (bound_padding && 4 * padded > 5 * (real + len)) {
+                break;
+            }
+            real += len;
+            end += 1;
+        }
+        groups.push(order[start..end].to_vec());
+        start = end;
+    }
+    groups
 }
 
 /// How many CUDA devices libtorch sees (0 on a machine without one, or when the binary was
@@ -168,7 +177,7 @@ pub fn cuda_devices() -> usize {
     usize::try_from(Cuda::device_count()).unwrap_or(0)
 }
 
-fn resolve_device(choice: DeviceChoice) -> Result<Device> {
+pub(crate) fn resolve_device(choice: DeviceChoice) -> Result<Device> {
     match choice {
         DeviceChoice::Auto => Ok(Device::cuda_if_available()),
         DeviceChoice::Cpu => Ok(Device::Cpu),

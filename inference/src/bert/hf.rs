@@ -179,7 +179,7 @@ impl WeightSource for SafeTensors {
 }
 
 /// The `transformers` name of a parameter.
-fn tensor_name(param: Param) -> String {
+pub(crate) fn tensor_name(param: Param) -> String {
     match param {
         Param::Position => "embeddings.position_embeddings.weight".to_owned(),
         Param::TokenType => "embeddings.token_type_embeddings.weight".to_owned(),

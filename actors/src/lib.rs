@@ -33,6 +33,7 @@ pub mod model;
 pub mod ownership;
 pub mod pipeline;
 pub mod placement;
+pub mod rerank;
 pub mod services;
 pub mod supervisor;
 pub mod tenant;

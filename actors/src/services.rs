@@ -149,6 +149,9 @@ pub struct Services {
     pub pipeline: Option<Pipeline>,
     /// Intent distillation (`None`: intents only as the gateway writes them).
     pub distillation: Option<Distillation>,
+    /// The search's English reranker (`None`: searches keep the hybrid order; one that asks
+    /// for a rerank is told `unavailable`).
+    pub reranker: Option<crate::rerank::RerankService>,
     /// The shards this node serves under leases; every write is fenced by its shard's
     /// epoch. `None` only for a process that is the sole user of its store (in-process tests
     /// and embedded use): it serves every shard and writes unfenced. A node always has one.

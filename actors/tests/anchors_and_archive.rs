@@ -75,6 +75,7 @@ fn node_with(dir: &TempDir, keyspace: Keyspace, settings: Settings) -> Node {
         embedder: None,
         pipeline: None,
         distillation: None,
+        reranker: None,
         ownership: None,
         settings,
         metrics: metrics.clone(),

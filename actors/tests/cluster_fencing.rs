@@ -49,6 +49,7 @@ fn node_with(store: &Store, clock: &Arc<ManualClock>, id: &str, actors: Settings
         embedder: None,
         pipeline: None,
         distillation: None,
+        reranker: None,
         ownership: Some(Ownership::new(&settings)),
         settings: actors,
         metrics: Arc::new(Metrics::default()),

@@ -104,6 +104,7 @@ fn search() -> SearchQuery {
         kinds: Vec::new(),
         mode: SearchMode::Bm25,
         active_only: false,
+        rerank: false,
     }
 }
 

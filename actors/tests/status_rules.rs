@@ -135,6 +135,7 @@ async fn an_inferred_preference_is_not_served_until_confirmed_and_searches_find_
         kinds: vec![MemoryKind::Profile],
         mode: SearchMode::Bm25,
         active_only,
+        rerank: false,
     };
     let found = node.directory.ask_admin(&key, search(false)).await.unwrap();
     assert_eq!(found.hits.len(), 1, "a search finds the candidate");

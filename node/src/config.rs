@@ -25,11 +25,13 @@ use serde::{Deserialize, Serialize};
 mod distillation;
 mod error;
 mod inference;
+mod reranker;
 mod security;
 mod validate;
 
 pub use distillation::DistillationSection;
 pub use inference::InferenceConfig;
+pub use reranker::RerankerSection;
 pub use security::{AuditReads, SecurityConfig};
 
 pub use error::{ConfigError, Problem};
@@ -55,6 +57,8 @@ pub struct Config {
     pub inference: InferenceConfig,
     /// `[distillation]`: intents from user messages (rules, then the generative model).
     pub distillation: DistillationSection,
+    /// `[reranker]`: the English cross-encoder behind searches that ask for it.
+    pub reranker: RerankerSection,
     /// `[jobs]`: scheduled maintenance.
     pub jobs: JobsConfig,
     /// `[log]`: logging.

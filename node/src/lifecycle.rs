@@ -29,9 +29,10 @@ use engram_actors::front::{PeerLink, Users};
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::ownership::{LeaseSettings, Ownership};
 use engram_actors::pipeline::Pipeline;
+use engram_actors::rerank::RerankService;
 use engram_actors::services::{Metrics, Services};
 
-use engram_inference::{EmbeddingPool, GenerationPool};
+use engram_inference::{EmbeddingPool, GenerationPool, Reranker};
 use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 use tracing::info;
@@ -283,6 +284,7 @@ async fn memory(
         embedder: embedder.clone(),
         pipeline: pipeline.clone(),
         distillation: distillation.clone(),
+        reranker: reranker(config)?,
         ownership: Some(Ownership::new(lease_settings)),
         settings: engram_actors::services::Settings {
             log_pepper: engram_actors::placement::LogPepper::new(pepper),
@@ -304,6 +306,24 @@ async fn memory(
             .map_err(|e| Error::Cluster(format!("starting the distillation pipeline: {e}")))?;
     }
     Ok((directory, embedder))
+}
+
+/// The node's reranker when `[reranker] enabled`; its model loads at the first search that
+/// asks for it.
+fn reranker(config: &Config) -> Result<Option<RerankService>> {
+    let section = &config.reranker;
+    if !section.enabled {
+        return Ok(None);
+    }
+    let model_dir = config
+        .inference
+        .model_dir
+        .clone()
+        .unwrap_or_else(engram_inference::default_model_dir);
+    let model = section.model(model_dir);
+    let service = RerankService::start(move || Reranker::load(&model), section.settings())
+        .map_err(|e| Error::Cluster(format!("starting the reranker: {e}")))?;
+    Ok(Some(service))
 }
 
 /// The node's distillation: rules, and the generation pool when `[distillation] model`.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use engram_actors::ownership::Ownership;
 
 use self::distillation::render_distillation;
-use self::inference::{render_pipeline, render_pool, render_queries};
+use self::inference::{render_pipeline, render_pool, render_queries, render_rerank};
 use crate::auth::Authenticator;
 use crate::cluster::Transport;
 use engram_actors::directory::Directory;
@@ -337,6 +337,9 @@ impl NodeMetrics {
                 pipeline.metrics(),
                 directory.services().clock.now(),
             );
+        }
+        if let Some(reranker) = &directory.services().reranker {
+            render_rerank(&mut text, reranker.metrics());
         }
         if let Some(distillation) = &directory.services().distillation {
             render_distillation(&mut text, distillation, directory.services().clock.now());

@@ -24,6 +24,7 @@ use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::pipeline::{Pipeline, PipelineConfig};
 use engram_actors::placement::UserKey;
+use engram_actors::rerank::RerankService;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{SearchQuery, SearchResult, TurnRequest};
 use engram_inference::{EmbeddingPool, PoolConfig};
@@ -39,6 +40,39 @@ pub const KS: [usize; 3] = [5, 10, 20];
 /// The modes compared, in report order.
 pub const MODES: [SearchMode; 3] = [SearchMode::Dense, SearchMode::Bm25, SearchMode::Hybrid];
 
+/// A ranking the report compares: a search mode, and whether its first candidates are
+/// reranked by the node's cross-encoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ranking {
+    /// The search mode.
+    pub mode: SearchMode,
+    /// Whether the search asks to be reranked.
+    pub rerank: bool,
+}
+
+impl Ranking {
+    /// The report's key of this ranking (its order in the tables).
+    fn index(self) -> usize {
+        mode_index(self.mode) + if self.rerank { MODES.len() } else { 0 }
+    }
+
+    /// The ranking whose key is `index`.
+    fn of(index: usize) -> Ranking {
+        Ranking {
+            mode: MODES[index % MODES.len()],
+            rerank: index >= MODES.len(),
+        }
+    }
+
+    fn label(self) -> String {
+        if self.rerank {
+            format!("{:?}+rerank", self.mode)
+        } else {
+            format!("{:?}", self.mode)
+        }
+    }
+}
+
 /// A node's worth of user actors on a temporary SQLite file, with an embedding pool.
 pub struct Bench {
     directory: Arc<Directory>,
@@ -51,12 +85,19 @@ pub struct Bench {
     /// Where each question's hybrid candidates are written, for rerankers measured outside
     /// (`--dump-candidates`).
     dump: Option<Mutex<std::fs::File>>,
+    /// The rankings each question is asked in.
+    rankings: Vec<Ranking>,
     _dir: tempfile::TempDir,
 }
 
 impl Bench {
-    /// Starts the pool and the actors; `index` tunes every user's memory index.
-    pub async fn start(pool: PoolConfig, index: IndexParams) -> Result<Bench> {
+    /// Starts the pool and the actors; `index` tunes every user's memory index; with
+    /// `reranker`, hybrid searches are also asked reranked (a fourth ranking).
+    pub async fn start(
+        pool: PoolConfig,
+        index: IndexParams,
+        reranker: Option<RerankService>,
+    ) -> Result<Bench> {
         let dir = tempfile::tempdir()?;
         let store = Store::sqlite(&dir.path().join("bench.sqlite"), SqliteOptions::default())?;
         let model = pool.encoder.model;
@@ -71,6 +112,7 @@ impl Bench {
             embedder: Some(Embedder::new(pool.clone(), model)),
             pipeline: Some(pipeline.clone()),
             distillation: None,
+            reranker: reranker.clone(),
             ownership: None,
             settings: Settings {
                 index,
@@ -87,6 +129,17 @@ impl Bench {
             clock,
             active_only: false,
             dump: None,
+            rankings: MODES
+                .iter()
+                .map(|&mode| Ranking {
+                    mode,
+                    rerank: false,
+                })
+                .chain(reranker.map(|_| Ranking {
+                    mode: SearchMode::Hybrid,
+                    rerank: true,
+                }))
+                .collect(),
             _dir: dir,
         })
     }
@@ -197,13 +250,14 @@ impl Bench {
         for question in &conversation.questions {
             report.questions += 1;
             let mut found_by_any = false;
-            for mode in MODES {
+            for &ranking in &self.rankings {
                 let query = SearchQuery {
                     query: question.text.clone(),
                     k: k_max,
                     kinds: vec![MemoryKind::Episodic],
-                    mode,
+                    mode: ranking.mode,
                     active_only: self.active_only,
+                    rerank: ranking.rerank,
                 };
                 let started = Instant::now();
                 let result = self
@@ -213,12 +267,15 @@ impl Bench {
                     .with_context(|| format!("searching for {user}"))?;
                 report
                     .latency
-                    .entry(mode_index(mode))
+                    .entry(ranking.index())
                     .or_default()
                     .push(started.elapsed());
+                if let Some(why) = result.rerank_fallback {
+                    *report.rerank_fallbacks.entry(why.as_str()).or_default() += 1;
+                }
                 let hits = passages_of(&result, passage_of);
                 found_by_any |= hits.iter().any(|h| question.evidence.contains(h));
-                report.add(mode, &question.category, &question.evidence, &hits);
+                report.add(ranking, &question.category, &question.evidence, &hits);
             }
             if !found_by_any {
                 report.miss(&question.id, &question.category);
@@ -261,6 +318,7 @@ impl Bench {
             kinds: vec![MemoryKind::Episodic],
             mode: SearchMode::Hybrid,
             active_only: self.active_only,
+            rerank: false,
         };
         let result = self.directory.ask_admin(key, query).await?;
         let passages = &conversation.passages;
@@ -313,6 +371,8 @@ pub struct Report {
     missed: BTreeMap<String, usize>,
     /// The first few of them, by id.
     missed_examples: Vec<String>,
+    /// Searches that asked to be reranked and were not, by reason.
+    rerank_fallbacks: BTreeMap<&'static str, usize>,
     /// Passages written.
     pub passages: usize,
     /// Questions searched.
@@ -337,7 +397,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 impl Report {
     /// Counts one question's hits (passage indices, best first) against its evidence.
-    fn add(&mut self, mode: SearchMode, category: &str, evidence: &[usize], hits: &[usize]) {
+    fn add(&mut self, ranking: Ranking, category: &str, evidence: &[usize], hits: &[usize]) {
         let mut recall = [0.0; KS.len()];
         for (slot, &k) in KS.iter().enumerate() {
             let found = evidence
@@ -347,7 +407,7 @@ impl Report {
             recall[slot] = found as f64 / evidence.len().max(1) as f64;
         }
         for category in [category.to_owned(), "all".to_owned()] {
-            let cell = self.cells.entry((mode_index(mode), category)).or_default();
+            let cell = self.cells.entry((ranking.index(), category)).or_default();
             cell.questions += 1;
             for (sum, r) in cell.recall.iter_mut().zip(recall) {
                 *sum += r;
@@ -382,6 +442,9 @@ impl Report {
                 *sum += r;
             }
         }
+        for (reason, n) in other.rerank_fallbacks {
+            *self.rerank_fallbacks.entry(reason).or_default() += n;
+        }
         for (mode, mut latency) in other.latency {
             self.latency.entry(mode).or_default().append(&mut latency);
         }
@@ -389,9 +452,9 @@ impl Report {
         self.questions += other.questions;
     }
 
-    /// Mean recall@k of `mode` over `category` ("all" for every question).
-    pub fn recall(&self, mode: SearchMode, category: &str) -> Option<[f64; KS.len()]> {
-        let cell = self.cells.get(&(mode_index(mode), category.to_owned()))?;
+    /// Mean recall@k of `ranking` over `category` ("all" for every question).
+    pub fn recall(&self, ranking: Ranking, category: &str) -> Option<[f64; KS.len()]> {
+        let cell = self.cells.get(&(ranking.index(), category.to_owned()))?;
         let n = cell.questions.max(1) as f64;
         Some(cell.recall.map(|s| s / n))
     }
@@ -406,11 +469,12 @@ impl Report {
             .map(|(_, c)| c)
             .collect();
         categories.sort();
+        let rankings: Vec<Ranking> = self.latency.keys().map(|&i| Ranking::of(i)).collect();
         let mut out = String::from("| category | n |");
         let mut rule = String::from("|---|---:|");
-        for mode in MODES {
+        for ranking in &rankings {
             for k in KS {
-                out.push_str(&format!(" {mode:?} @{k} |"));
+                out.push_str(&format!(" {} @{k} |", ranking.label()));
                 rule.push_str("---:|");
             }
         }
@@ -429,8 +493,8 @@ impl Report {
                 category
             };
             out.push_str(&format!("| {label} | {n} |"));
-            for mode in MODES {
-                let recall = self.recall(mode, category).unwrap_or_default();
+            for &ranking in &rankings {
+                let recall = self.recall(ranking, category).unwrap_or_default();
                 for r in recall {
                     out.push_str(&format!(" {r:.3} |"));
                 }
@@ -451,16 +515,28 @@ impl Report {
                 self.missed_examples.join(", ")
             ));
         }
+        if !self.rerank_fallbacks.is_empty() {
+            let reasons: Vec<String> = self
+                .rerank_fallbacks
+                .iter()
+                .map(|(reason, n)| format!("{reason} {n}"))
+                .collect();
+            out.push_str(&format!(
+                "\nSearches not reranked: {}\n",
+                reasons.join(", ")
+            ));
+        }
         out.push_str("\n| mode | searches | p50 | p99 |\n|---|---:|---:|---:|\n");
-        for mode in MODES {
+        for &ranking in &rankings {
             let mut lat = self
                 .latency
-                .get(&mode_index(mode))
+                .get(&ranking.index())
                 .cloned()
                 .unwrap_or_default();
             lat.sort_unstable();
             out.push_str(&format!(
-                "| {mode:?} | {} | {:.2} ms | {:.2} ms |\n",
+                "| {} | {} | {:.2} ms | {:.2} ms |\n",
+                ranking.label(),
                 lat.len(),
                 percentile(&lat, 0.5).as_secs_f64() * 1e3,
                 percentile(&lat, 0.99).as_secs_f64() * 1e3,

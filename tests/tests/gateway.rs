@@ -499,6 +499,8 @@ async fn search_finds_memories_by_meaning_before_and_after_a_sigkill() {
         .set("inference.query-deadline", "60s")
         // It waits for the pipeline, which the idle class would starve on a loaded machine.
         .set("inference.background-priority", "normal")
+        // The reranker loads at the first rerank: about meaning too, not latency.
+        .set("reranker.deadline", "60s")
         .start()
         .await;
     let http = node.client();
@@ -552,6 +554,32 @@ async fn search_finds_memories_by_meaning_before_and_after_a_sigkill() {
     assert_eq!(
         after["hits"][0]["memory"]["turn_id"], 0,
         "the restarted node rebuilt the index from storage: {after}"
+    );
+
+    // Reranked by the English cross-encoder, which a Chinese question does not go to.
+    let mut reranked = search("hybrid");
+    reranked["rerank"] = json!(true);
+    let reranked = node.client().must_post(&path, &reranked).await;
+    assert_eq!(reranked["reranked"], true, "{reranked}");
+    assert!(reranked.get("rerank_fallback").is_none(), "{reranked}");
+    assert_eq!(reranked["hits"][0]["memory"]["turn_id"], 0, "{reranked}");
+    let chinese = node
+        .client()
+        .must_post(
+            &path,
+            &json!({ "query": "我的狗叫什么名字？", "rerank": true }),
+        )
+        .await;
+    assert_eq!(chinese["reranked"], false, "{chinese}");
+    assert_eq!(chinese["rerank_fallback"], "not-english", "{chinese}");
+    let metrics = node.client().must_metrics().await;
+    assert!(
+        metrics.contains("engram_rerank_searches_total 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("engram_rerank_fallbacks_total{reason=\"not-english\"} 1\n"),
+        "{metrics}"
     );
 }
 

@@ -48,6 +48,7 @@ fn requests() -> Vec<UserRequest> {
             kinds: vec![engram_storage::model::MemoryKind::Profile],
             mode: SearchMode::Hybrid,
             active_only: false,
+            rerank: false,
         }
         .into(),
         MemoryWrite {

@@ -157,6 +157,11 @@ impl MemoryIndex {
         self.records.values()
     }
 
+    /// The text a record is indexed by (its turn's text for an episodic memory).
+    pub fn indexed_text(&self, memory_id: &str) -> Option<&str> {
+        self.sources.get(memory_id).map(|s| s.text.as_str())
+    }
+
     /// Whether a record has a vector.
     pub fn has_vector(&self, memory_id: &str) -> bool {
         self.sources

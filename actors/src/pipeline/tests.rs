@@ -57,6 +57,7 @@ async fn a_result_for_a_record_rewritten_or_deleted_while_it_was_computed_is_dro
         embedder: Some(Embedder::new(pool.clone(), ModelKind::MultilingualE5Small)),
         pipeline: Some(Pipeline::new(PipelineConfig::default())),
         distillation: None,
+        reranker: None,
         ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),

@@ -137,6 +137,10 @@ pub struct SearchQuery {
     pub mode: SearchMode,
     /// Only active memories (the seed's rule); by default candidates are found too.
     pub active_only: bool,
+    /// Rerank the first candidates with the node's cross-encoder (English questions; see
+    /// [`crate::rerank`]), within its deadline.
+    #[serde(default)]
+    pub rerank: bool,
 }
 
 /// A memory found by a search.
@@ -144,7 +148,8 @@ pub struct SearchQuery {
 pub struct SearchHit {
     /// The memory.
     pub memory: MemoryRecord,
-    /// Its score (fused, BM25 or cosine, by mode).
+    /// Its score (fused, BM25 or cosine, by mode; reranked: the reciprocal-rank fusion of
+    /// the reranker's order and the mode's).
     pub score: f32,
 }
 
@@ -159,6 +164,12 @@ pub struct SearchResult {
     /// Why the query was ranked without its vector, if it was.
     #[serde(default)]
     pub fallback: Option<crate::embed::Fallback>,
+    /// Whether the hits were reranked.
+    #[serde(default)]
+    pub reranked: bool,
+    /// Why a search that asked to be reranked was not, if it was not.
+    #[serde(default)]
+    pub rerank_fallback: Option<crate::rerank::RerankFallback>,
 }
 
 /// A direct write of a memory record (write a candidate, or upsert by id).

@@ -13,6 +13,8 @@ use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitiv
 use crate::model::index::MemoryQuery;
 use crate::model::policy::Route;
 use crate::model::retrieve::SearchMode;
+use crate::rerank::RerankFallback;
+use engram_storage::model::MemoryRecord;
 
 impl UserState {
     pub(super) async fn context(
@@ -89,10 +91,16 @@ impl UserState {
             SearchMode::Dense | SearchMode::Hybrid => self.query_vector(&query.query).await,
         });
         let now = self.args.services.clock.now();
+        let reranker = match (query.rerank, &self.args.services.reranker) {
+            (true, Some(reranker)) => Some(reranker),
+            (true, None) | (false, _) => None,
+        };
+        // A rerank reorders the first candidates: find as many, cut to `k` after it.
+        let candidates = reranker.map_or(0, |r| r.settings().candidates);
         let search = MemoryQuery {
             text: &query.query,
             vector: vector.as_deref(),
-            k: query.k,
+            k: query.k.max(candidates),
             mode: query.mode,
             now,
             kinds: &query.kinds,
@@ -105,15 +113,32 @@ impl UserState {
             .search(&self.args.services.extractor, &search)
             .map_err(|err| Error::Internal(format!("search: {err}")))?
             .into_iter()
-            .map(|(record, score)| SearchHit {
-                memory: record.clone(),
-                score,
-            })
-            .collect();
+            .map(|(record, score)| (record.clone(), score))
+            .collect::<Vec<_>>();
+        let (mut hits, rerank_fallback) = match (query.rerank, reranker) {
+            (true, Some(reranker)) => {
+                // The model reads what the memory is indexed by: an episodic memory's turn.
+                let text = |memory: &MemoryRecord| {
+                    self.index
+                        .indexed_text(&memory.memory_id)
+                        .unwrap_or(&memory.summary_text)
+                        .to_owned()
+                };
+                reranker.rerank(&query.query, hits, text).await
+            }
+            (true, None) => (hits, Some(RerankFallback::Unavailable)),
+            (false, _) => (hits, None),
+        };
+        hits.truncate(query.k);
         Ok(SearchResult {
-            hits,
+            hits: hits
+                .into_iter()
+                .map(|(memory, score)| SearchHit { memory, score })
+                .collect(),
             embedded: vector.is_some(),
             fallback,
+            reranked: query.rerank && rerank_fallback.is_none(),
+            rerank_fallback,
         })
     }
 }

@@ -33,6 +33,15 @@ pub fn extractor() -> Arc<EntityExtractor> {
 }
 
 pub fn node(dir: &TempDir, settings: Settings) -> Node {
+    node_with_reranker(dir, settings, None)
+}
+
+/// [`node`] with the search reranker `reranker`.
+pub fn node_with_reranker(
+    dir: &TempDir,
+    settings: Settings,
+    reranker: Option<engram_actors::rerank::RerankService>,
+) -> Node {
     let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
     let clock = ManualClock::new(Timestamp(1_700_000_000_000));
     let services = Services {
@@ -43,6 +52,7 @@ pub fn node(dir: &TempDir, settings: Settings) -> Node {
         embedder: None,
         pipeline: None,
         distillation: None,
+        reranker,
         ownership: None,
         settings,
         metrics: Arc::new(Metrics::default()),
@@ -112,6 +122,7 @@ pub async fn search_episodes(node: &Node, query: &str) -> SearchResult {
         kinds: vec![MemoryKind::Episodic],
         mode: SearchMode::Hybrid,
         active_only: false,
+        rerank: false,
     };
     node.directory.ask_admin(&alice(), q).await.unwrap()
 }

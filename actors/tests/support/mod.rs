@@ -85,6 +85,7 @@ pub async fn node_with(dir: &TempDir, embedder: Embedder, mode: Mode) -> Node {
         embedder: Some(embedder),
         pipeline: pipeline.clone(),
         distillation: None,
+        reranker: None,
         ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),
@@ -190,6 +191,7 @@ pub async fn search(node: &Node, query: &str, mode: SearchMode) -> SearchResult 
         kinds: Vec::new(),
         mode,
         active_only: false,
+        rerank: false,
     };
     node.directory.ask_admin(&alice(), q.clone()).await.unwrap()
 }

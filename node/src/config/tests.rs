@@ -405,6 +405,23 @@ fn busy_shares_are_percentages_from_1_to_100() {
 }
 
 #[test]
+fn reranker_bounds_are_explained() {
+    let mut config = Config::default();
+    config.reranker.candidates = 0;
+    config.reranker.queue = 0;
+    config.reranker.deadline = std::time::Duration::ZERO;
+    let err = config.validate().expect_err("three problems");
+    assert_eq!(
+        keys(&err),
+        ["reranker.candidates", "reranker.queue", "reranker.deadline"]
+    );
+    config.reranker.candidates = 100;
+    config.reranker.queue = 1;
+    config.reranker.deadline = std::time::Duration::from_millis(1);
+    config.validate().expect("the bounds are allowed");
+}
+
+#[test]
 fn fdb_backend_needs_the_feature() {
     let mut config = Config::default();
     config.storage.backend = Backend::Fdb;

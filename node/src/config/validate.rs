@@ -46,6 +46,7 @@ impl Config {
         self.check_memory(&mut p);
         self.check_inference(&mut p);
         self.check_distillation(&mut p);
+        self.check_reranker(&mut p);
         self.check_jobs(&mut p);
         self.check_security(&mut p);
         self.check_log(&mut p);
@@ -266,6 +267,23 @@ impl Config {
     }
 
     /// `[inference]`: workers, batching, the queue and each tenant's share of it, search.
+    /// `[reranker]`: a candidate count a search may ask for, a queue, a deadline.
+    fn check_reranker(&self, p: &mut Problems) {
+        let r = &self.reranker;
+        if !(1..=100).contains(&r.candidates) {
+            p.add(
+                "reranker.candidates",
+                "must be between 1 and 100".to_owned(),
+            );
+        }
+        if !(1..=1024).contains(&r.queue) {
+            p.add("reranker.queue", "must be between 1 and 1024".to_owned());
+        }
+        if r.deadline.is_zero() {
+            p.add("reranker.deadline", "must be longer than 0s".to_owned());
+        }
+    }
+
     fn check_inference(&self, p: &mut Problems) {
         let inference = &self.inference;
         if inference.precision == Precision::Int8 && !inference.model.takes_int8() {

@@ -162,6 +162,7 @@ pub async fn search(
         kinds,
         mode: parse_mode(body.mode.as_deref())?,
         active_only: body.active_only.unwrap_or(false),
+        rerank: body.rerank.unwrap_or(false),
     };
     let result = s.ask(&caller, &key, query).await?;
     let sensitive = result
@@ -181,6 +182,8 @@ pub async fn search(
                 .collect(),
             embedded: result.embedded,
             fallback: result.fallback.map(|f| f.as_str().to_owned()),
+            reranked: result.reranked,
+            rerank_fallback: result.rerank_fallback.map(|f| f.as_str().to_owned()),
         }),
     ))
 }

@@ -87,6 +87,7 @@ pub(super) async fn app_with(
         embedder: None,
         pipeline: None,
         distillation: None,
+        reranker: None,
         ownership: None,
         settings: Settings::default(),
         metrics: Arc::new(Metrics::default()),

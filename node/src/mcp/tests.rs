@@ -151,17 +151,18 @@ fn every_body_a_tool_sends_is_one_the_gateway_accepts() {
 
     let search = args::<SearchMemories>(json!({
         "user": "a", "query": "q", "limit": 3, "kinds": ["profile", "correction"],
-        "mode": "bm25", "active_only": true
+        "mode": "bm25", "active_only": true, "rerank": true
     }))
     .request();
     assert_eq!(search.path, "/v1/users/a/memories/search");
     let body: SearchBody = accepted(search.body);
     assert_eq!(
-        (body.k, body.kinds, body.mode.as_deref()),
+        (body.k, body.kinds, body.mode.as_deref(), body.rerank),
         (
             Some(3),
             Some(vec!["profile".into(), "correction".into()]),
-            Some("bm25")
+            Some("bm25"),
+            Some(true)
         )
     );
 

@@ -55,6 +55,56 @@ pub(super) fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedM
     }
 }
 
+/// The search reranker: searches reranked, pairs scored, time spent, and fallbacks.
+pub(super) fn render_rerank(text: &mut String, m: &engram_actors::rerank::RerankMetrics) {
+    use std::fmt::Write;
+    for (name, help, value) in [
+        (
+            "engram_rerank_searches_total",
+            "Searches reranked by the cross-encoder",
+            m.reranked.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "engram_rerank_pairs_total",
+            "Question and candidate pairs the cross-encoder scored",
+            m.pairs.load(Ordering::Relaxed) as f64,
+        ),
+        (
+            "engram_rerank_seconds_total",
+            "Time the cross-encoder spent scoring",
+            m.busy_micros.load(Ordering::Relaxed) as f64 / 1e6,
+        ),
+    ] {
+        metric(text, name, "counter", help, value);
+    }
+    metric(
+        text,
+        "engram_rerank_queued",
+        "gauge",
+        "Reranks waiting for the cross-encoder",
+        m.queued.load(Ordering::Relaxed),
+    );
+    let name = "engram_rerank_fallbacks_total";
+    let _ = write!(
+        text,
+        "# HELP {name} Searches that asked to be reranked and were not, by reason
+# TYPE {name} counter
+"
+    );
+    for (reason, value) in [
+        ("not-english", &m.fallback_not_english),
+        ("busy", &m.fallback_busy),
+        ("deadline", &m.fallback_deadline),
+        ("unavailable", &m.fallback_unavailable),
+    ] {
+        let _ = writeln!(
+            text,
+            "{name}{{reason=\"{reason}\"}} {}",
+            value.load(Ordering::Relaxed)
+        );
+    }
+}
+
 /// The age of the oldest entry a pipeline lane knows of (0 when none).
 pub(super) fn oldest_pending_seconds(
     m: &engram_actors::pipeline::PipelineMetrics,

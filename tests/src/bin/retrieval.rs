@@ -6,6 +6,8 @@
 //! and prints evidence recall@5/10/20 per category for dense-only, BM25-only and hybrid
 //! search, with the search latency (dense and hybrid include embedding the question), and
 //! how many questions no mode found any evidence of in its top 20 (with a few of their ids).
+//! With `--rerank`, each hybrid search is also asked reranked by the English cross-encoder
+//! (`Hybrid+rerank`; non-English questions keep the hybrid order and are counted).
 //! Each set is reported in two halves (`dataset::split`): settings are tuned on the tuning
 //! half only, and the checking half shows how far they carry; `--whole` reports sets whole,
 //! `--half tuning` (or `checking`) one half only.
@@ -15,6 +17,7 @@
 //! retrieval ../shared/data/locomo-dev.json --max-conversations 2            # a subset
 //! retrieval --fusion weighted --neighbour-weight 0 --neighbour-text false   # variants
 //! retrieval ../shared/data/memdaily-dev/*.json --pool                       # one user a file
+//! retrieval ../shared/data/locomo-dev.json --half checking --rerank         # the reranker
 //! ```
 //!
 //! Conversations are written concurrently (one user each), so the pool batches across users
@@ -29,7 +32,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
 use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::{Fusion, RetrieverParams};
-use engram_inference::{EncoderConfig, ModelKind, PoolConfig, Precision};
+use engram_actors::rerank::{RerankService, RerankSettings};
+use engram_inference::{EncoderConfig, ModelKind, PoolConfig, Precision, Reranker, RerankerConfig};
 use engram_storage::model::Timestamp;
 use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
 use engram_tests::retrieval::{Bench, Report};
@@ -136,6 +140,16 @@ struct Args {
     /// texts, for rerankers measured outside: `tests/scripts/rerank_candidates.py`).
     #[arg(long)]
     dump_candidates: Option<std::path::PathBuf>,
+    /// Also ask each hybrid search reranked by the English cross-encoder (a fourth ranking,
+    /// `Hybrid+rerank`), without a deadline.
+    #[arg(long)]
+    rerank: bool,
+    /// How many of the first hybrid candidates the cross-encoder scores.
+    #[arg(long, default_value_t = RerankSettings::default().candidates)]
+    rerank_candidates: usize,
+    /// The cross-encoder's linear layers in int8 (CPU).
+    #[arg(long)]
+    rerank_int8: bool,
 }
 
 fn main() -> Result<()> {
@@ -235,11 +249,32 @@ fn main() -> Result<()> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    let reranker = if args.rerank {
+        let config = RerankerConfig {
+            precision: if args.rerank_int8 {
+                Precision::Int8
+            } else {
+                Precision::Float32
+            },
+            ..RerankerConfig::default()
+        };
+        let settings = RerankSettings {
+            candidates: args.rerank_candidates,
+            deadline: None,
+            // Every conversation asks at once: none is turned away.
+            queue: 4096,
+        };
+        Some(RerankService::start(
+            move || Reranker::load(&config),
+            settings,
+        )?)
+    } else {
+        None
+    };
     runtime.block_on(run(
         &command,
         sets,
-        pool,
-        index,
+        (pool, index, reranker),
         args.active_only,
         args.dump_candidates.as_deref(),
     ))
@@ -248,13 +283,12 @@ fn main() -> Result<()> {
 async fn run(
     command: &[String],
     sets: Vec<(String, Dataset)>,
-    pool: PoolConfig,
-    index: IndexParams,
+    (pool, index, reranker): (PoolConfig, IndexParams, Option<RerankService>),
     active_only: bool,
     dump_candidates: Option<&std::path::Path>,
 ) -> Result<()> {
     let model = pool.encoder.model;
-    let mut bench = Bench::start(pool, index).await?;
+    let mut bench = Bench::start(pool, index, reranker).await?;
     if active_only {
         bench = bench.active_only();
     }

@@ -115,6 +115,9 @@ pub struct SearchMemories {
     pub mode: Option<SearchMode>,
     /// Only active (confirmed) memories; default false: candidates are found too.
     pub active_only: Option<bool>,
+    /// Rerank the first candidates with the node's English cross-encoder (better order,
+    /// a few hundred milliseconds on a CPU); default false.
+    pub rerank: Option<bool>,
 }
 
 /// The status a written memory starts with.

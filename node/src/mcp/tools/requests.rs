@@ -115,6 +115,7 @@ impl SearchMemories {
             ("kinds", json!(kinds)),
             ("mode", json!(self.mode.map(SearchMode::as_str))),
             ("active_only", json!(self.active_only)),
+            ("rerank", json!(self.rerank)),
         ]);
         post(user_path(&self.user, "/memories/search"), body)
     }

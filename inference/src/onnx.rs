@@ -83,15 +83,7 @@ pub(crate) struct OnnxWeights {
 impl OnnxWeights {
     /// Reads `path` (the whole file: the weights are all it holds).
     pub(crate) fn open(path: &Path) -> Result<Self> {
-        if !path.is_file() {
-            return Err(Error::ModelMissing {
-                path: path.to_path_buf(),
-            });
-        }
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = crate::reader::read_model_file(path)?;
         let format = |reason: String| Error::Format {
             path: path.to_path_buf(),
             reason,

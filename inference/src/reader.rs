@@ -6,6 +6,19 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
+/// The whole of the model file `path`: [`Error::ModelMissing`] when it is not there.
+pub(crate) fn read_model_file(path: &Path) -> Result<Vec<u8>> {
+    if !path.is_file() {
+        return Err(Error::ModelMissing {
+            path: path.to_path_buf(),
+        });
+    }
+    std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Reads little-endian fields, failing with the file's path on truncation.
 pub(crate) struct Reader<'a> {
     bytes: &'a [u8],

@@ -44,7 +44,11 @@ async fn the_python_client_passes_its_suite_against_real_nodes() {
     };
     let started = Instant::now();
     let sandbox = Sandbox::new();
-    let plain = sandbox.node("py").set("inference.enabled", false);
+    let plain = sandbox
+        .node("py")
+        .set("inference.enabled", false)
+        // The reranker loads at the first rerank: the test is about the answer, not latency.
+        .set("reranker.deadline", "60s");
     let limited = sandbox
         .node("py-rate")
         .set("inference.enabled", false)

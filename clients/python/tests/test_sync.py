@@ -128,6 +128,10 @@ def test_memories_write_list_search_status_and_upsert(gateway: Engram) -> None:
     by_kind = gateway.search_memories(user, "churn cohorts", kinds=["episodic"])
     assert [h.memory.memory_id for h in by_kind.hits] == [episodic.memory.memory_id]
     assert by_kind.hits[0].score > 0
+    reranked = gateway.search_memories(user, "churn cohorts", kinds=["episodic"], rerank=True)
+    assert (reranked.reranked, reranked.rerank_fallback) == (True, None)
+    assert [h.memory.memory_id for h in reranked.hits] == [episodic.memory.memory_id]
+    assert not by_kind.reranked, "not asked, not reranked"
 
     suppressed = gateway.set_memory_status(user, memory.memory_id, "suppressed")
     assert suppressed.memory.status == "suppressed"

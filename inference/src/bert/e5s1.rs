@@ -66,15 +66,7 @@ pub(crate) fn load(
     device: Device,
     precision: Precision,
 ) -> Result<(Bert, SentencePieceVocab)> {
-    if !path.is_file() {
-        return Err(Error::ModelMissing {
-            path: path.to_path_buf(),
-        });
-    }
-    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let bytes = crate::reader::read_model_file(path)?;
     let mut file = E5s1::parse(&bytes, path)?;
     let bert = Bert::load(file.config.clone(), &mut file, device, precision)?;
     Ok((bert, file.vocab))

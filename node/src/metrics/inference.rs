@@ -1,7 +1,7 @@
 //! The inference part of `/metrics`: the embedding pool, the query cache and read
 //! fallbacks, and the pipeline.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use engram_inference::{BATCH_BUCKETS, PoolStats};
 
@@ -22,7 +22,6 @@ pub(super) fn metric(
 
 /// The query cache and the read deadline's fallbacks.
 pub(super) fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedMetrics) {
-    use std::fmt::Write;
     for (name, help, value) in [
         (
             "engram_query_cache_hits_total",
@@ -37,16 +36,23 @@ pub(super) fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedM
     ] {
         metric(text, name, "counter", help, value.load(Ordering::Relaxed));
     }
-    let name = "engram_read_fallbacks_total";
-    let _ = write!(
+    by_reason(
         text,
-        "# HELP {name} Reads ranked by words and priors without their query's vector, by reason\n# TYPE {name} counter\n"
+        "engram_read_fallbacks_total",
+        "Reads ranked by words and priors without their query's vector, by reason",
+        &[
+            ("deadline", &m.fallback_deadline),
+            ("overloaded", &m.fallback_overloaded),
+            ("unavailable", &m.fallback_unavailable),
+        ],
     );
-    for (reason, value) in [
-        ("deadline", &m.fallback_deadline),
-        ("overloaded", &m.fallback_overloaded),
-        ("unavailable", &m.fallback_unavailable),
-    ] {
+}
+
+/// Writes one counter labelled by `reason`, a sample per reason.
+fn by_reason(text: &mut String, name: &str, help: &str, reasons: &[(&str, &AtomicU64)]) {
+    use std::fmt::Write;
+    let _ = write!(text, "# HELP {name} {help}\n# TYPE {name} counter\n");
+    for (reason, value) in reasons {
         let _ = writeln!(
             text,
             "{name}{{reason=\"{reason}\"}} {}",
@@ -57,7 +63,6 @@ pub(super) fn render_queries(text: &mut String, m: &engram_actors::embed::EmbedM
 
 /// The search reranker: searches reranked, pairs scored, time spent, and fallbacks.
 pub(super) fn render_rerank(text: &mut String, m: &engram_actors::rerank::RerankMetrics) {
-    use std::fmt::Write;
     for (name, help, value) in [
         (
             "engram_rerank_searches_total",
@@ -84,25 +89,17 @@ pub(super) fn render_rerank(text: &mut String, m: &engram_actors::rerank::Rerank
         "Reranks waiting for the cross-encoder",
         m.queued.load(Ordering::Relaxed),
     );
-    let name = "engram_rerank_fallbacks_total";
-    let _ = write!(
+    by_reason(
         text,
-        "# HELP {name} Searches that asked to be reranked and were not, by reason
-# TYPE {name} counter
-"
+        "engram_rerank_fallbacks_total",
+        "Searches that asked to be reranked and were not, by reason",
+        &[
+            ("not-english", &m.fallback_not_english),
+            ("busy", &m.fallback_busy),
+            ("deadline", &m.fallback_deadline),
+            ("unavailable", &m.fallback_unavailable),
+        ],
     );
-    for (reason, value) in [
-        ("not-english", &m.fallback_not_english),
-        ("busy", &m.fallback_busy),
-        ("deadline", &m.fallback_deadline),
-        ("unavailable", &m.fallback_unavailable),
-    ] {
-        let _ = writeln!(
-            text,
-            "{name}{{reason=\"{reason}\"}} {}",
-            value.load(Ordering::Relaxed)
-        );
-    }
 }
 
 /// The age of the oldest entry a pipeline lane knows of (0 when none).

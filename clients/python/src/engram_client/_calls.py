@@ -296,6 +296,7 @@ def search_memories(
     kinds: Sequence[m.Kind] | None,
     mode: m.SearchMode | None,
     active_only: bool | None,
+    rerank: bool | None,
 ) -> Call[m.SearchResult]:
     body = _compact(
         {
@@ -304,6 +305,7 @@ def search_memories(
             "kinds": list(kinds) if kinds is not None else None,
             "mode": mode,
             "active_only": active_only,
+            "rerank": rerank,
         }
     )
     return Call(

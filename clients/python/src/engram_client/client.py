@@ -238,11 +238,20 @@ class Engram:
         kinds: Sequence[m.Kind] | None = None,
         mode: m.SearchMode | None = None,
         active_only: bool | None = None,
+        rerank: bool | None = None,
     ) -> m.SearchResult:
-        """Searches the user's live memories; hits best first."""
+        """Searches the user's live memories; hits best first. ``rerank`` asks the node's
+        English cross-encoder to reorder the first candidates (``reranked`` says whether it
+        did, ``rerank_fallback`` why not)."""
         return self._run(
             _calls.search_memories(
-                user, query, k=k, kinds=kinds, mode=mode, active_only=active_only
+                user,
+                query,
+                k=k,
+                kinds=kinds,
+                mode=mode,
+                active_only=active_only,
+                rerank=rerank,
             )
         )
 

@@ -107,11 +107,14 @@ class SearchHit:
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """Hits best first; ``embedded`` says whether the query was embedded."""
+    """Hits best first; ``embedded`` says whether the query was embedded, ``reranked``
+    whether the hits were reranked (``rerank_fallback`` why not, when asked)."""
 
     hits: list[SearchHit]
     embedded: bool
     fallback: str | None = None
+    reranked: bool = False
+    rerank_fallback: str | None = None
 
     @classmethod
     def from_json(cls, value: Any) -> SearchResult:
@@ -120,6 +123,8 @@ class SearchResult:
             items(d, "hits", SearchHit.from_json),
             boolean(d, "embedded", False),
             opt_string(d, "fallback"),
+            boolean(d, "reranked", False),
+            opt_string(d, "rerank_fallback"),
         )
 
 

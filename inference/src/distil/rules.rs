@@ -36,10 +36,16 @@ static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Questions (about how things work, or about an earlier request) that carry no new intent.
 static QUESTION: LazyLock<Regex> = LazyLock::new(|| {
-    re(
-        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|(^|[^好])几(天|号|个|次|周|月|年|小时|分钟)|吗[，,]|哪些|哪里|谁|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b|[,;:，；：]\s*(how|what|when|where|which|why|is|are|does)\b)",
-    )
+    re(&format!(
+        r"(?i)([?？]\s*$|吗\s*[。!！]?\s*$|怎么样|怎么|如何|什么|多少|多久|几点|(^|[^好])几(天|号|个|次|周|月|年|小时|分钟)|吗[，,]|哪些|哪里|谁|进度|处理得|有没有|是否|会不会|是不是|^\s*(how|what|when|where|which|why|is|are|does|do|did|has|have|was|will)\b|[,;:，；：]\s*(how|what|when|where|which|why|is|are|does)\b|{HYPOTHETICAL}.{{0,60}}\b(is|does|will|would) (that|it|this)\b)",
+    ))
 });
+
+/// A booking told as a condition ("if I book the 90 minutes", "如果约下午三点"): a question
+/// about what it would mean only asks, whatever day it names.
+const HYPOTHETICAL: &str = r"(\bif (i|we) (book|booked|schedule|reserve|take|get|go for)\b|(如果|要是|假如)(我|我们)?(约|预约|订|定))";
+
+static HYPOTHETICALLY: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i){HYPOTHETICAL}")));
 
 /// Not wanting it any more ("不想再上了"): a wish, and a cancellation.
 const NOT_WANTED: &str = r"不想(再)?(上|学|用|要|续|订|参加)了";
@@ -77,7 +83,7 @@ static REACTIVATE: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({REACTIV
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一|好几|几)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b|(说|反映|提|打|找|讲)(了|过)?(好几|很多|无数)次|到现在(还是|也|都)";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一|好几|几)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bstill not (ready|done|finished|fixed|sorted|here|back)\b|\bwhat('?s| is) going on\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b|(说|反映|提|打|找|讲)(了|过)?(好几|很多|无数)次|到现在(还是|也|都)";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -119,7 +125,7 @@ static APPOINTMENT_ZH: LazyLock<Regex> = LazyLock::new(|| {
 
 static APPOINTMENT_EN: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
-        r"(?i)(\b(book|schedule|make|set up|reserve|arrange)\b.{{0,40}}\b(appointment|reservation|visit|consult(ation)?|slot|session|check-?up)\b|\bappointment\b.{{0,40}}\b{WHEN_EN}|\b(can|could) (someone|somebody|you|the \w+|a \w+) (come|pop|take a look|look at|see|check|fix)\b.{{0,40}}\b{WHEN_EN})"
+        r"(?i)(\b(book|schedule|make|set up|reserve|arrange)\b.{{0,40}}\b(appointment|reservation|visit|consult(ation)?|slot|session|check-?up)\b|\bappointment\b.{{0,40}}\b{WHEN_EN}|\b(can|could) (someone|somebody|you|the \w+|a \w+) (come|pop|take a look|look at|see|check|fix)\b.{{0,40}}\b{WHEN_EN}|\b(do|does|would) you have (anything|something|any (slots?|openings?|availability|room|space|time)|a slot|an opening)( (open|free|available))?\b.{{0,20}}\b{WHEN_EN})"
     ))
 });
 
@@ -129,7 +135,7 @@ const CLAUSE_ENDS: &[char] = &['，', '。', '！', '？', '；', ',', '.', '!',
 /// Asking after an earlier request ("我上次的投诉处理得怎么样了", "did my booking go through?").
 static STATUS: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(处理得?怎么样|处理了吗|处理好了(没|吗)|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一)?下?.{0,6}(是不是|有没有|是否)|\bjust (checking|wanted to check|want to check|making sure)\b.{0,60}\b(was|were|went|has been|have been|got|received)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b|\b(is|are) (that|it|this|everything|we|all)( all)? still (good|ok|okay|fine|happening|going ahead|on track)\b|(有|什么)进展|还(在|算数|有效)(吧|吗)|(同意|批准|答应)了(吗|没)|\bwas (that|it|this) (ok|okay|fine|alright|approved|accepted)\b)",
+        r"(?i)(处理得?怎么样|处理了吗|处理好了(没|吗)|处理到(哪|什么)|到哪一步|进度|结果出来|有回复|受理了|通过了吗|办好了吗|成功了?(吗|没)|还有效吗|确认下来|定下来了(吗|没)|\b(been|is it|is that) confirmed\b|到账(了)?(没|吗)|\bgo(ne)? through\b|\bstatus of\b|\bany update\b|\b(been|was|were|got) processed\b|改好了|办好了|弄好了|确认(一)?下?.{0,6}(是不是|有没有|是否)|\bjust (checking|wanted to check|want to check|making sure)\b.{0,60}\b(was|were|went|has been|have been|got|received)\b|\bdid (my|the|you)\b|\bstill (confirmed|valid|active)\b|确定会(来|到)|会来(的)?吧|\bstill (coming|on for)\b|\b(is|are) still on\b|\b(is|are) (that|it|this|everything|we|all)( all)? still (good|ok|okay|fine|happening|going ahead|on track)\b|(有|什么)进展|还(在|算数|有效)(吧|吗)|(同意|批准|答应)了(吗|没)|\bwas (that|it|this) (ok|okay|fine|alright|approved|accepted)\b|\bhas (that|it|this) been (sorted|done|handled|processed|changed|moved|updated)\b)",
     )
 });
 
@@ -202,6 +208,7 @@ pub fn no_new_intent(message: &str) -> bool {
             && !MOVED.is_match(message)
             && (!ASKS_FOR_A_SLOT.is_match(message)
                 || ABOUT_A_TIME.is_match(message)
+                || HYPOTHETICALLY.is_match(message)
                 || (ASKS_ABOUT_MINE.is_match(message) && !RESCHEDULE.is_match(message))))
         || (PERSONAL_DATA.is_match(message)
             && !INTENT_CUE.is_match(message)
@@ -239,7 +246,7 @@ static SMALL_TALK: LazyLock<Regex> = LazyLock::new(|| {
 /// beside it.
 static CORRECTION: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|(接送人|紧急联系人|联系人|监护人).{0,4}(加|添加|增加|换成|改成|改为|更新)|(加|添加|增加|更新)(一个|一下)?.{0,4}(接送人|紧急联系人|联系人|监护人)|\b(update|updating|change|changing|add|adding|set|setting)\b.{0,30}\b(emergency contact|contact person|next of kin|pick-?up person|authori[sz]ed (person|pick-?up))|改名|名字改(成|为)|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|(之前|刚才|上次)[^，,。！？]{0,8}(填|写|登记|留)错了|\b(update|updating|replace|replacing|change|changing) (my|the) (card|payment (card|details|method))\b)",
+        r"(?i)((名字|姓名|生日|出生日期|电话|手机号?|号码|地址|身份证号?|邮箱).{0,6}(写错|填错|登记错|错了|有误|不对)|(写错|填错|登记错)了?.{0,6}(名字|姓名|生日|电话|号码|地址|身份证|邮箱)|\b(name|surname|dob|date of birth|birthday|email|phone|number|address)\b.{0,40}\b(spelt|spelled|wrong|incorrect|typo)\b|(邮箱|电话|手机号?|号码|地址|联系方式).{0,4}(更新|换成|改成|改为)|(更新|修改)(一下)?.{0,4}(邮箱|电话|手机号?|号码|地址|联系方式)|\bupdate (my|the) (email|phone|number|address|contact)|\binstead of my old (email|number|address)\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,30}\bshould (now )?be\b|\b(name|surname|dob|date of birth|birthday|email|phone number|number|address)\b.{0,15}\bis\b.{0,30},\s*not\b|(联系人|联系电话).{0,4}(换成|改成|改为)|(接送人|紧急联系人|联系人|监护人).{0,4}(加|添加|增加|换成|改成|改为|更新)|(加|添加|增加|更新)(一个|一下)?.{0,4}(接送人|紧急联系人|联系人|监护人)|\b(update|updating|change|changing|add|adding|set|setting)\b.{0,30}\b(emergency contact|contact person|next of kin|pick-?up person|authori[sz]ed (person|pick-?up))|改名|改姓|名字改(成|为)|\b(name|surname|last name|family name)( is|'s)? now\b|\b(update|change|correct) (it|that|this|them) on (file|record|my (account|profile))\b|(预约|时间)不变|\b(keep|keeping|leave|leaving) (my|the|our) (\w+ ){0,2}(appointment|booking|reservation)\b|\b(change|update|correct) (my|the|our) (contact |billing |shipping |home |delivery )?(email|phone|number|address|details)\b|\b(my )?(phone|mobile|number|email|address)( number| address)? (has )?changed\b|(手机|电话|号码|邮箱|地址)号?(换了|变了|改了)|(之前|刚才|上次)[^，,。！？]{0,8}(填|写|登记|留)错了|\b(update|updating|replace|replacing|change|changing) (my|the) (card|payment (card|details|method))\b)",
     )
 });
 

@@ -1,6 +1,6 @@
-//! The classes of messages held-out sets 13 to 17 showed, the sets written from
+//! The classes of messages held-out sets 13 to 18 showed, the sets written from
 //! `inference/data/LABELS.md` (each pinned with messages that are in no set:
-//! docs/benchmarks.md, "Sets 13 to 15" and "Sets 16 to 18").
+//! docs/benchmarks.md, "Sets 13 to 15", "Sets 16 to 18" and "Set 19").
 
 use super::held_out::{finds, no_intent, not_vetoed};
 
@@ -333,4 +333,55 @@ fn asking_how_far_ahead_people_book_only_asks() {
 #[test]
 fn a_new_number_to_keep_on_file_only_gives_data() {
     no_intent(&["Updated mobile number: 555-0123, please put it on my profile."]);
+}
+
+// The classes set 18 showed.
+
+#[test]
+fn a_question_about_what_a_booking_would_mean_only_asks() {
+    no_intent(&[
+        "if we book the family room for saturday does that include breakfast",
+        "要是约周五上午做体检，大概几点能出报告？",
+        "If I book the 60 minute facial, is that the one with the mask or extra?",
+    ]);
+    // Booking with a condition is still a booking.
+    not_vetoed(&["If you have anything Friday at 3, please book me in for a trim"]);
+}
+
+#[test]
+fn asking_whether_a_day_is_open_for_a_visit_is_an_appointment() {
+    finds(
+        "appointment",
+        &[
+            "The dryer is leaving clothes damp. Do you have anything available next week for a technician?",
+            "Do you have any openings Tuesday afternoon? My tooth has been aching.",
+        ],
+    );
+}
+
+#[test]
+fn an_order_still_not_ready_is_a_complaint() {
+    finds(
+        "complaint",
+        &[
+            "dropped my suit off for pressing on monday and its still not done, what's going on",
+            "My prescription was supposed to be ready at noon and it's still not ready.",
+        ],
+    );
+}
+
+#[test]
+fn asking_whether_an_earlier_request_has_been_sorted_asks_after_it() {
+    no_intent(&[
+        "On Monday I asked you to change my delivery address, has that been done?",
+        "I emailed to push my lesson to next week, has it been sorted yet?",
+    ]);
+}
+
+#[test]
+fn a_new_name_to_keep_on_file_only_gives_data() {
+    no_intent(&[
+        "Just got divorced, my last name is now Brennan, please update it on file",
+        "我改姓了，现在姓陈，麻烦把资料上的名字更新一下",
+    ]);
 }

@@ -91,6 +91,17 @@ impl Reranker {
         let positions = usize::try_from(bert_config.max_positions).unwrap_or(0);
         let max_len = config.max_tokens.clamp(3, positions);
         let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), max_len, "[PAD]")?;
+        // The two files must agree before the weights are read.
+        let vocab = usize::try_from(bert_config.vocab).unwrap_or(0);
+        if tokenizer.vocab_size() != vocab {
+            return Err(Error::Format {
+                path: dir.join("tokenizer.json"),
+                reason: format!(
+                    "{} tokens, the model's vocabulary has {vocab}",
+                    tokenizer.vocab_size()
+                ),
+            });
+        }
         let mut source = Onnx(OnnxWeights::open(&dir.join("model.onnx"))?);
         let hidden = bert_config.hidden;
         let bert = Bert::load(bert_config, &mut source, device, config.precision)?;
@@ -107,15 +118,6 @@ impl Reranker {
         };
         let pooler = head(&mut source, "bert.pooler.dense", hidden)?;
         let classifier = head(&mut source, "classifier", 1)?;
-        if tokenizer.vocab_size() != 30_522 {
-            return Err(Error::Format {
-                path: dir.join("tokenizer.json"),
-                reason: format!(
-                    "{} tokens, the model's vocabulary has 30522",
-                    tokenizer.vocab_size()
-                ),
-            });
-        }
         tracing::info!(
             model = RERANKER_MODEL,
             device = ?device,

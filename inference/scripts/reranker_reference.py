@@ -64,6 +64,7 @@ PAIRS = [
 
 
 def dequantised(inits, name):
+    """`(q - zero_point) * scale`: one scale per tensor, or one per column (the last axis)."""
     q = numpy_helper.to_array(inits[f"{name}_quantized"]).astype(np.float32)
     scale = numpy_helper.to_array(inits[f"{name}_scale"]).astype(np.float32)
     zero = numpy_helper.to_array(inits[f"{name}_zero_point"]).astype(np.float32)
@@ -80,22 +81,26 @@ def gelu(x):
     return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
 
 
-def forward(graph, ids, types):
-    """The score of one pair, float32 throughout, weights dequantised."""
+def hidden(graph, ids, types, module):
+    """The last layer's hidden states `[len, 384]` of one input, float32 throughout, weights
+    dequantised. `module` is the BERT's path in the file: "bert" in a classifier, "" in a
+    bare encoder (bge-small-en-v1.5)."""
     inits = {t.name: t for t in graph.initializer}
-    f = lambda name: numpy_helper.to_array(inits[name]).astype(np.float32)
+    name = lambda local: f"{module}.{local}" if module else local
+    f = lambda local: numpy_helper.to_array(inits[name(local)]).astype(np.float32)
     # MatMulInteger nodes hold the linear layers' [in, out] weights, named by their module.
     matmul = {n.name: n.input[1].removesuffix("_quantized")
               for n in graph.node if n.op_type == "MatMulInteger"}
-    w = lambda module: dequantised(inits, matmul[f"/bert/encoder/{module}/MatMul_quant"])
+    node = f"/{module}/encoder" if module else "/encoder"
+    w = lambda path: dequantised(inits, matmul[f"{node}/{path}/MatMul_quant"])
     n = len(ids)
-    x = (dequantised(inits, "bert.embeddings.word_embeddings.weight")[ids]
-         + dequantised(inits, "bert.embeddings.position_embeddings.weight")[:n]
-         + dequantised(inits, "bert.embeddings.token_type_embeddings.weight")[types])
-    x = layer_norm(x, f("bert.embeddings.LayerNorm.weight"), f("bert.embeddings.LayerNorm.bias"))
+    x = (dequantised(inits, name("embeddings.word_embeddings.weight"))[ids]
+         + dequantised(inits, name("embeddings.position_embeddings.weight"))[:n]
+         + dequantised(inits, name("embeddings.token_type_embeddings.weight"))[types])
+    x = layer_norm(x, f("embeddings.LayerNorm.weight"), f("embeddings.LayerNorm.bias"))
     d = x.shape[1] // HEADS
     for i in range(12):
-        p = f"bert.encoder.layer.{i}."
+        p = f"encoder.layer.{i}."
         m = f"layer.{i}/"
         heads = lambda t: t.reshape(n, HEADS, d).transpose(1, 0, 2)
         q = heads(x @ w(m + "attention/self/query") + f(p + "attention.self.query.bias"))
@@ -111,6 +116,14 @@ def forward(graph, ids, types):
         h = gelu(x @ w(m + "intermediate/dense") + f(p + "intermediate.dense.bias"))
         h = h @ w(m + "output/dense") + f(p + "output.dense.bias")
         x = layer_norm(x + h, f(p + "output.LayerNorm.weight"), f(p + "output.LayerNorm.bias"))
+    return x
+
+
+def forward(graph, ids, types):
+    """The score of one pair, float32 throughout, weights dequantised."""
+    inits = {t.name: t for t in graph.initializer}
+    f = lambda name: numpy_helper.to_array(inits[name]).astype(np.float32)
+    x = hidden(graph, ids, types, "bert")
     pooled = np.tanh(x[0] @ dequantised(inits, "bert.pooler.dense.weight")
                      + f("bert.pooler.dense.bias"))
     return float(pooled @ dequantised(inits, "classifier.weight")[:, 0] + f("classifier.bias")[0])

@@ -10,6 +10,7 @@
 
 pub(crate) mod e5s1;
 pub(crate) mod hf;
+pub(crate) mod onnx;
 #[cfg(test)]
 mod tests;
 

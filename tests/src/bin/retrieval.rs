@@ -63,6 +63,8 @@ impl HalfArg {
 enum ModelArg {
     E5,
     Minilm,
+    /// bge-small-en-v1.5 (English).
+    Bge,
 }
 
 /// Evidence recall of dense, BM25 and hybrid retrieval on LoCoMo and MemDaily, through the
@@ -209,6 +211,7 @@ fn main() -> Result<()> {
     let model = match args.model {
         ModelArg::E5 => ModelKind::MultilingualE5Small,
         ModelArg::Minilm => ModelKind::AllMiniLmL6V2,
+        ModelArg::Bge => ModelKind::BgeSmallEnV15,
     };
     let pool = PoolConfig {
         encoder: EncoderConfig {

@@ -10,14 +10,16 @@
 //!
 //! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench embed`
 //! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5; `ENGRAM_BENCH_DEVICE=cuda`
-//! runs it on the GPU, where float32 is measured with and without libtorch's autocast).
+//! runs it on the GPU, where float32 is measured with and without libtorch's autocast;
+//! `ENGRAM_BENCH_MODEL` names another encoder than the default, as in `cluster.toml`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use engram_inference::{
-    DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, PoolConfig, PoolStats, Precision, TextRole,
+    DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, ModelKind, PoolConfig, PoolStats,
+    Precision, TextRole,
 };
 use hdrhistogram::Histogram;
 
@@ -36,6 +38,7 @@ fn main() -> Result<()> {
     let device = bench_device()?;
     let config = EncoderConfig {
         device,
+        model: bench_model()?,
         ..EncoderConfig::default()
     };
     let encoder = Encoder::load(&config)?;
@@ -45,6 +48,9 @@ fn main() -> Result<()> {
     let mut packed: Vec<(&str, Option<Encoder>)> = Vec::new();
     if encoder.on_cpu() {
         for (label, precision) in [("float16", Precision::Float16), ("int8", Precision::Int8)] {
+            if precision == Precision::Int8 && !config.model.takes_int8() {
+                continue;
+            }
             let config = EncoderConfig {
                 precision,
                 ..config.clone()
@@ -164,6 +170,17 @@ fn bench_device() -> Result<DeviceChoice> {
         Ok("cuda") => Ok(DeviceChoice::Cuda(0)),
         Ok(other) => anyhow::bail!("ENGRAM_BENCH_DEVICE is cpu, auto or cuda, not {other:?}"),
     }
+}
+
+/// `ENGRAM_BENCH_MODEL`: the encoder, by its configuration name (default: the node's).
+fn bench_model() -> Result<ModelKind> {
+    let Ok(name) = std::env::var("ENGRAM_BENCH_MODEL") else {
+        return Ok(ModelKind::default());
+    };
+    ModelKind::ALL
+        .into_iter()
+        .find(|model| model.name() == name)
+        .ok_or_else(|| anyhow::anyhow!("ENGRAM_BENCH_MODEL names no encoder: {name:?}"))
 }
 
 /// Runs batches of `batch` consecutive turns for about `span`; returns texts done and time.

@@ -139,22 +139,7 @@ async fn topics_by_meaning(pool: &engram_inference::EmbeddingPool, mode: Mode) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_topic_threshold_separates_paraphrases_from_other_topics() {
     let pool = pool().await;
-    let same = [
-        ("chart type", "chart style"),
-        ("chart type", "type of chart"),
-        ("region", "sales region"),
-        ("granularity", "time granularity"),
-        ("unit", "currency unit"),
-        ("language", "answer language"),
-    ];
-    let different = [
-        ("coffee", "tea"),
-        ("chart type", "region"),
-        ("language", "region"),
-        ("chart type", "granularity"),
-        ("图表类型", "地区"),
-        ("spicy food", "coffee"),
-    ];
+    let (same, different) = (engram_inference::SAME_TOPIC, engram_inference::OTHER_TOPICS);
     let threshold = ModelKind::MultilingualE5Small.same_topic_threshold();
     let embedder = embedder(&pool);
     let cosine = async |a: &str, b: &str| {

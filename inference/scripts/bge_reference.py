@@ -18,11 +18,8 @@ import pathlib
 import sys
 
 import numpy as np
-import onnx
-import onnxruntime as ort
-from tokenizers import Tokenizer
 
-from reranker_reference import hidden
+from reranker_reference import hidden, load
 
 MAX_LEN = 512
 
@@ -50,12 +47,7 @@ def mean_normalised(x):
 
 
 def main():
-    model_dir = pathlib.Path(sys.argv[1])
-    graph = onnx.load(model_dir / "model.onnx").graph
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tok.enable_truncation(max_length=MAX_LEN)
-    tok.no_padding()
-    session = ort.InferenceSession(str(model_dir / "model.onnx"))
+    graph, tok, session = load(pathlib.Path(sys.argv[1]), MAX_LEN)
     cases = []
     for text in TEXTS:
         ids = tok.encode(text).ids

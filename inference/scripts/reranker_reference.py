@@ -129,13 +129,18 @@ def forward(graph, ids, types):
     return float(pooled @ dequantised(inits, "classifier.weight")[:, 0] + f("classifier.bias")[0])
 
 
-def main():
-    model_dir = pathlib.Path(sys.argv[1])
+def load(model_dir, max_len):
+    """The model's graph, its tokenizer (truncating to `max_len`, no padding) and an
+    onnxruntime session on it."""
     graph = onnx.load(model_dir / "model.onnx").graph
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tok.enable_truncation(max_length=MAX_LEN)
+    tok.enable_truncation(max_length=max_len)
     tok.no_padding()
-    session = ort.InferenceSession(str(model_dir / "model.onnx"))
+    return graph, tok, ort.InferenceSession(str(model_dir / "model.onnx"))
+
+
+def main():
+    graph, tok, session = load(pathlib.Path(sys.argv[1]), MAX_LEN)
     cases = []
     for query, passage in PAIRS:
         enc = tok.encode(query, passage)

@@ -68,7 +68,7 @@ impl ModelKind {
     ///
     /// DESIGN.md's 0.85 suits MiniLM, whose cosines spread over the whole range. E5's are
     /// compressed: unrelated topic phrases score 0.78-0.89 and paraphrases 0.93-0.98 (measured
-    /// on the pairs of the actors' conflict test), so its threshold is 0.925. bge-small-en-v1.5
+    /// on [`SAME_TOPIC`] and [`OTHER_TOPICS`]), so its threshold is 0.925. bge-small-en-v1.5
     /// puts those paraphrases at 0.77-0.96 and the unrelated phrases at 0.48-0.70: 0.75.
     pub fn same_topic_threshold(self) -> f32 {
         match self {
@@ -91,6 +91,28 @@ impl ModelKind {
         }
     }
 }
+
+/// Topic phrases that name one topic, on which each model's
+/// [`ModelKind::same_topic_threshold`] is calibrated against [`OTHER_TOPICS`]: the tests of
+/// every model's threshold check that it separates the two lists.
+pub const SAME_TOPIC: [(&str, &str); 6] = [
+    ("chart type", "chart style"),
+    ("chart type", "type of chart"),
+    ("region", "sales region"),
+    ("granularity", "time granularity"),
+    ("unit", "currency unit"),
+    ("language", "answer language"),
+];
+
+/// Topic phrases that name two topics (see [`SAME_TOPIC`]).
+pub const OTHER_TOPICS: [(&str, &str); 6] = [
+    ("coffee", "tea"),
+    ("chart type", "region"),
+    ("language", "region"),
+    ("chart type", "granularity"),
+    ("图表类型", "地区"),
+    ("spicy food", "coffee"),
+];
 
 /// Whether a text is what is searched for or what is searched in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -42,7 +42,9 @@ mod rerank;
 pub mod schema;
 mod tokenize;
 
-pub use config::{DeviceChoice, EncoderConfig, ModelKind, TextRole, default_model_dir};
+pub use config::{
+    DeviceChoice, EncoderConfig, ModelKind, OTHER_TOPICS, SAME_TOPIC, TextRole, default_model_dir,
+};
 pub use encoder::{Encoder, cuda_devices};
 pub use error::{Error, Result};
 pub use generate::{

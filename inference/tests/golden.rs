@@ -18,7 +18,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, ensure};
-use engram_inference::{DeviceChoice, Encoder, EncoderConfig, ModelKind, Precision, TextRole};
+use engram_inference::{
+    DeviceChoice, Encoder, EncoderConfig, ModelKind, OTHER_TOPICS, Precision, SAME_TOPIC, TextRole,
+};
 use serde::Deserialize;
 
 /// The documented bound: cosine >= 0.999 per text.
@@ -403,26 +405,12 @@ fn bge_golden(
 }
 
 /// bge's topic threshold (`ModelKind::same_topic_threshold`) separates the topic phrases that
-/// name one topic from those that do not: the pairs of the actors' test for E5's.
+/// name one topic from those that do not (`SAME_TOPIC`, `OTHER_TOPICS`, as the actors' test of E5's).
 #[test]
 fn bge_small_en_topic_threshold_separates_paraphrases_from_other_topics() -> Result<()> {
     let encoder = encoder(ModelKind::BgeSmallEnV15);
     let threshold = f64::from(ModelKind::BgeSmallEnV15.same_topic_threshold());
-    let same = [
-        ("chart type", "chart style"),
-        ("chart type", "type of chart"),
-        ("region", "sales region"),
-        ("granularity", "time granularity"),
-        ("unit", "currency unit"),
-        ("language", "answer language"),
-    ];
-    let different = [
-        ("coffee", "tea"),
-        ("chart type", "region"),
-        ("language", "region"),
-        ("chart type", "granularity"),
-        ("spicy food", "coffee"),
-    ];
+    let (same, different) = (SAME_TOPIC, OTHER_TOPICS);
     for (pairs, want_same) in [(&same[..], true), (&different[..], false)] {
         for (a, b) in pairs {
             let v = encoder.embed(&[a, b], TextRole::Passage)?;

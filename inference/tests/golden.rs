@@ -405,7 +405,8 @@ fn bge_golden(
 }
 
 /// bge's topic threshold (`ModelKind::same_topic_threshold`) separates the topic phrases that
-/// name one topic from those that do not (`SAME_TOPIC`, `OTHER_TOPICS`, as the actors' test of E5's).
+/// name one topic from those that do not (`SAME_TOPIC`, `OTHER_TOPICS`, as the actors' test
+/// does for E5's).
 #[test]
 fn bge_small_en_topic_threshold_separates_paraphrases_from_other_topics() -> Result<()> {
     let encoder = encoder(ModelKind::BgeSmallEnV15);

@@ -13,7 +13,7 @@ use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitiv
 use crate::model::index::MemoryQuery;
 use crate::model::policy::Route;
 use crate::model::retrieve::SearchMode;
-use crate::rerank::RerankFallback;
+use crate::rerank::{RerankFallback, is_english};
 use engram_storage::model::MemoryRecord;
 
 impl UserState {
@@ -95,8 +95,11 @@ impl UserState {
             (true, Some(reranker)) => Some(reranker),
             (true, None) | (false, _) => None,
         };
-        // A rerank reorders the first candidates: find as many, cut to `k` after it.
-        let candidates = reranker.map_or(0, |r| r.settings().candidates);
+        // A rerank reorders the first candidates: find as many, cut to `k` after it (a
+        // question the English model does not read is not reranked: `k` are enough).
+        let candidates = reranker
+            .filter(|_| is_english(&query.query))
+            .map_or(0, |r| r.settings().candidates);
         let search = MemoryQuery {
             text: &query.query,
             vector: vector.as_deref(),

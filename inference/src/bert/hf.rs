@@ -99,14 +99,9 @@ pub(crate) fn read_max_seq_length(path: &Path) -> Result<Option<usize>> {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    if !path.is_file() {
-        return Err(Error::ModelMissing {
-            path: path.to_path_buf(),
-        });
-    }
-    std::fs::read_to_string(path).map_err(|source| Error::Io {
+    String::from_utf8(crate::reader::read_model_file(path)?).map_err(|e| Error::Format {
         path: path.to_path_buf(),
-        source,
+        reason: format!("not UTF-8: {e}"),
     })
 }
 

@@ -197,6 +197,15 @@ impl RerankService {
         &self.settings
     }
 
+    /// Why `query` is not reranked whatever its candidates (counted): it is not English.
+    pub fn refuses(&self, query: &str) -> Option<RerankFallback> {
+        if is_english(query) {
+            return None;
+        }
+        self.metrics.count(RerankFallback::NotEnglish);
+        Some(RerankFallback::NotEnglish)
+    }
+
     /// `hits` (best first) with their first [`RerankSettings::candidates`] reordered by the
     /// fusion of the reranker's order and theirs, each given its fused score; or `hits` as
     /// they are and why. `text` is a hit's text.
@@ -206,9 +215,8 @@ impl RerankService {
         mut hits: Vec<(T, f32)>,
         text: impl Fn(&T) -> String,
     ) -> (Vec<(T, f32)>, Option<RerankFallback>) {
-        if !is_english(query) {
-            self.metrics.count(RerankFallback::NotEnglish);
-            return (hits, Some(RerankFallback::NotEnglish));
+        if let Some(refused) = self.refuses(query) {
+            return (hits, Some(refused));
         }
         let n = hits.len().min(self.settings.candidates);
         if n == 0 {

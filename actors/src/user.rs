@@ -45,6 +45,8 @@ use self::api::{
 };
 use self::load::load_index;
 use self::ops::{Prepared, turn_text};
+use self::reads::{PendingRerank, Reranked};
+use self::serve::Served;
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
@@ -88,6 +90,16 @@ pub enum UserMsg {
     /// Vectors the pipeline stored for the user's records (after their commit): indexed
     /// where the record is still indexed by the same text.
     Embedded(Vec<EmbeddedText>),
+    /// A search's candidates back from the reranker (sent by the actor's own rerank task),
+    /// to be answered with what is still there of them.
+    Reranked {
+        /// Who asked.
+        reader: Reader,
+        /// The reranked candidates.
+        done: Box<Reranked>,
+        /// Where the answer goes.
+        reply: RpcReplyPort<Result<UserReply>>,
+    },
 }
 
 /// A vector the pipeline stored, and the text it is the embedding of.
@@ -240,7 +252,17 @@ impl Actor for UserActor {
                 let result = state.serve(&reader, *request).await;
                 let forgotten = forget && result.is_ok();
                 state.has_data |= writes && result.is_ok() && !forgotten;
-                let _ = reply.send(result);
+                match result {
+                    Ok(Served::Rerank(pending)) => {
+                        rerank_off_the_actor(&myself, reader, *pending, reply)
+                    }
+                    Ok(Served::Reply(answer)) => {
+                        let _ = reply.send(Ok(answer));
+                    }
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                    }
+                }
                 state.count_records();
                 if forgotten {
                     state.accessed.clear();
@@ -283,6 +305,16 @@ impl Actor for UserActor {
                 return Err("fault injected".into());
             }
             UserMsg::Embedded(vectors) => state.attach(vectors),
+            UserMsg::Reranked {
+                reader,
+                done,
+                reply,
+            } => {
+                let _ = reply.send(state.serve_reranked(&reader, *done).await);
+                if state.accessed.len() >= access::FLUSH_AT {
+                    state.flush_access().await;
+                }
+            }
             UserMsg::Tick => {
                 state.flush_access().await;
                 if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
@@ -299,6 +331,28 @@ impl Actor for UserActor {
         }
         Ok(())
     }
+}
+
+/// Reranks `pending` in a task of its own and sends its candidates back to the actor, which
+/// answers `reply`.
+fn rerank_off_the_actor(
+    myself: &ActorRef<UserMsg>,
+    reader: Reader,
+    pending: PendingRerank,
+    reply: RpcReplyPort<Result<UserReply>>,
+) {
+    let actor = myself.clone();
+    tokio::spawn(async move {
+        let done = Box::new(pending.run().await);
+        // An actor that stopped meanwhile (forgotten, passivated, failed) drops the reply,
+        // here or with its mailbox: the directory then asks a fresh actor, as it does for
+        // any request its actor did not answer.
+        let _ = actor.cast(UserMsg::Reranked {
+            reader,
+            done,
+            reply,
+        });
+    });
 }
 
 impl UserState {

@@ -1,7 +1,8 @@
 //! The search reranker through the user actors, with the real cross-encoder
 //! (ms-marco-MiniLM-L-12-v2 from the pinned wheel, installed by `.ci/models`) on a plain node
 //! (words and priors; no embedding pool): what a reranked search returns, and every reason it
-//! may return the hybrid order instead, said in the answer and counted.
+//! may return the hybrid order instead, said in the answer and counted; and that a rerank
+//! does not hold the user's actor.
 
 mod plain;
 
@@ -13,10 +14,10 @@ use std::time::Duration;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::rerank::{RerankFallback, RerankService, RerankSettings, fuse};
 use engram_actors::services::Settings;
-use engram_actors::user::api::{SearchQuery, SearchResult};
+use engram_actors::user::api::{Forget, SearchQuery, SearchResult, StatusChange};
 use engram_actors::user::ops::turn_text;
 use engram_inference::{Reranker, RerankerConfig};
-use engram_storage::model::MemoryKind;
+use engram_storage::model::{MemoryKind, MemoryStatus};
 use plain::{Node, alice, node_with_reranker, write_episode};
 use tempfile::TempDir;
 
@@ -57,15 +58,19 @@ async fn written(
     (node, texts)
 }
 
-async fn search(node: &Node, query: &str, k: usize, rerank: bool) -> SearchResult {
-    let q = SearchQuery {
+fn episodes(query: &str, k: usize, rerank: bool) -> SearchQuery {
+    SearchQuery {
         query: query.into(),
         k,
         kinds: vec![MemoryKind::Episodic],
         mode: SearchMode::Hybrid,
         active_only: false,
         rerank,
-    };
+    }
+}
+
+async fn search(node: &Node, query: &str, k: usize, rerank: bool) -> SearchResult {
+    let q = episodes(query, k, rerank);
     node.directory.ask_admin(&alice(), q).await.unwrap()
 }
 
@@ -241,4 +246,124 @@ async fn a_full_queue_answers_busy() {
     );
     assert_eq!(answers.iter().filter(|(_, why)| why.is_none()).count(), 2);
     assert_eq!(reranker.metrics().reranked.load(Ordering::Relaxed), 2);
+}
+
+/// A reranker whose model load, at its first job, signals `loading` and then waits at the
+/// gate: the worker holds that job until the gate opens.
+fn gated(settings: RerankSettings) -> (RerankService, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (loading_tx, loading) = mpsc::channel::<()>();
+    let (release, gate) = mpsc::channel::<()>();
+    let reranker = RerankService::start(
+        move || {
+            loading_tx.send(()).unwrap();
+            gate.recv().unwrap();
+            Reranker::load(&RerankerConfig::default())
+        },
+        settings,
+    )
+    .unwrap();
+    (reranker, loading, release)
+}
+
+/// Bounds a step that must not wait for the held rerank: on the code before, where the actor
+/// awaited the scores, it never ended.
+async fn while_reranked<T>(step: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(600), step)
+        .await
+        .expect("the user's actor served nothing while its search was reranked")
+}
+
+/// A rerank runs off the user's actor: while the reranker holds a search's candidates, the
+/// same user's write is answered and one of the candidates is deleted; the reranked answer
+/// then gives the other candidates (not the deleted one, nor the turn written after the
+/// candidates were found) in the fused order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerank_does_not_hold_the_users_actor() {
+    let (held, loading, release) = gated(RerankSettings {
+        deadline: None,
+        ..RerankSettings::default()
+    });
+    let dir = TempDir::new().unwrap();
+    let (node, texts) = written(&dir, Some(held)).await;
+    let hybrid = search(&node, QUESTION, 10, false).await;
+    let directory = node.directory.clone();
+    let asked = tokio::spawn(async move {
+        directory
+            .ask_admin(&alice(), episodes(QUESTION, 10, true))
+            .await
+    });
+    tokio::task::spawn_blocking(move || loading.recv().unwrap())
+        .await
+        .unwrap();
+
+    let deleted = hybrid.hits[0].memory.memory_id.clone();
+    let written_meanwhile = while_reranked(async {
+        let id = write_episode(&node, "t-meanwhile", "s1", "Max was adopted, a beagle.").await;
+        let change = StatusChange {
+            request_id: "delete-first".into(),
+            memory_id: deleted.clone(),
+            status: MemoryStatus::Deleted,
+        };
+        node.directory.ask_admin(&alice(), change).await.unwrap();
+        id
+    })
+    .await;
+    release.send(()).unwrap();
+    let reranked = asked.await.unwrap().unwrap();
+    assert!(reranked.reranked, "{:?}", reranked.rerank_fallback);
+
+    let passages: Vec<&str> = hybrid
+        .hits
+        .iter()
+        .map(|h| texts[&h.memory.memory_id].as_str())
+        .collect();
+    let scores = reranker().score(QUESTION, &passages).unwrap();
+    let expected: Vec<String> = fuse(
+        hybrid
+            .hits
+            .iter()
+            .map(|h| (h.memory.memory_id.clone(), h.score))
+            .collect(),
+        &scores,
+    )
+    .into_iter()
+    .map(|(id, _)| id)
+    .filter(|id| *id != deleted)
+    .collect();
+    assert_eq!(ids(&reranked), expected);
+    assert!(!ids(&reranked).contains(&written_meanwhile));
+    assert!(
+        reranked
+            .hits
+            .iter()
+            .all(|h| h.memory.status != MemoryStatus::Deleted)
+    );
+}
+
+/// A user forgotten while their search is reranked: the actor that found the candidates has
+/// stopped, so the search is asked again of a fresh actor, which finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_forgotten_during_a_rerank_gets_no_hits() {
+    let (reranker, loading, release) = gated(RerankSettings {
+        deadline: None,
+        ..RerankSettings::default()
+    });
+    let dir = TempDir::new().unwrap();
+    let (node, _) = written(&dir, Some(reranker)).await;
+    let directory = node.directory.clone();
+    let asked = tokio::spawn(async move {
+        directory
+            .ask_admin(&alice(), episodes(QUESTION, 10, true))
+            .await
+    });
+    tokio::task::spawn_blocking(move || loading.recv().unwrap())
+        .await
+        .unwrap();
+    while_reranked(node.directory.ask_admin(&alice(), Forget))
+        .await
+        .unwrap();
+    release.send(()).unwrap();
+    let answer = asked.await.unwrap().unwrap();
+    assert!(answer.hits.is_empty(), "{:?}", ids(&answer));
+    assert_eq!(answer.rerank_fallback, None);
 }

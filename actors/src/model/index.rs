@@ -294,25 +294,29 @@ impl MemoryIndex {
         self.retriever.maintain();
     }
 
+    /// `memory_id`'s record if it is live and `query` may find it (its kinds, status and
+    /// excluded turns; not its words or vector).
+    pub fn found(&self, memory_id: &str, query: &MemoryQuery<'_>) -> Option<&MemoryRecord> {
+        self.records.get(memory_id).filter(|r| {
+            is_live(r, query.now)
+                && (!query.active_only || r.status == MemoryStatus::Active)
+                && (query.kinds.is_empty() || query.kinds.contains(&r.kind))
+                && !turn_of(r).is_some_and(|(session, turn)| {
+                    query
+                        .exclude_turns
+                        .iter()
+                        .any(|&(s, t)| s == session && t == turn)
+                })
+        })
+    }
+
     /// The best live memories for `query`, best first, with their scores.
     pub fn search(
         &self,
         extractor: &EntityExtractor,
         query: &MemoryQuery<'_>,
     ) -> Result<Vec<(&MemoryRecord, f32)>, VectorError> {
-        let keep = |id: &String, _: &DocFeatures| {
-            self.records.get(id).is_some_and(|r| {
-                is_live(r, query.now)
-                    && (!query.active_only || r.status == MemoryStatus::Active)
-                    && (query.kinds.is_empty() || query.kinds.contains(&r.kind))
-                    && !turn_of(r).is_some_and(|(session, turn)| {
-                        query
-                            .exclude_turns
-                            .iter()
-                            .any(|&(s, t)| s == session && t == turn)
-                    })
-            })
-        };
+        let keep = |id: &String, _: &DocFeatures| self.found(id, query).is_some();
         let mut q = Query::new(query.text, query.k, query.mode)
             .now(query.now)
             .filter(&keep);

@@ -7,14 +7,15 @@ use super::api::{ContextQuery, SearchHit, SearchQuery, SearchResult};
 use super::ops::DEFAULT_SESSION;
 use super::{UserState, intents, prepare, summaries, validate};
 use crate::breaker::Verdict;
+use crate::embed::Fallback;
 use crate::error::{Error, Result};
 use crate::front::Reader;
 use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitive};
 use crate::model::index::MemoryQuery;
 use crate::model::policy::Route;
 use crate::model::retrieve::SearchMode;
-use crate::rerank::{RerankFallback, is_english};
-use engram_storage::model::MemoryRecord;
+use crate::rerank::{RerankFallback, RerankService};
+use engram_storage::model::Timestamp;
 
 impl UserState {
     pub(super) async fn context(
@@ -84,64 +85,186 @@ impl UserState {
         Ok(ctx)
     }
 
-    pub(super) async fn search(&mut self, query: SearchQuery) -> Result<SearchResult> {
+    /// Phase one of a search, on the actor: its hits, or its candidates when a rerank was
+    /// asked for, which the actor hands to [`PendingRerank::run`] off its own turn.
+    pub(super) async fn search(&mut self, query: SearchQuery) -> Result<Searched> {
         validate::search(&query)?;
         let (vector, fallback) = prepare::split(match query.mode {
             SearchMode::Bm25 => None,
             SearchMode::Dense | SearchMode::Hybrid => self.query_vector(&query.query).await,
         });
         let now = self.args.services.clock.now();
-        let reranker = match (query.rerank, &self.args.services.reranker) {
-            (true, Some(reranker)) => Some(reranker),
-            (true, None) | (false, _) => None,
-        };
         // A rerank reorders the first candidates: find as many, cut to `k` after it (a
         // question the English model does not read is not reranked: `k` are enough).
-        let candidates = reranker
-            .filter(|_| is_english(&query.query))
-            .map_or(0, |r| r.settings().candidates);
+        let (reranker, rerank_fallback) = match (query.rerank, &self.args.services.reranker) {
+            (false, _) => (None, None),
+            (true, None) => (None, Some(RerankFallback::Unavailable)),
+            (true, Some(reranker)) => match reranker.refuses(&query.query) {
+                Some(refused) => (None, Some(refused)),
+                None => (Some(reranker), None),
+            },
+        };
+        let candidates = reranker.map_or(0, |r| r.settings().candidates);
         let search = MemoryQuery {
-            text: &query.query,
-            vector: vector.as_deref(),
             k: query.k.max(candidates),
-            mode: query.mode,
-            now,
-            kinds: &query.kinds,
-            exclude_turns: &[],
-            fill: false,
-            active_only: query.active_only,
+            vector: vector.as_deref(),
+            ..memory_query(&query, now)
         };
         let hits = self
             .index
             .search(&self.args.services.extractor, &search)
-            .map_err(|err| Error::Internal(format!("search: {err}")))?
-            .into_iter()
-            .map(|(record, score)| (record.clone(), score))
-            .collect::<Vec<_>>();
-        let (mut hits, rerank_fallback) = match (query.rerank, reranker) {
-            (true, Some(reranker)) => {
-                // The model reads what the memory is indexed by: an episodic memory's turn.
-                let text = |memory: &MemoryRecord| {
-                    self.index
-                        .indexed_text(&memory.memory_id)
-                        .unwrap_or(&memory.summary_text)
-                        .to_owned()
-                };
-                reranker.rerank(&query.query, hits, text).await
-            }
-            (true, None) => (hits, Some(RerankFallback::Unavailable)),
-            (false, _) => (hits, None),
-        };
-        hits.truncate(query.k);
-        Ok(SearchResult {
+            .map_err(|err| Error::Internal(format!("search: {err}")))?;
+        let embedded = vector.is_some();
+        if let Some(reranker) = reranker.filter(|_| !hits.is_empty()) {
+            // The model reads what the memory is indexed by: an episodic memory's turn (only
+            // the candidates it reads carry their text).
+            let hits = hits
+                .into_iter()
+                .enumerate()
+                .map(|(rank, (memory, score))| {
+                    let text = if rank < candidates {
+                        self.index
+                            .indexed_text(&memory.memory_id)
+                            .unwrap_or(&memory.summary_text)
+                            .to_owned()
+                    } else {
+                        String::new()
+                    };
+                    ((memory.memory_id.clone(), text), score)
+                })
+                .collect();
+            return Ok(Searched::Rerank(Box::new(PendingRerank {
+                reranker: reranker.clone(),
+                query,
+                hits,
+                embedded,
+                fallback,
+            })));
+        }
+        Ok(Searched::Done(SearchResult {
             hits: hits
                 .into_iter()
-                .map(|(memory, score)| SearchHit { memory, score })
+                .take(query.k)
+                .map(|(memory, score)| SearchHit {
+                    memory: memory.clone(),
+                    score,
+                })
                 .collect(),
-            embedded: vector.is_some(),
+            embedded,
             fallback,
+            // Nothing to reorder counts as reranked.
             reranked: query.rerank && rerank_fallback.is_none(),
             rerank_fallback,
-        })
+        }))
+    }
+
+    /// Phase two of a reranked search, back on the actor: the reranked candidates that are
+    /// still there and still match (a memory deleted or forgotten while the reranker read
+    /// it is left out), as they are now, cut to `k`.
+    pub(super) fn reranked(&self, done: Reranked) -> SearchResult {
+        let now = self.args.services.clock.now();
+        let filter = memory_query(&done.query, now);
+        let hits = done
+            .hits
+            .into_iter()
+            .filter_map(|(memory_id, score)| {
+                let memory = self.index.found(&memory_id, &filter)?.clone();
+                Some(SearchHit { memory, score })
+            })
+            .take(done.query.k)
+            .collect();
+        SearchResult {
+            hits,
+            embedded: done.embedded,
+            fallback: done.fallback,
+            reranked: done.rerank_fallback.is_none(),
+            rerank_fallback: done.rerank_fallback,
+        }
+    }
+}
+
+/// The memory query of `query`'s filters (its words; no vector, `k` of its own).
+fn memory_query(query: &SearchQuery, now: Timestamp) -> MemoryQuery<'_> {
+    MemoryQuery {
+        text: &query.query,
+        vector: None,
+        k: query.k,
+        mode: query.mode,
+        now,
+        kinds: &query.kinds,
+        exclude_turns: &[],
+        fill: false,
+        active_only: query.active_only,
+    }
+}
+
+/// What phase one of a search gives.
+pub(super) enum Searched {
+    /// The answer.
+    Done(SearchResult),
+    /// Candidates for the reranker.
+    Rerank(Box<PendingRerank>),
+}
+
+/// A search's candidates on their way to the reranker. The rerank runs in a task of its own,
+/// not on the user's actor, which serves the user's other requests meanwhile (scoring 30
+/// candidates takes a few hundred milliseconds on a CPU); its answer comes back to the
+/// actor as [`Reranked`].
+pub struct PendingRerank {
+    reranker: RerankService,
+    query: SearchQuery,
+    /// Best first: each candidate's memory id and the text the model reads (empty past the
+    /// candidates it reads), with its score.
+    hits: Vec<((String, String), f32)>,
+    embedded: bool,
+    fallback: Option<Fallback>,
+}
+
+impl std::fmt::Debug for PendingRerank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the question or the texts.
+        f.debug_struct("PendingRerank")
+            .field("candidates", &self.hits.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingRerank {
+    /// Reranks (within the reranker's deadline; past it, or when it cannot, the candidates
+    /// keep their order and the answer says why).
+    pub async fn run(self) -> Reranked {
+        let (hits, rerank_fallback) = self
+            .reranker
+            .rerank(&self.query.query, self.hits, |(_, text)| text.clone())
+            .await;
+        Reranked {
+            hits: hits
+                .into_iter()
+                .map(|((id, _), score)| (id, score))
+                .collect(),
+            query: self.query,
+            embedded: self.embedded,
+            fallback: self.fallback,
+            rerank_fallback,
+        }
+    }
+}
+
+/// A search's candidates as the reranker left them, for phase two on the user's actor.
+pub struct Reranked {
+    query: SearchQuery,
+    /// Best first: memory ids with their (fused) scores.
+    hits: Vec<(String, f32)>,
+    embedded: bool,
+    fallback: Option<Fallback>,
+    rerank_fallback: Option<RerankFallback>,
+}
+
+impl std::fmt::Debug for Reranked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reranked")
+            .field("hits", &self.hits.len())
+            .field("rerank_fallback", &self.rerank_fallback)
+            .finish_non_exhaustive()
     }
 }

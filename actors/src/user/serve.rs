@@ -13,9 +13,11 @@ use engram_storage::data::UserData;
 use engram_storage::model::{PiiLevel, Turn};
 
 use super::api::{
-    ApprovalAck, MAX_INTENT_PAGE, SearchHit, SessionListing, SessionMemory, TITLE_CHARS,
+    ApprovalAck, MAX_INTENT_PAGE, SearchHit, SearchResult, SessionListing, SessionMemory,
+    TITLE_CHARS,
 };
 use super::ops::{self, Prepared};
+use super::reads::{PendingRerank, Reranked, Searched};
 use super::validate::check_id;
 use super::{UserState, access, intents, redact};
 use crate::breaker::{Counter, Counts, Verdict};
@@ -24,15 +26,23 @@ use crate::front::{Reader, UserReply, UserRequest};
 use crate::model::pii;
 use crate::model::text::truncate_chars;
 
+/// What serving a request gives.
+// Returned and matched at once, never stored: boxing every reply would cost an allocation a
+// request for nothing.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Served {
+    /// The reply.
+    Reply(UserReply),
+    /// A search's candidates for the reranker, off the actor.
+    Rerank(Box<PendingRerank>),
+}
+
 impl UserState {
-    /// Serves `request` for `reader`.
-    pub(super) async fn serve(
-        &mut self,
-        reader: &Reader,
-        request: UserRequest,
-    ) -> Result<UserReply> {
+    /// Serves `request` for `reader`: its reply, or a search's candidates to rerank off the
+    /// actor (answered by [`UserState::serve_reranked`] when they come back).
+    pub(super) async fn serve(&mut self, reader: &Reader, request: UserRequest) -> Result<Served> {
         self.admit(reader, &request)?;
-        Ok(match request {
+        Ok(Served::Reply(match request {
             UserRequest::Turn(req) => UserReply::Turn(self.turn(req).await?),
             UserRequest::Feedback(req) => UserReply::Feedback(self.feedback(req).await?),
             UserRequest::Context(query) => {
@@ -47,27 +57,12 @@ impl UserState {
                     .note(&session, super::promote::candidates_shown(&ctx), now);
                 UserReply::Context(ctx)
             }
-            UserRequest::Search(query) => {
-                let mut result = self.search(query).await?;
-                let sensitive = result
-                    .hits
-                    .iter()
-                    .any(|h| h.memory.pii_level == PiiLevel::High);
-                self.guard(reader, sensitive).await?;
-                // Served (not refused by the breaker): their access times follow in a batch.
-                let now = self.args.services.clock.now();
-                self.accessed
-                    .note(result.hits.iter().map(|h| h.memory.memory_id.as_str()), now);
-                result.hits = result
-                    .hits
-                    .into_iter()
-                    .map(|hit| SearchHit {
-                        memory: redact::record(reader, hit.memory),
-                        score: hit.score,
-                    })
-                    .collect();
-                UserReply::Search(result)
-            }
+            UserRequest::Search(query) => match self.search(query).await? {
+                Searched::Done(result) => {
+                    UserReply::Search(self.answer_search(reader, result).await?)
+                }
+                Searched::Rerank(pending) => return Ok(Served::Rerank(pending)),
+            },
             UserRequest::WriteMemory(req) => {
                 let mut ack = self.write_memory(req).await?;
                 ack.memory = redact::record(reader, ack.memory);
@@ -227,7 +222,44 @@ impl UserState {
                     shared.name()
                 )));
             }
-        })
+        }))
+    }
+
+    /// Answers a reranked search for `reader` with what is still there of its candidates.
+    pub(super) async fn serve_reranked(
+        &mut self,
+        reader: &Reader,
+        done: Reranked,
+    ) -> Result<UserReply> {
+        let result = self.reranked(done);
+        Ok(UserReply::Search(self.answer_search(reader, result).await?))
+    }
+
+    /// A search's hits as `reader` gets them: counted by the sensitive-read breaker, their
+    /// access noted, masked.
+    async fn answer_search(
+        &mut self,
+        reader: &Reader,
+        mut result: SearchResult,
+    ) -> Result<SearchResult> {
+        let sensitive = result
+            .hits
+            .iter()
+            .any(|h| h.memory.pii_level == PiiLevel::High);
+        self.guard(reader, sensitive).await?;
+        // Served (not refused by the breaker): their access times follow in a batch.
+        let now = self.args.services.clock.now();
+        self.accessed
+            .note(result.hits.iter().map(|h| h.memory.memory_id.as_str()), now);
+        result.hits = result
+            .hits
+            .into_iter()
+            .map(|hit| SearchHit {
+                memory: redact::record(reader, hit.memory),
+                score: hit.score,
+            })
+            .collect();
+        Ok(result)
     }
 
     /// Whether `reader` may ask `request` of this user at all.

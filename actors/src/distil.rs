@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use engram_inference::GenerationPool;
 use engram_inference::distil::DEFAULT_INTENT_TYPES;
+use engram_inference::distil::shots::ShotLibrary;
 use engram_storage::WorkQueue;
 
 use crate::pipeline::{Pipeline, PipelineConfig};
@@ -34,6 +35,9 @@ pub struct DistillationConfig {
     /// How long one model run may take, queue included, before it is given up (and tried in
     /// a later round).
     pub deadline: Duration,
+    /// Labelled messages shown to the model with each message, the likest of the built-in
+    /// library ([`engram_inference::distil::shots`]; 0: none).
+    pub examples: usize,
 }
 
 impl Default for DistillationConfig {
@@ -47,6 +51,7 @@ impl Default for DistillationConfig {
             ttl: Duration::from_secs(30 * 24 * 3600),
             replace_within: Duration::from_secs(600),
             deadline: Duration::from_secs(600),
+            examples: engram_inference::distil::shots::DEFAULT_SHOTS,
         }
     }
 }
@@ -109,6 +114,9 @@ pub struct Distillation {
     pub generator: Option<GenerationPool>,
     /// The lane that runs the model behind the writes (with `generator`).
     pub pipeline: Option<Pipeline>,
+    /// The labelled messages the model is shown examples from (with `generator`, when
+    /// [`DistillationConfig::examples`] is not 0).
+    pub library: Option<Arc<ShotLibrary>>,
     /// Counters.
     pub metrics: Arc<DistillationMetrics>,
 }
@@ -120,6 +128,7 @@ impl Distillation {
             config: Arc::new(config),
             generator: None,
             pipeline: None,
+            library: None,
             metrics: Arc::default(),
         }
     }
@@ -131,10 +140,12 @@ impl Distillation {
         generator: GenerationPool,
         pipeline: PipelineConfig,
     ) -> Distillation {
+        let library = (config.examples > 0).then(|| Arc::new(ShotLibrary::builtin(None)));
         Distillation {
             config: Arc::new(config),
             generator: Some(generator),
             pipeline: Some(Pipeline::for_queue(WorkQueue::Distillation, pipeline)),
+            library,
             metrics: Arc::default(),
         }
     }

@@ -11,7 +11,7 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_SET=check-N` (1 to 19) runs a held-out set instead,
+//! `ENGRAM_BENCH_SET=check-N` (1 to 20) runs a held-out set instead,
 //! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
@@ -20,13 +20,16 @@
 //! types); `ENGRAM_BENCH_MODEL=<file>` runs another GGUF file under the model directory
 //! (default: the node's default model);
 //! `ENGRAM_BENCH_PRECISION=float32`, `float16` or `int8` packs the decoder's linear layers
-//! (default: the node's default, float16).
+//! (default: the node's default, float16); `ENGRAM_BENCH_SHOTS=N` shows the model the N
+//! likest labelled messages of the built-in library first (default: the node's, 4; the set
+//! measured is left out of the library).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use engram_inference::distil::shots::{DEFAULT_SHOTS, ShotLibrary};
 use engram_inference::distil::{
     DEFAULT_INTENT_TYPES, Distilled, MAX_ANSWER_TOKENS, NO_INTENT, combine, intent_prompt,
     intent_schema, needs_target, parse_answer, rules,
@@ -98,9 +101,26 @@ async fn main() -> Result<()> {
         .iter()
         .map(|t| (*t).to_owned())
         .collect();
+    // `ENGRAM_BENCH_SHOTS=N`: each message is shown the N likest labelled messages of the
+    // built-in library (the tuning set and sets 1 to 18, less the set measured) first;
+    // default the node's, 0 for none.
+    let shots: usize = std::env::var("ENGRAM_BENCH_SHOTS")
+        .ok()
+        .map(|n| n.parse())
+        .transpose()
+        .context("ENGRAM_BENCH_SHOTS")?
+        .unwrap_or(DEFAULT_SHOTS);
+    let library = ShotLibrary::builtin(Some(&set_file));
+    if shots > 0 {
+        println!(
+            "examples: the {shots} likest of {} labelled messages",
+            library.len()
+        );
+    }
     let generation = |message: &str| Generation {
         system: intent_prompt(&types),
         user: message.to_owned(),
+        shots: library.nearest(message, shots, &types),
         schema: Arc::new(intent_schema(&types)),
         max_tokens: MAX_ANSWER_TOKENS,
     };

@@ -9,6 +9,7 @@
 //! [`MAX_ANSWER_TOKENS`] tokens, so a distillation's cost is known in advance.
 
 pub mod rules;
+pub mod shots;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -168,6 +169,23 @@ pub fn summary_schema() -> Schema {
 pub fn parse_summary(answer: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(answer).ok()?;
     Some(value.get("summary")?.as_str()?.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
+/// An answer in the layout constrained decoding writes (`{"a": "x", "b": "y"}`).
+pub fn answer_text(
+    intent_type: &str,
+    target: &str,
+    priority: Priority,
+    key_reason: &str,
+) -> String {
+    let quoted = |s: &str| serde_json::Value::from(s).to_string();
+    format!(
+        "{{\"intent_type\": {}, \"target\": {}, \"priority\": {}, \"key_reason\": {}}}",
+        quoted(intent_type),
+        quoted(target),
+        quoted(priority.as_str()),
+        quoted(key_reason)
+    )
 }
 
 /// Reads the model's answer (constrained decoding makes it valid; anything else is `None`).

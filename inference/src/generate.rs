@@ -133,6 +133,8 @@ pub struct Generation {
     pub system: String,
     /// The user message.
     pub user: String,
+    /// Example turns shown before it, each a user message and the assistant's answer.
+    pub shots: Vec<(String, String)>,
     /// The answer's schema.
     pub schema: Arc<Schema>,
     /// Tokens the answer may take at most (a bounded schema closes before).

@@ -34,6 +34,7 @@ fn generation(message: &str) -> Generation {
     Generation {
         system: intent_prompt(&types),
         user: message.to_owned(),
+        shots: Vec::new(),
         schema: Arc::new(intent_schema(&types)),
         max_tokens: MAX_ANSWER_TOKENS,
     }

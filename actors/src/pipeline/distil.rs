@@ -149,9 +149,16 @@ async fn generate(
             let tenant = part.key.tenant.clone();
             match entry.task {
                 DistilTask::Intent => {
+                    let shots = distillation
+                        .library
+                        .as_ref()
+                        .map_or_else(Vec::new, |library| {
+                            library.nearest(&entry.text, distillation.config.examples, &types)
+                        });
                     let generation = Generation {
                         system: system.clone(),
                         user: entry.text.clone(),
+                        shots,
                         schema: Arc::clone(&schema),
                         max_tokens: MAX_ANSWER_TOKENS,
                     };
@@ -175,6 +182,7 @@ async fn generate(
                             let generation = Generation {
                                 system: summary_prompt(),
                                 user: summary_input(&turn.user_text, &turn.assistant_text),
+                                shots: Vec::new(),
                                 schema: Arc::clone(&schema),
                                 max_tokens: MAX_SUMMARY_TOKENS,
                             };

@@ -159,10 +159,16 @@ impl Decoder {
                 return None;
             }
         };
-        let suffix = format!(
+        let mut suffix = String::new();
+        for (user, answer) in &request.generation.shots {
+            suffix.push_str(&format!(
+                "\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>"
+            ));
+        }
+        suffix.push_str(&format!(
             "\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
             request.generation.user
-        );
+        ));
         let ids = match self.ids(&suffix) {
             Ok(ids) => ids,
             Err(err) => {

@@ -20,6 +20,7 @@ fn generation() -> Generation {
     Generation {
         system: intent_prompt(&types),
         user: "hello".into(),
+        shots: Vec::new(),
         schema: Arc::new(intent_schema(&types)),
         max_tokens: 8,
     }

@@ -36,6 +36,9 @@ pub struct DistillationSection {
     /// How long one model run may take, queue included, before it is retried later.
     #[serde(with = "humantime_serde")]
     pub deadline: Duration,
+    /// Labelled messages shown to the model with each message, the likest of the built-in
+    /// library (0: none).
+    pub examples: usize,
     /// The generation pool.
     pub generation: GenerationSection,
     /// The pipeline lane that runs the model behind the writes.
@@ -111,6 +114,7 @@ impl Default for DistillationSection {
             ttl: d.ttl,
             replace_within: d.replace_within,
             deadline: d.deadline,
+            examples: d.examples,
             generation: GenerationSection::default(),
             pipeline: PipelineSection::from(default_lane()),
         }
@@ -126,6 +130,7 @@ impl DistillationSection {
             ttl: self.ttl,
             replace_within: self.replace_within,
             deadline: self.deadline,
+            examples: self.examples,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The generation pool on the pinned Qwen2 GGUF: concurrent requests share decoding steps
-//! (continuous batching) and each gets the answer it gets alone; every answer is valid under
+//! (continuous batching) and each gets the answer it gets alone; examples shown before a
+//! message are read and change its answer; every answer is valid under
 //! the intent schema; one tenant past its share of the queue is refused while another is
 //! still admitted; a system prompt named in the configuration is read once as the pool
 //! starts; a request past its deadline is answered `Expired`; closing answers a running
@@ -15,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 
+use engram_inference::distil::shots::{DEFAULT_SHOTS, ShotLibrary};
 use engram_inference::distil::{
-    DEFAULT_INTENT_TYPES, MAX_ANSWER_TOKENS, intent_prompt, intent_schema, parse_answer,
+    DEFAULT_INTENT_TYPES, MAX_ANSWER_TOKENS, NO_INTENT, intent_prompt, intent_schema, parse_answer,
 };
 use engram_inference::{
     BackgroundPriority, DeviceChoice, Error, Generation, GenerationConfig, GenerationPool,
@@ -75,6 +77,31 @@ async fn requests_share_decoding_steps_and_the_queue_is_fair_and_bounded() {
         "the first request read {read} prompt tokens; the prefix had {warmed}"
     );
     let alone = parse_answer(&alone).expect("valid under the schema");
+
+    // With examples: a question after an earlier booking, shown the built-in library's
+    // likest labelled messages as earlier turns, is read as no new intent; the examples are
+    // fed as prompt after the shared system prompt.
+    let asked = "我上周约的那个洗牙，时间定下来了吗？";
+    let types: Vec<String> = DEFAULT_INTENT_TYPES
+        .iter()
+        .map(|t| (*t).to_owned())
+        .collect();
+    let shots = ShotLibrary::builtin(None).nearest(asked, DEFAULT_SHOTS, &types);
+    assert_eq!(shots.len(), DEFAULT_SHOTS);
+    let before = pool.stats().prompt_tokens;
+    let shown = Generation {
+        shots,
+        ..generation(asked)
+    };
+    let answer = pool.generate("a", shown, None).await.unwrap();
+    let read = pool.stats().prompt_tokens - before;
+    assert!(read > 100, "the examples were read: {read} prompt tokens");
+    let answer = parse_answer(&answer).expect("valid under the schema");
+    assert_eq!(answer.intent_type, NO_INTENT, "{answer:?}");
+    // Alone, the model reads a booking into it: the examples are what changed the answer.
+    let bare = pool.generate("a", generation(asked), None).await.unwrap();
+    let bare = parse_answer(&bare).expect("valid under the schema");
+    assert_eq!(bare.intent_type, "appointment", "{bare:?}");
 
     // Ten requests of tenant a at once, then one of tenant b: at most `max_batch` run and
     // a's share (2) waits, so a is refused past that; b, with nothing waiting, is admitted.

@@ -82,6 +82,25 @@ fn ids(result: &SearchResult) -> Vec<String> {
         .collect()
 }
 
+/// `hybrid`'s hits (ids and scores) in the order of the fusion of theirs and the
+/// cross-encoder's scores of their texts for [`QUESTION`], with the fused scores.
+fn fused(hybrid: &SearchResult, texts: &HashMap<String, String>) -> Vec<(String, f32)> {
+    let passages: Vec<&str> = hybrid
+        .hits
+        .iter()
+        .map(|h| texts[&h.memory.memory_id].as_str())
+        .collect();
+    let scores = reranker().score(QUESTION, &passages).unwrap();
+    fuse(
+        hybrid
+            .hits
+            .iter()
+            .map(|h| (h.memory.memory_id.clone(), h.score))
+            .collect(),
+        &scores,
+    )
+}
+
 /// A reranked search returns the hybrid candidates in the order of the fusion of the hybrid
 /// order and the cross-encoder's scores of each candidate's turn text, with the fused
 /// scores, cut to `k` after the rerank.
@@ -93,20 +112,7 @@ async fn reranked_search_is_the_fusion_of_both_orders() {
     assert_eq!(hybrid.hits.len(), TURNS.len(), "every turn is a candidate");
     assert!(!hybrid.reranked && hybrid.rerank_fallback.is_none());
 
-    let passages: Vec<&str> = hybrid
-        .hits
-        .iter()
-        .map(|h| texts[&h.memory.memory_id].as_str())
-        .collect();
-    let scores = reranker().score(QUESTION, &passages).unwrap();
-    let expected = fuse(
-        hybrid
-            .hits
-            .iter()
-            .map(|h| (h.memory.memory_id.clone(), h.score))
-            .collect(),
-        &scores,
-    );
+    let expected = fused(&hybrid, &texts);
 
     let reranked = search(&node, QUESTION, 10, true).await;
     assert!(reranked.reranked, "{:?}", reranked.rerank_fallback);
@@ -192,23 +198,12 @@ async fn a_missed_deadline_keeps_the_hybrid_order() {
 /// came in, saying `busy`; the others are scored once the worker is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_busy() {
-    let (loading_tx, loading) = mpsc::channel::<()>();
-    let (release, gate) = mpsc::channel::<()>();
-    let settings = RerankSettings {
+    // The model loads at the first job: the load waits at a gate, holding the worker.
+    let (reranker, loading, release) = gated(RerankSettings {
         queue: 1,
         deadline: None,
         ..RerankSettings::default()
-    };
-    // The model loads at the first job: the load waits at a gate, holding the worker.
-    let reranker = RerankService::start(
-        move || {
-            loading_tx.send(()).unwrap();
-            gate.recv().unwrap();
-            Reranker::load(&RerankerConfig::default())
-        },
-        settings,
-    )
-    .unwrap();
+    });
     let hits = || vec![("a", 1.0_f32), ("b", 0.5)];
     let text = |h: &&str| format!("{h} Max was adopted in June.");
     let first = tokio::spawn({
@@ -265,6 +260,52 @@ fn gated(settings: RerankSettings) -> (RerankService, mpsc::Receiver<()>, mpsc::
     (reranker, loading, release)
 }
 
+/// Alice's search, reranked by a [`gated`] reranker that holds it.
+struct HeldSearch {
+    node: Node,
+    /// Each memory's indexed text.
+    texts: HashMap<String, String>,
+    /// The same search unreranked, asked before.
+    hybrid: SearchResult,
+    asked: tokio::task::JoinHandle<engram_actors::Result<SearchResult>>,
+    release: mpsc::Sender<()>,
+}
+
+impl HeldSearch {
+    /// Opens the gate and returns the search's answer.
+    async fn release(self) -> SearchResult {
+        self.release.send(()).unwrap();
+        self.asked.await.unwrap().unwrap()
+    }
+}
+
+/// Alice's turns written on a node whose reranker holds her reranked search of [`QUESTION`]
+/// (asked in a task of its own) until released.
+async fn held_search(dir: &TempDir) -> HeldSearch {
+    let (reranker, loading, release) = gated(RerankSettings {
+        deadline: None,
+        ..RerankSettings::default()
+    });
+    let (node, texts) = written(dir, Some(reranker)).await;
+    let hybrid = search(&node, QUESTION, 10, false).await;
+    let directory = node.directory.clone();
+    let asked = tokio::spawn(async move {
+        directory
+            .ask_admin(&alice(), episodes(QUESTION, 10, true))
+            .await
+    });
+    tokio::task::spawn_blocking(move || loading.recv().unwrap())
+        .await
+        .unwrap();
+    HeldSearch {
+        node,
+        texts,
+        hybrid,
+        asked,
+        release,
+    }
+}
+
 /// Bounds a step that must not wait for the held rerank: on the code before, where the actor
 /// awaited the scores, it never ended.
 async fn while_reranked<T>(step: impl std::future::Future<Output = T>) -> T {
@@ -279,26 +320,13 @@ async fn while_reranked<T>(step: impl std::future::Future<Output = T>) -> T {
 /// candidates were found) in the fused order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rerank_does_not_hold_the_users_actor() {
-    let (held, loading, release) = gated(RerankSettings {
-        deadline: None,
-        ..RerankSettings::default()
-    });
     let dir = TempDir::new().unwrap();
-    let (node, texts) = written(&dir, Some(held)).await;
-    let hybrid = search(&node, QUESTION, 10, false).await;
-    let directory = node.directory.clone();
-    let asked = tokio::spawn(async move {
-        directory
-            .ask_admin(&alice(), episodes(QUESTION, 10, true))
-            .await
-    });
-    tokio::task::spawn_blocking(move || loading.recv().unwrap())
-        .await
-        .unwrap();
+    let held = held_search(&dir).await;
+    let (node, texts, hybrid) = (&held.node, &held.texts, &held.hybrid);
 
     let deleted = hybrid.hits[0].memory.memory_id.clone();
     let written_meanwhile = while_reranked(async {
-        let id = write_episode(&node, "t-meanwhile", "s1", "Max was adopted, a beagle.").await;
+        let id = write_episode(node, "t-meanwhile", "s1", "Max was adopted, a beagle.").await;
         let change = StatusChange {
             request_id: "delete-first".into(),
             memory_id: deleted.clone(),
@@ -308,28 +336,15 @@ async fn a_rerank_does_not_hold_the_users_actor() {
         id
     })
     .await;
-    release.send(()).unwrap();
-    let reranked = asked.await.unwrap().unwrap();
+    let (texts, hybrid) = (texts.clone(), hybrid.clone());
+    let reranked = held.release().await;
     assert!(reranked.reranked, "{:?}", reranked.rerank_fallback);
 
-    let passages: Vec<&str> = hybrid
-        .hits
-        .iter()
-        .map(|h| texts[&h.memory.memory_id].as_str())
+    let expected: Vec<String> = fused(&hybrid, &texts)
+        .into_iter()
+        .map(|(id, _)| id)
+        .filter(|id| *id != deleted)
         .collect();
-    let scores = reranker().score(QUESTION, &passages).unwrap();
-    let expected: Vec<String> = fuse(
-        hybrid
-            .hits
-            .iter()
-            .map(|h| (h.memory.memory_id.clone(), h.score))
-            .collect(),
-        &scores,
-    )
-    .into_iter()
-    .map(|(id, _)| id)
-    .filter(|id| *id != deleted)
-    .collect();
     assert_eq!(ids(&reranked), expected);
     assert!(!ids(&reranked).contains(&written_meanwhile));
     assert!(
@@ -344,26 +359,12 @@ async fn a_rerank_does_not_hold_the_users_actor() {
 /// stopped, so the search is asked again of a fresh actor, which finds nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_forgotten_during_a_rerank_gets_no_hits() {
-    let (reranker, loading, release) = gated(RerankSettings {
-        deadline: None,
-        ..RerankSettings::default()
-    });
     let dir = TempDir::new().unwrap();
-    let (node, _) = written(&dir, Some(reranker)).await;
-    let directory = node.directory.clone();
-    let asked = tokio::spawn(async move {
-        directory
-            .ask_admin(&alice(), episodes(QUESTION, 10, true))
-            .await
-    });
-    tokio::task::spawn_blocking(move || loading.recv().unwrap())
+    let held = held_search(&dir).await;
+    while_reranked(held.node.directory.ask_admin(&alice(), Forget))
         .await
         .unwrap();
-    while_reranked(node.directory.ask_admin(&alice(), Forget))
-        .await
-        .unwrap();
-    release.send(()).unwrap();
-    let answer = asked.await.unwrap().unwrap();
+    let answer = held.release().await;
     assert!(answer.hits.is_empty(), "{:?}", ids(&answer));
     assert_eq!(answer.rerank_fallback, None);
 }

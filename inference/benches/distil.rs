@@ -21,7 +21,7 @@
 //! (default: the node's default model);
 //! `ENGRAM_BENCH_PRECISION=float32`, `float16` or `int8` packs the decoder's linear layers
 //! (default: the node's default, float16); `ENGRAM_BENCH_SHOTS=N` shows the model the N
-//! likest labelled messages of the built-in library first (default: the node's, 4; the set
+//! likest labelled messages of the built-in library first (default: the node's, 2; the set
 //! measured is left out of the library).
 
 use std::collections::BTreeMap;

@@ -77,7 +77,7 @@ impl Labelled {
 
 /// Examples shown with each message by default (docs/benchmarks.md, "Examples chosen per
 /// message").
-pub const DEFAULT_SHOTS: usize = 4;
+pub const DEFAULT_SHOTS: usize = 2;
 
 /// The labelled sets of `inference/data` whose errors have been read (the tuning set and
 /// held-out sets 1 to 18), built in: the node's library. Later held-out sets stay out of it,

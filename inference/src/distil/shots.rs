@@ -249,8 +249,7 @@ impl ShotLibrary {
             .filter(|(i, _)| {
                 let example = &self.examples[*i];
                 example.message.trim() != message.trim()
-                    && (example.intent_type == NO_INTENT
-                        || types.iter().any(|t| *t == example.intent_type))
+                    && (example.intent_type == NO_INTENT || types.contains(&example.intent_type))
             })
             .map(|(i, g)| {
                 let shared: f32 = g

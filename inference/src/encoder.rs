@@ -33,8 +33,8 @@ impl Encoder {
         let device = resolve_device(config.device)?;
         if config.precision == Precision::Int8 && !config.model.takes_int8() {
             return Err(Error::Quantise(format!(
-                "int8 is available for multilingual-e5-small and bge-small-en-v1.5 only, not {}: \
-                 it falls below the golden bound (cosine 0.995)",
+                "int8 is available for multilingual-e5-small only, not {}: it falls below the \
+                 golden bound (cosine 0.995)",
                 config.model.name()
             )));
         }

@@ -27,7 +27,7 @@ pub struct InferenceConfig {
     /// Where forward passes run: `"auto"` (CUDA when present), `"cpu"`, or `{ cuda = N }`.
     pub device: DeviceChoice,
     /// The linear layers' weights: `"float32"`, `"float16"` (CPU only) or `"int8"`
-    /// (multilingual-e5-small and bge-small-en-v1.5, on the CPU only; about x1.15-1.6 the embeddings/s, vectors
+    /// (multilingual-e5-small on the CPU only; about x1.15-1.6 the embeddings/s, vectors
     /// within cosine 0.99 of float32's).
     pub precision: Precision,
     /// Models loaded, each with its own copy of the weights and two workers on them (one for

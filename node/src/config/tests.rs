@@ -252,13 +252,18 @@ fn missing_file_is_an_error() {
 }
 
 #[test]
-fn int8_is_refused_for_the_english_encoder() {
+fn int8_is_refused_for_the_english_encoders() {
     let mut config = Config::default();
     config.inference.precision = engram_inference::Precision::Int8;
     config.validate().expect("int8 multilingual-e5-small");
-    config.inference.model = engram_inference::ModelKind::AllMiniLmL6V2;
-    let err = config.validate().expect_err("int8 all-minilm-l6-v2");
-    assert_eq!(keys(&err), ["inference.precision"], "{err}");
+    for model in [
+        engram_inference::ModelKind::AllMiniLmL6V2,
+        engram_inference::ModelKind::BgeSmallEnV15,
+    ] {
+        config.inference.model = model;
+        let err = config.validate().expect_err("int8 of an English encoder");
+        assert_eq!(keys(&err), ["inference.precision"], "{err}");
+    }
 }
 
 #[test]

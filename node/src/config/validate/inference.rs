@@ -33,7 +33,7 @@ impl Config {
         if inference.precision == Precision::Int8 && !inference.model.takes_int8() {
             p.add(
                 "inference.precision",
-                "int8 is available for multilingual-e5-small and bge-small-en-v1.5 only".to_owned(),
+                "int8 is available for multilingual-e5-small only".to_owned(),
             );
         }
         if inference.workers == 0 || inference.workers > 64 {

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use engram_inference::distil::shots::{DEFAULT_SHOTS, ShotLibrary};
+use engram_inference::distil::shots::{DEFAULT_SHOTS, Labelled, ShotLibrary};
 use engram_inference::distil::{
     DEFAULT_INTENT_TYPES, Distilled, MAX_ANSWER_TOKENS, NO_INTENT, combine, intent_prompt,
     intent_schema, needs_target, parse_answer, rules,
@@ -37,7 +37,6 @@ use engram_inference::distil::{
 use engram_inference::{
     BackgroundPriority, Generation, GenerationConfig, GenerationPool, GenerationStats, Precision,
 };
-use serde::Deserialize;
 
 /// The labelled sets, in `inference/data`: `intents.jsonl`, the set the rules and the prompt
 /// were shaped on (their errors were read), and `intents_check_N.jsonl`, held-out sets, each
@@ -45,16 +44,6 @@ use serde::Deserialize;
 /// prompt nor the other sets (docs/benchmarks.md says which of them have since had their
 /// errors read).
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data");
-
-#[derive(Debug, Deserialize)]
-struct Labelled {
-    id: String,
-    lang: String,
-    category: String,
-    message: String,
-    intent_type: String,
-    target_any: Vec<String>,
-}
 
 fn percentile(mut xs: Vec<f64>, p: f64) -> f64 {
     xs.sort_by(f64::total_cmp);

@@ -14,9 +14,13 @@ use serde::Deserialize;
 
 use super::{NO_INTENT, Priority, answer_text};
 
-/// One labelled message of the library.
+/// One labelled message (a line of `inference/data`'s sets), as the library and the
+/// distillation benchmark read it.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Labelled {
+    /// Its id in its set.
+    #[serde(default)]
+    pub id: String,
     /// `zh` or `en`.
     pub lang: String,
     /// The labelled set's category (`appointment`, `question`, `past_intent`, ...).
@@ -300,6 +304,7 @@ mod tests {
 
     fn labelled(lang: &str, category: &str, message: &str, intent_type: &str) -> Labelled {
         Labelled {
+            id: String::new(),
             lang: lang.into(),
             category: category.into(),
             message: message.into(),

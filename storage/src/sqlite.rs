@@ -331,6 +331,9 @@ impl Engine for SqliteEngine {
             counter: false,
             value: self.queued_jobs() as f64,
         }];
+        if let Some(group) = &self.group {
+            figures.extend(group.figures());
+        }
         if let Some(checkpointer) = &self.checkpointer {
             figures.extend(checkpointer.figures());
         }

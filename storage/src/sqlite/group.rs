@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use rusqlite::Connection;
@@ -36,7 +37,7 @@ use super::checkpoint;
 use super::txn::{Conn, SqliteTxn, WriterGuard};
 use super::{GroupCommit, exec};
 use crate::error::{Error, Result};
-use crate::kv::{SharedCommit, WriteJob};
+use crate::kv::{Figure, SharedCommit, WriteJob};
 
 /// The name of an engine's writer thread.
 pub(super) const WRITER_THREAD: &str = "engram-sqlite-writer";
@@ -45,9 +46,12 @@ pub(super) const WRITER_THREAD: &str = "engram-sqlite-writer";
 /// finish the queued jobs and waits for it to close the connection.
 pub(super) struct GroupWriter {
     shared: Arc<Shared>,
-    queue: Option<mpsc::Sender<Box<dyn WriteJob>>>,
+    queue: Option<mpsc::Sender<Queued>>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// A job and when it was queued.
+type Queued = (Instant, Box<dyn WriteJob>);
 
 /// What the writer thread and the submitters share.
 struct Shared {
@@ -59,6 +63,27 @@ struct Shared {
     busy: AtomicBool,
     /// Successful commits so far.
     seq: AtomicU64,
+    /// Where the writer thread's time goes, for the operator: [`GroupWriter::figures`].
+    timings: Timings,
+}
+
+/// Totals of the writer thread's work since the engine opened, in nanoseconds where timed.
+#[derive(Default)]
+struct Timings {
+    /// Jobs taken from the queue.
+    jobs: AtomicU64,
+    /// Time jobs waited in the queue, summed over jobs.
+    waited: AtomicU64,
+    /// Time in `COMMIT` (writing the WAL, and its fsync under `synchronous = FULL`).
+    committing: AtomicU64,
+    /// Time the thread spent on batches, from taking the first job to the commit.
+    busy: AtomicU64,
+}
+
+/// Adds the nanoseconds since `since` to `total`.
+fn add_since(total: &AtomicU64, since: Instant) {
+    let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    total.fetch_add(nanos, Ordering::Relaxed);
 }
 
 /// A job of the current batch and its own outcome (`Ok`: it ran and awaits the commit).
@@ -79,6 +104,7 @@ impl GroupWriter {
             queued: AtomicUsize::new(0),
             busy: AtomicBool::new(false),
             seq: AtomicU64::new(0),
+            timings: Timings::default(),
         });
         let writer = Writer {
             shared: Arc::clone(&shared),
@@ -105,7 +131,9 @@ impl GroupWriter {
         let shared = &self.shared;
         shared.queued.fetch_add(1, Ordering::SeqCst);
         let sent = match &self.queue {
-            Some(queue) => queue.send(job).map_err(|unsent| unsent.0),
+            Some(queue) => queue
+                .send((Instant::now(), job))
+                .map_err(|unsent| unsent.0.1),
             None => Err(job),
         };
         if let Err(job) = sent {
@@ -119,6 +147,42 @@ impl GroupWriter {
     /// Jobs waiting for the writer thread.
     pub(super) fn queued(&self) -> usize {
         self.shared.queued.load(Ordering::SeqCst)
+    }
+
+    /// The writer thread's totals: jobs, their wait in the queue, time committing and time
+    /// busy. The writer thread is the one stage every write passes through: its busy time
+    /// over wall time is how close the node's writes are to what one thread commits.
+    pub(super) fn figures(&self) -> [Figure; 4] {
+        let t = &self.shared.timings;
+        let seconds = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
+        let figure = |name, help, value| Figure {
+            name,
+            help,
+            counter: true,
+            value,
+        };
+        [
+            figure(
+                "engram_sqlite_writer_jobs_total",
+                "Write transactions the group-commit writer thread took from its queue",
+                t.jobs.load(Ordering::Relaxed) as f64,
+            ),
+            figure(
+                "engram_sqlite_writer_wait_seconds_total",
+                "Time write transactions waited in the writer thread's queue, summed",
+                seconds(&t.waited),
+            ),
+            figure(
+                "engram_sqlite_commit_seconds_total",
+                "Time the writer thread spent in COMMIT (the WAL written and fsynced)",
+                seconds(&t.committing),
+            ),
+            figure(
+                "engram_sqlite_writer_busy_seconds_total",
+                "Time the writer thread spent on batches, from taking the first job to the commit",
+                seconds(&t.busy),
+            ),
+        ]
     }
 
     /// Whether the writer thread is running a batch (or waiting for the connection to).
@@ -146,22 +210,24 @@ impl Drop for GroupWriter {
 /// The writer thread.
 struct Writer {
     shared: Arc<Shared>,
-    jobs: mpsc::Receiver<Box<dyn WriteJob>>,
+    jobs: mpsc::Receiver<Queued>,
 }
 
 impl Writer {
     fn run(&self) {
         let shared = &self.shared;
-        while let Ok(first) = self.jobs.recv() {
+        while let Ok((queued, first)) = self.jobs.recv() {
             // Busy before the queue looks empty, so that no observer takes it for idle.
             shared.busy.store(true, Ordering::SeqCst);
-            shared.queued.fetch_sub(1, Ordering::SeqCst);
+            let started = Instant::now();
+            shared.took(queued);
             let conn = Rc::new(shared.conn.lock_arc());
             let mut ran = Vec::new();
             let outcome = shared.batch(&conn, first, &mut || self.next(), &mut ran);
             // Unlock before answering: the next batch, or a direct writer, may start while
             // the callers wake up.
             drop(conn);
+            add_since(&shared.timings.busy, started);
             shared.answer(ran, outcome);
             shared.busy.store(false, Ordering::SeqCst);
         }
@@ -169,13 +235,20 @@ impl Writer {
 
     /// The next queued job, if any.
     fn next(&self) -> Option<Box<dyn WriteJob>> {
-        let job = self.jobs.try_recv().ok()?;
-        self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+        let (queued, job) = self.jobs.try_recv().ok()?;
+        self.shared.took(queued);
         Some(job)
     }
 }
 
 impl Shared {
+    /// Counts a job queued at `queued` out of the queue.
+    fn took(&self, queued: Instant) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+        self.timings.jobs.fetch_add(1, Ordering::Relaxed);
+        add_since(&self.timings.waited, queued);
+    }
+
     /// Runs `first` and the jobs that `more` gives, within the bounds, in one transaction and
     /// commits it. `ran` receives every job taken, with its own outcome; the result is the
     /// commit's.
@@ -222,7 +295,10 @@ impl Shared {
             rollback(conn);
             return Ok(());
         }
-        exec(conn, "COMMIT").inspect_err(|_| rollback(conn))
+        let committing = Instant::now();
+        let committed = exec(conn, "COMMIT").inspect_err(|_| rollback(conn));
+        add_since(&self.timings.committing, committing);
+        committed
     }
 
     /// Finishes every job of a batch: with the commit if both it and the job succeeded.
@@ -319,4 +395,42 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("a panic without a message")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::super::tests::{file_store, occupy_writer, spawn_queued};
+    use crate::kv::Engine;
+
+    /// The writer thread's figures count each job it takes; a job queued behind a held batch
+    /// counts at least the time it was held as its wait, and the thread as busy; the commit
+    /// is timed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_threads_figures_count_its_jobs_their_wait_and_its_busy_time() {
+        let (engine, store, _path, _dir) = file_store();
+        let figure = |name: &str| {
+            engine
+                .figures()
+                .into_iter()
+                .find(|f| f.name == name)
+                .map(|f| f.value)
+                .expect("the figure is reported")
+        };
+        let (blocker, release) = occupy_writer(&engine, &store);
+        let queued = spawn_queued(&engine, &store, |txn| txn.set(b"k", b"v"));
+        let queued_by = Instant::now();
+        while queued_by.elapsed().is_zero() {
+            std::hint::spin_loop();
+        }
+        let held = queued_by.elapsed().as_secs_f64();
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        queued.await.unwrap().unwrap();
+        assert_eq!(figure("engram_sqlite_writer_jobs_total"), 2.0);
+        assert!(figure("engram_sqlite_writer_wait_seconds_total") >= held);
+        assert!(figure("engram_sqlite_writer_busy_seconds_total") >= held);
+        assert!(figure("engram_sqlite_commit_seconds_total") > 0.0);
+    }
 }

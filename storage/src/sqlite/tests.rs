@@ -24,7 +24,7 @@ use crate::{Error, RangeOptions, Result, RetryPolicy, Store, TxnMode};
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A file store with group commit, its engine, and the directory holding it.
-fn file_store() -> (Arc<SqliteEngine>, Store, PathBuf, TempDir) {
+pub(super) fn file_store() -> (Arc<SqliteEngine>, Store, PathBuf, TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kv.sqlite");
     let engine = Arc::new(SqliteEngine::open(&path, SqliteOptions::default()).unwrap());
@@ -43,7 +43,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// Submits a job that holds the writer thread (inside a batch) until `release` is sent or
 /// dropped, and waits until it runs (after a direct transaction holding the write lock ends,
 /// so that the writer thread is seen to take it).
-fn occupy_writer(
+pub(super) fn occupy_writer(
     engine: &SqliteEngine,
     store: &Store,
 ) -> (JoinHandle<Result<()>>, mpsc::Sender<()>) {
@@ -78,7 +78,7 @@ fn writer_busy(engine: &SqliteEngine) -> bool {
 }
 
 /// Spawns `store.run(f)` and waits until it is queued for the (occupied) writer thread.
-fn spawn_queued<T: Send + 'static>(
+pub(super) fn spawn_queued<T: Send + 'static>(
     engine: &SqliteEngine,
     store: &Store,
     f: impl FnMut(&mut crate::Txn) -> Result<T> + Send + 'static,

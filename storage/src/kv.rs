@@ -87,6 +87,28 @@ pub struct Figure {
     pub value: f64,
 }
 
+impl Figure {
+    /// A counter: a total that only grows.
+    pub fn counter(name: &'static str, help: &'static str, value: f64) -> Self {
+        Figure {
+            name,
+            help,
+            counter: true,
+            value,
+        }
+    }
+
+    /// A gauge: a value now, up or down.
+    pub fn gauge(name: &'static str, help: &'static str, value: f64) -> Self {
+        Figure {
+            name,
+            help,
+            counter: false,
+            value,
+        }
+    }
+}
+
 /// A storage backend: something that opens transactions.
 pub trait Engine: Send + Sync + 'static {
     /// Opens one transaction attempt.

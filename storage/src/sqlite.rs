@@ -325,12 +325,11 @@ impl Engine for SqliteEngine {
     }
 
     fn figures(&self) -> Vec<Figure> {
-        let mut figures = vec![Figure {
-            name: "engram_sqlite_write_queue",
-            help: "Write transactions waiting for the group-commit writer thread",
-            counter: false,
-            value: self.queued_jobs() as f64,
-        }];
+        let mut figures = vec![Figure::gauge(
+            "engram_sqlite_write_queue",
+            "Write transactions waiting for the group-commit writer thread",
+            self.queued_jobs() as f64,
+        )];
         if let Some(group) = &self.group {
             figures.extend(group.figures());
         }

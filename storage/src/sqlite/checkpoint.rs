@@ -125,47 +125,35 @@ impl Checkpointer {
         let s = &self.state;
         let count = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64;
         let pages = |n: &AtomicI64| n.load(Ordering::Relaxed).max(0) as f64;
-        let figure = |name, help, counter, value| Figure {
-            name,
-            help,
-            counter,
-            value,
-        };
         [
-            figure(
+            Figure::counter(
                 "engram_sqlite_checkpoints_total",
                 "WAL checkpoints run by the checkpoint thread",
-                true,
                 count(&s.runs),
             ),
-            figure(
+            Figure::counter(
                 "engram_sqlite_checkpoint_failures_total",
                 "WAL checkpoints that failed (each logged)",
-                true,
                 count(&s.failures),
             ),
-            figure(
+            Figure::counter(
                 "engram_sqlite_checkpoint_seconds_total",
                 "Time the checkpoint thread spent copying the WAL into the database file",
-                true,
                 count(&s.busy_micros) / 1e6,
             ),
-            figure(
+            Figure::counter(
                 "engram_sqlite_wal_restarts_total",
                 "Times the WAL started again from its beginning after a complete checkpoint",
-                true,
                 count(&s.restarts),
             ),
-            figure(
+            Figure::gauge(
                 "engram_sqlite_wal_pages",
                 "Pages in the WAL after the writer thread's last commit",
-                false,
                 pages(&s.last),
             ),
-            figure(
+            Figure::gauge(
                 "engram_sqlite_wal_pages_peak",
                 "The most pages the WAL held after a commit of the writer thread",
-                false,
                 pages(&s.peak),
             ),
         ]

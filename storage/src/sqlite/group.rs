@@ -155,29 +155,23 @@ impl GroupWriter {
     pub(super) fn figures(&self) -> [Figure; 4] {
         let t = &self.shared.timings;
         let seconds = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
-        let figure = |name, help, value| Figure {
-            name,
-            help,
-            counter: true,
-            value,
-        };
         [
-            figure(
+            Figure::counter(
                 "engram_sqlite_writer_jobs_total",
                 "Write transactions the group-commit writer thread took from its queue",
                 t.jobs.load(Ordering::Relaxed) as f64,
             ),
-            figure(
+            Figure::counter(
                 "engram_sqlite_writer_wait_seconds_total",
                 "Time write transactions waited in the writer thread's queue, summed",
                 seconds(&t.waited),
             ),
-            figure(
+            Figure::counter(
                 "engram_sqlite_commit_seconds_total",
                 "Time the writer thread spent in COMMIT (the WAL written and fsynced)",
                 seconds(&t.committing),
             ),
-            figure(
+            Figure::counter(
                 "engram_sqlite_writer_busy_seconds_total",
                 "Time the writer thread spent on batches, from taking the first job to the commit",
                 seconds(&t.busy),
@@ -410,14 +404,6 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_writer_threads_figures_count_its_jobs_their_wait_and_its_busy_time() {
         let (engine, store, _path, _dir) = file_store();
-        let figure = |name: &str| {
-            engine
-                .figures()
-                .into_iter()
-                .find(|f| f.name == name)
-                .map(|f| f.value)
-                .expect("the figure is reported")
-        };
         let (blocker, release) = occupy_writer(&engine, &store);
         let queued = spawn_queued(&engine, &store, |txn| txn.set(b"k", b"v"));
         let queued_by = Instant::now();
@@ -428,6 +414,8 @@ mod tests {
         release.send(()).unwrap();
         blocker.await.unwrap().unwrap();
         queued.await.unwrap().unwrap();
+        let figures = engine.figures();
+        let figure = |name: &str| figures.iter().find(|f| f.name == name).unwrap().value;
         assert_eq!(figure("engram_sqlite_writer_jobs_total"), 2.0);
         assert!(figure("engram_sqlite_writer_wait_seconds_total") >= held);
         assert!(figure("engram_sqlite_writer_busy_seconds_total") >= held);

@@ -81,7 +81,7 @@ pub struct PoolConfig {
     /// CPU time that requests leave unused.
     pub background_priority: BackgroundPriority,
     /// While the rest of the machine is busy (during an idle-class batch, other threads took
-    /// at least half the machine's CPU time), the share of the time, in percent (1 to 100;
+    /// at least a quarter of the machine's CPU time), the share of the time, in percent (1 to 100;
     /// 100: no limit), that idle-class background batches may take: each rests after it for
     /// the rest of that time ([`rest::busy_pause`]), or until the machine is quiet
     /// ([`rest::Rest`]). The idle class alone still lets them run in every gap a request
@@ -110,8 +110,8 @@ impl Default for PoolConfig {
 pub enum Priority {
     /// Someone waits: a read's query, a write's topic phrase. Batched first.
     Interactive,
-    /// Nobody waits: the pipeline's passages. Batched with the room interactive requests
-    /// leave.
+    /// Nobody waits: the pipeline's passages. Batched on their own, for the background
+    /// worker; on a GPU also in the room interactive batches leave.
     Background,
 }
 
@@ -218,8 +218,9 @@ impl EmbeddingPool {
             .await
     }
 
-    /// [`EmbeddingPool::embed_for`] at `priority`: background requests are batched with the
-    /// room interactive ones leave, and admitted under the same capacity and shares.
+    /// [`EmbeddingPool::embed_for`] at `priority`: background requests are batched for the
+    /// background worker (on a GPU also in the room interactive batches leave), and admitted
+    /// under the same capacity and shares.
     pub async fn embed_with(
         &self,
         key: &str,

@@ -1,11 +1,14 @@
 //! Embedding pool tests on the real multilingual-e5-small model and libtorch, on the CPU:
-//! callers get exactly what a direct encoder call gives, concurrent calls are batched, a full
-//! queue sheds with `Overloaded` while the pool keeps serving, shutdown drains, one tenant
-//! flooding the pool is shed at its share of the queue while another is still admitted, and a
-//! request still queued at its expiry is skipped, not embedded, and a background batch still
-//! running holds up neither an interactive request nor the shutdown, a background batch run
-//! while other threads kept every core busy makes its worker rest, and a stopped node's idle-class threads can
-//! leave that class for the exit.
+//!
+//! - callers get exactly what a direct encoder call gives, and concurrent calls are batched;
+//! - a full queue sheds with `Overloaded` while the pool keeps serving, and shutdown drains;
+//! - one tenant flooding the pool is shed at its share of the queue while another is still
+//!   admitted;
+//! - a request still queued at its expiry is skipped, not embedded, and background passages
+//!   queued behind an expired query run on the background worker, not the interactive one;
+//! - a background batch still running holds up neither an interactive request nor the
+//!   shutdown, and one run while other threads kept every core busy makes its worker rest;
+//! - a stopped node's idle-class threads can leave that class for the exit.
 //!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.
 //! Each test starts one pool (a model load takes a couple of seconds) and checks several
@@ -15,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use engram_inference::{
-    DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig, Priority, TextRole,
-    leave_idle_class,
+    BackgroundPriority, DeviceChoice, EmbeddingPool, Encoder, EncoderConfig, Error, PoolConfig,
+    Priority, TextRole, leave_idle_class,
 };
 use support::{BusyCores, SCHED_IDLE, threads_named, wait_for, wait_until_idle_class};
 
@@ -398,6 +401,76 @@ async fn a_request_still_queued_at_its_expiry_is_skipped_and_its_batch_serves_th
     }
     ensure!(pool.stats().forward_passes == before && pool.stats().expired == 2);
     ensure!(submit(&TEXTS[6..9], far).await??.len() == 3);
+    pool.shutdown().await;
+    Ok(())
+}
+
+/// The interactive worker runs what someone waits for and nothing else: when the interactive
+/// requests of a batch had all expired in the queue, the background passages queued behind
+/// them go to the background worker, not to the interactive one (whose thread runs at normal
+/// priority, outside the background class and its rests). On the CPU, as here, background
+/// requests never fill an interactive batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_passages_behind_an_expired_query_go_to_the_background_worker() -> Result<()> {
+    // A batch leaves only when 3 texts wait. Background batches at normal priority, so a busy
+    // machine does not starve them here (the interactive worker could take them too, but only
+    // when the background one is busy).
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        workers: 1,
+        max_batch: 3,
+        max_wait: Duration::from_secs(3600),
+        background_priority: BackgroundPriority::Normal,
+        ..PoolConfig::default()
+    })
+    .await?;
+    let query = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.embed_before(
+                "t",
+                owned(&TEXTS[..1]),
+                TextRole::Query,
+                Priority::Interactive,
+                Instant::now(),
+            )
+            .await
+        })
+    };
+    wait_for(Duration::from_secs(10), "the query queued", || {
+        pool.stats().queued_texts == 1
+    })
+    .await?;
+    let passages = pool
+        .embed_with(
+            "t",
+            owned(&TEXTS[1..3]),
+            TextRole::Passage,
+            Priority::Background,
+        )
+        .await?;
+    ensure!(
+        passages.len() == 2,
+        "{} vectors for two texts",
+        passages.len()
+    );
+    match query.await? {
+        Err(Error::Expired) => {}
+        other => bail!("expected expired, got {other:?}"),
+    }
+    let stats = pool.stats();
+    ensure!(
+        stats.interactive_lane_texts == 0 && stats.background_lane_texts == 2,
+        "the passages ran on the wrong worker: {stats:?}"
+    );
+    ensure!(stats.expired == 1 && stats.failed == 0, "{stats:?}");
+    // A live query is still served, by the interactive worker.
+    let far = Instant::now() + Duration::from_secs(3600);
+    let texts = owned(&TEXTS[3..6]);
+    let vectors = pool
+        .embed_before("t", texts, TextRole::Query, Priority::Interactive, far)
+        .await?;
+    ensure!(vectors.len() == 3 && pool.stats().interactive_lane_texts == 3);
     pool.shutdown().await;
     Ok(())
 }

@@ -205,9 +205,11 @@ impl<R: Queued> Lanes<R> {
 }
 
 /// The router's queue: interactive requests (a query a read waits for, a topic a write
-/// compares) before background ones (the pipeline's passages), each class in [`Lanes`].
-/// A batch takes every interactive request it can hold first, then fills up with background
-/// ones, so a read waits behind at most the batch already running.
+/// compares) and background ones (the pipeline's passages), each class in [`Lanes`]. The
+/// router takes interactive batches before background ones, so a read waits behind at most
+/// the batch already running; where a pass costs about the same for one text as for many (a
+/// GPU) it fills the room an interactive batch leaves with background requests
+/// ([`Queue::fill`]).
 #[derive(Default)]
 pub(crate) struct Queue {
     interactive: Lanes,
@@ -241,22 +243,6 @@ impl Queue {
         }
     }
 
-    /// Interactive requests first, then background ones, up to `max_batch` texts.
-    pub(crate) fn take_batch(&mut self, max_batch: usize) -> Vec<Request> {
-        let mut batch = self.interactive.take_batch(max_batch);
-        let texts: usize = batch.iter().map(|r| r.texts.len()).sum();
-        if batch.is_empty() {
-            batch = self.background.take_batch(max_batch);
-        } else if texts < max_batch && !self.background.is_empty() {
-            let room = max_batch - texts;
-            if self.background.front_texts().is_some_and(|n| n <= room) {
-                batch.extend(self.background.take_batch(room));
-            }
-        }
-        batch
-    }
-
-    /// Every waiting request (for a closing pool to answer).
     /// Whether an interactive request is waiting.
     pub(crate) fn has_interactive(&self) -> bool {
         !self.interactive.is_empty()
@@ -267,11 +253,27 @@ impl Queue {
         !self.background.is_empty()
     }
 
-    /// A batch of background requests only (for a background worker).
+    /// A batch of interactive requests only, up to `max_batch` texts.
+    pub(crate) fn take_interactive(&mut self, max_batch: usize) -> Vec<Request> {
+        self.interactive.take_batch(max_batch)
+    }
+
+    /// A batch of background requests only, up to `max_batch` texts.
     pub(crate) fn take_background(&mut self, max_batch: usize) -> Vec<Request> {
         self.background.take_batch(max_batch)
     }
 
+    /// Background requests that fit in `room` texts (none when the next one does not), to
+    /// fill an interactive batch.
+    pub(crate) fn fill(&mut self, room: usize) -> Vec<Request> {
+        if room > 0 && self.background.front_texts().is_some_and(|n| n <= room) {
+            self.background.take_batch(room)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Every waiting request (for a closing pool to answer).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = Request> + '_ {
         self.interactive.drain().chain(self.background.drain())
     }

@@ -12,10 +12,15 @@
 //! served in turn, in two classes: interactive requests before background ones
 //! ([`super::fair`]).
 //!
-//! Each model has an interactive and a background worker ([`Serves`]): a batch with an
-//! interactive request goes to an idle interactive worker (background requests fill the room
-//! it leaves), a background-only batch to an idle background worker (or to an idle
-//! interactive one when the background class is normal). A drain waits for the interactive
+//! Each model has an interactive and a background worker ([`Serves`]): a batch of interactive
+//! requests goes to an idle interactive worker, a batch of background requests to an idle
+//! background worker (or to an idle interactive one when the background class is normal). On
+//! a GPU, background requests fill the room an interactive batch leaves; on the CPU they do
+//! not, since a pass there costs what its texts cost: a query would wait for the passages
+//! beside it, and they would run at normal priority, outside the background class and its
+//! rests. Interactive requests that expired in the queue are skipped, and if none is left the
+//! interactive worker takes nothing: the background requests behind them wait for their own
+//! worker. A drain waits for the interactive
 //! workers only: a background batch has no caller waiting, its texts stay pending in storage,
 //! and in the idle class a busy machine may not let it finish for a long time.
 //!
@@ -107,6 +112,9 @@ pub(crate) struct RouterState {
     /// Whether interactive workers also take background-only batches (the background class
     /// is normal).
     background_anywhere: bool,
+    /// Whether background requests fill the room an interactive batch leaves: only when an
+    /// encoder runs on a GPU.
+    fill_interactive: bool,
     queue: Queue,
     max_batch: usize,
     max_wait: Duration,
@@ -129,6 +137,7 @@ impl Actor for Router {
         args: RouterArgs,
     ) -> std::result::Result<RouterState, ActorProcessingErr> {
         let mut workers = Vec::with_capacity(2 * args.encoders.len());
+        let fill_interactive = args.encoders.iter().any(|encoder| !encoder.on_cpu());
         for encoder in args.encoders {
             let shared = encoder.share();
             for (serves, encoder) in [(Serves::Interactive, shared), (Serves::Background, encoder)]
@@ -154,6 +163,7 @@ impl Actor for Router {
             idle: (0..workers.len()).rev().collect(),
             workers,
             background_anywhere: args.background == BackgroundPriority::Normal,
+            fill_interactive,
             queue: Queue::default(),
             max_batch: args.max_batch.max(1),
             max_wait: args.max_wait,
@@ -287,19 +297,22 @@ impl RouterState {
     }
 
     /// An idle worker and the batch it takes now, interactive work first; `None` when no idle
-    /// worker takes what is queued, or everything queued had expired.
+    /// worker takes what is queued. A pick whose requests had all expired is dropped and the
+    /// next one made (each such pick took at least one request out of the queue).
     fn next_batch(&mut self) -> Option<(usize, Vec<Request>)> {
-        let (position, class) = self.pick()?;
-        let index = self.idle.remove(position);
-        let batch = self.take_batch(class);
-        if batch.is_empty() {
+        loop {
+            let (position, class) = self.pick()?;
+            let index = self.idle.remove(position);
+            let batch = self.take_batch(class);
+            if !batch.is_empty() {
+                return Some((index, batch));
+            }
             self.idle.push(index);
-            return None;
         }
-        Some((index, batch))
     }
 
-    /// Which idle worker (its place in `idle`) takes the next batch, and of which class.
+    /// Which idle worker (its place in `idle`) takes the next batch, and which class of
+    /// requests the batch takes.
     fn pick(&self) -> Option<(usize, Serves)> {
         let idle_serving = |serves: Serves| {
             self.idle.iter().position(|&i| {
@@ -325,10 +338,7 @@ impl RouterState {
         };
         match interactive {
             Some(p) => Some((p, Serves::Interactive)),
-            None => background().map(|p| {
-                let serves = self.workers[self.idle[p]].as_ref().map(|(_, k)| *k);
-                (p, serves.unwrap_or(Serves::Background))
-            }),
+            None => background().map(|p| (p, Serves::Background)),
         }
     }
 
@@ -348,34 +358,31 @@ impl RouterState {
                 .is_some_and(|oldest| oldest.elapsed() >= self.max_wait)
     }
 
-    /// Whole requests up to `max_batch` texts (at least one request unless every queued one
-    /// had expired), one key at a time in turn. Expired requests are answered
-    /// [`Error::Expired`] and counted instead of embedded.
+    /// Whole requests of `class` up to `max_batch` texts (at least one request unless every
+    /// queued one had expired), one key at a time in turn; an interactive batch on a GPU is
+    /// filled with background requests. Expired requests are answered [`Error::Expired`] and
+    /// counted instead of embedded.
     fn take_batch(&mut self, class: Serves) -> Vec<Request> {
         let now = Instant::now();
         let mut batch = Vec::new();
-        loop {
+        while batch.is_empty() {
             let taken = match class {
-                Serves::Interactive => self.queue.take_batch(self.max_batch),
+                Serves::Interactive => self.queue.take_interactive(self.max_batch),
                 Serves::Background => self.queue.take_background(self.max_batch),
             };
             if taken.is_empty() {
                 break;
             }
-            for request in taken {
-                if request.expires.is_some_and(|at| at <= now) {
-                    self.take_queued(&request);
-                    self.metrics.expired.fetch_add(1, Ordering::Relaxed);
-                    let _ = request.reply.send(Err(Error::Expired));
-                } else {
-                    batch.push(request);
-                }
-            }
-            if !batch.is_empty() {
-                break;
-            }
+            self.keep_live(taken, now, &mut batch);
         }
-        let texts = batch.iter().map(|r| r.texts.len()).sum::<usize>();
+        let texts = |batch: &[Request]| batch.iter().map(|r| r.texts.len()).sum::<usize>();
+        if class == Serves::Interactive && self.fill_interactive && !batch.is_empty() {
+            let fill = self
+                .queue
+                .fill(self.max_batch.saturating_sub(texts(&batch)));
+            self.keep_live(fill, now, &mut batch);
+        }
+        let texts = texts(&batch);
         for request in &batch {
             self.take_queued(request);
         }
@@ -384,6 +391,20 @@ impl RouterState {
             .fetch_add(texts as u64, Ordering::Relaxed);
         self.metrics.record_batch(texts);
         batch
+    }
+
+    /// Moves the requests of `taken` still wanted at `now` into `batch`; answers the expired
+    /// ones [`Error::Expired`] and counts them.
+    fn keep_live(&self, taken: Vec<Request>, now: Instant, batch: &mut Vec<Request>) {
+        for request in taken {
+            if request.expires.is_some_and(|at| at <= now) {
+                self.take_queued(&request);
+                self.metrics.expired.fetch_add(1, Ordering::Relaxed);
+                let _ = request.reply.send(Err(Error::Expired));
+            } else {
+                batch.push(request);
+            }
+        }
     }
 
     /// Counts `request`'s texts out of the queue (they left it for a worker or an answer).

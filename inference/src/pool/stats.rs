@@ -28,6 +28,10 @@ pub(crate) struct Metrics {
     pub(crate) batches: AtomicU64,
     pub(crate) forward_passes: AtomicU64,
     pub(crate) tokens: AtomicU64,
+    /// Texts run by interactive workers.
+    pub(crate) interactive_lane_texts: AtomicU64,
+    /// Texts run by background workers.
+    pub(crate) background_lane_texts: AtomicU64,
     /// Microseconds idle-class background workers rested while the machine was busy.
     pub(crate) background_rest_us: AtomicU64,
     batch_sizes: [AtomicU64; BATCH_BUCKETS.len() + 1],
@@ -87,6 +91,8 @@ impl Metrics {
             batches: load(&self.batches),
             forward_passes: load(&self.forward_passes),
             tokens: load(&self.tokens),
+            interactive_lane_texts: load(&self.interactive_lane_texts),
+            background_lane_texts: load(&self.background_lane_texts),
             background_rest: Duration::from_micros(load(&self.background_rest_us)),
             batch_sizes: std::array::from_fn(|i| load(&self.batch_sizes[i])),
             answered,
@@ -127,6 +133,11 @@ pub struct PoolStats {
     pub forward_passes: u64,
     /// Tokens read by the model (prefixes and special tokens included, padding excluded).
     pub tokens: u64,
+    /// Texts run by the interactive workers (on normal-priority threads): what reads and
+    /// writes wait for, and on a GPU the background texts that filled their batches.
+    pub interactive_lane_texts: u64,
+    /// Texts run by the background workers (in the idle class by default).
+    pub background_lane_texts: u64,
     /// Time idle-class background workers rested between batches because the machine was
     /// busy ([`crate::PoolConfig::background_busy_share_percent`]).
     pub background_rest: Duration,

@@ -79,6 +79,7 @@ pub(crate) struct WorkerArgs {
 /// A worker's state: the encoder sits here between batches.
 pub(crate) struct WorkerState {
     index: usize,
+    serves: Serves,
     encoder: Option<Encoder>,
     /// The thread batches run on.
     lane: Lane,
@@ -119,6 +120,7 @@ impl Actor for EncoderWorker {
         };
         Ok(WorkerState {
             index: args.index,
+            serves: args.serves,
             encoder: Some(args.encoder),
             lane,
             cancel,
@@ -151,6 +153,11 @@ impl WorkerState {
     ) -> std::result::Result<(), ActorProcessingErr> {
         let counts: Vec<usize> = requests.iter().map(|r| r.texts.len()).collect();
         let texts: usize = counts.iter().sum();
+        let lane_texts = match self.serves {
+            Serves::Interactive => &self.metrics.interactive_lane_texts,
+            Serves::Background => &self.metrics.background_lane_texts,
+        };
+        lane_texts.fetch_add(texts as u64, Ordering::Relaxed);
         let Some(encoder) = self.encoder.take() else {
             // Unreachable: the encoder is only missing after a panic, which stops the actor.
             return Err("worker has no encoder".into());

@@ -230,6 +230,16 @@ pub(super) fn render_pool(text: &mut String, stats: &PoolStats) {
         ),
         ("forward_passes", "Forward passes run", stats.forward_passes),
         ("tokens", "Tokens read by the model", stats.tokens),
+        (
+            "interactive_lane_texts",
+            "Texts run by the interactive workers (normal priority)",
+            stats.interactive_lane_texts,
+        ),
+        (
+            "background_lane_texts",
+            "Texts run by the background workers",
+            stats.background_lane_texts,
+        ),
     ] {
         metric(
             text,

@@ -107,7 +107,7 @@ fn the_oldest_request_is_found_across_lanes() {
 }
 
 #[test]
-fn interactive_requests_are_batched_before_older_background_ones() {
+fn an_interactive_batch_holds_no_background_request_unless_filled() {
     let t0 = Instant::now();
     let mut queue = Queue::default();
     for _ in 0..4 {
@@ -121,23 +121,30 @@ fn interactive_requests_are_batched_before_older_background_ones() {
     ));
     assert_eq!(queue.texts(), 33);
     assert_eq!(queue.oldest(), Some(t0));
-    let batch = queue.take_batch(16);
-    assert_eq!(
+    let classes = |batch: &[Request]| {
         batch
             .iter()
-            .map(|r| (&*r.key, r.priority))
-            .collect::<Vec<_>>(),
-        [
-            ("reader", Priority::Interactive),
-            ("pipeline", Priority::Background)
-        ],
-        "the query first, then the background requests that fit beside it"
-    );
-    let batch = queue.take_batch(16);
+            .map(|r| (r.key.to_string(), r.priority))
+            .collect::<Vec<_>>()
+    };
+    // The query alone, though older background requests wait.
+    let batch = queue.take_interactive(16);
     assert_eq!(
-        batch.len(),
-        2,
-        "background requests fill whole batches when alone"
+        classes(&batch),
+        [("reader".to_owned(), Priority::Interactive)]
     );
+    // With the interactive class empty, an interactive batch is empty: the background
+    // requests are not handed to the interactive worker.
+    assert!(queue.take_interactive(16).is_empty());
+    assert!(queue.has_background() && !queue.has_interactive());
+    // Filling (on a GPU) takes whole background requests that fit the room, and none when
+    // the next one does not fit.
+    assert!(queue.fill(7).is_empty());
+    assert_eq!(
+        classes(&queue.fill(15)),
+        [("pipeline".to_owned(), Priority::Background)]
+    );
+    let batch = queue.take_background(16);
+    assert_eq!(batch.len(), 2, "background requests fill whole batches");
     assert_eq!(queue.texts(), 8);
 }

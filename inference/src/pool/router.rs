@@ -20,9 +20,9 @@
 //! beside it, and they would run at normal priority, outside the background class and its
 //! rests. Interactive requests that expired in the queue are skipped, and if none is left the
 //! interactive worker takes nothing: the background requests behind them wait for their own
-//! worker. A drain waits for the interactive
-//! workers only: a background batch has no caller waiting, its texts stay pending in storage,
-//! and in the idle class a busy machine may not let it finish for a long time.
+//! worker. A drain waits for the interactive workers only: a background batch has no caller
+//! waiting, its texts stay pending in storage, and in the idle class a busy machine may not
+//! let it finish for a long time.
 //!
 //! Supervision: workers are linked children. ractor stops a supervisor when a child dies
 //! unless it overrides `handle_supervisor_evt`, which this one does: a dead worker is dropped

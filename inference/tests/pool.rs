@@ -347,18 +347,24 @@ async fn a_background_batch_that_waited_for_a_busy_cpu_makes_its_worker_rest() -
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_still_queued_at_its_expiry_is_skipped_and_its_batch_serves_the_rest()
--> Result<()> {
-    // A batch leaves only when 3 texts wait: what is queued stays queued until then.
-    let pool = EmbeddingPool::start(PoolConfig {
+/// A pool of one model whose batches leave only when 3 texts wait: what is queued stays
+/// queued until then.
+async fn three_text_batches(background_priority: BackgroundPriority) -> Result<EmbeddingPool> {
+    Ok(EmbeddingPool::start(PoolConfig {
         encoder: encoder_config(),
         workers: 1,
         max_batch: 3,
         max_wait: Duration::from_secs(3600),
+        background_priority,
         ..PoolConfig::default()
     })
-    .await?;
+    .await?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_still_queued_at_its_expiry_is_skipped_and_its_batch_serves_the_rest()
+-> Result<()> {
+    let pool = three_text_batches(BackgroundPriority::Idle).await?;
     let far = Instant::now() + Duration::from_secs(3600);
     let submit = |texts: &[&str], expires: Instant| {
         let (pool, texts) = (pool.clone(), owned(texts));
@@ -412,18 +418,9 @@ async fn a_request_still_queued_at_its_expiry_is_skipped_and_its_batch_serves_th
 /// requests never fill an interactive batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn background_passages_behind_an_expired_query_go_to_the_background_worker() -> Result<()> {
-    // A batch leaves only when 3 texts wait. Background batches at normal priority, so a busy
-    // machine does not starve them here (the interactive worker could take them too, but only
-    // when the background one is busy).
-    let pool = EmbeddingPool::start(PoolConfig {
-        encoder: encoder_config(),
-        workers: 1,
-        max_batch: 3,
-        max_wait: Duration::from_secs(3600),
-        background_priority: BackgroundPriority::Normal,
-        ..PoolConfig::default()
-    })
-    .await?;
+    // Background batches at normal priority, so a busy machine does not starve them here (the
+    // interactive worker could take them too, but only when the background one is busy).
+    let pool = three_text_batches(BackgroundPriority::Normal).await?;
     let query = {
         let pool = pool.clone();
         tokio::spawn(async move {

@@ -247,7 +247,11 @@ pub(crate) struct Rest {
 
 impl Rest {
     pub(crate) fn new(pause: Duration) -> Rest {
-        let started = Instant::now();
+        Rest::starting_at(Instant::now(), pause)
+    }
+
+    /// A rest of `pause` that started at `started`.
+    fn starting_at(started: Instant, pause: Duration) -> Rest {
         Rest {
             started,
             until: started + pause,
@@ -368,11 +372,7 @@ mod tests {
     /// until the slices ran out (`None`).
     fn rested_over(pause: Duration, idle: impl IntoIterator<Item = u64>) -> Option<Duration> {
         let t0 = Instant::now();
-        let mut rest = Rest {
-            started: t0,
-            until: t0 + pause,
-            readings: VecDeque::new(),
-        };
+        let mut rest = Rest::starting_at(t0, pause);
         let (mut now, mut cpu) = (t0, CpuTimes { idle: 0, total: 0 });
         for slice_idle in std::iter::once(0).chain(idle) {
             cpu.idle += slice_idle;
@@ -389,11 +389,7 @@ mod tests {
     fn a_rest_ends_when_its_time_is_up_the_pool_closes_or_the_machine_is_quiet_for_a_second() {
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        let rest = |pause| Rest {
-            started: t0,
-            until: t0 + pause,
-            readings: VecDeque::new(),
-        };
+        let rest = |pause| Rest::starting_at(t0, pause);
         // A busy machine (10% idle): slices until the time is up, the last one shorter.
         assert_eq!(rested_over(ms(1_050), [2; 20]), Some(ms(1_050)));
         // A load bound by its round trips: 45% idle on average, a slice in two over the quiet

@@ -9,6 +9,7 @@
 //! sees it (dense and hybrid include embedding the question; BM25 embeds nothing).
 
 pub mod dataset;
+pub mod facts;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
@@ -224,13 +225,14 @@ impl Bench {
                 .await
                 .with_context(|| format!("writing passage {} of {user}", passage.id))?;
             let seq = ack.seq.ok_or_else(|| anyhow!("turn {i} was not written"))?;
-            passage_of.insert((passage.session.clone(), seq), i);
+            passage_of.insert((passage.session.clone(), seq), passage.source.unwrap_or(i));
             self.clock.advance(1_000);
         }
         Ok(Written {
             key,
             passage_of,
             passages: conversation.passages.len(),
+            facts: conversation.passages.iter().any(|p| p.source.is_some()),
         })
     }
 
@@ -240,6 +242,7 @@ impl Bench {
             key,
             passage_of,
             passages,
+            facts,
         } = written;
         let user = &key.user;
         let mut report = Report {
@@ -247,13 +250,16 @@ impl Bench {
             ..Report::default()
         };
         let k_max = KS[KS.len() - 1];
+        // A turn and its fact may both be hits: twice as many are asked for, so that the
+        // first k_max distinct turns are counted.
+        let asked = if *facts { 2 * k_max } else { k_max };
         for question in &conversation.questions {
             report.questions += 1;
             let mut found_by_any = false;
             for &ranking in &self.rankings {
                 let query = SearchQuery {
                     query: question.text.clone(),
-                    k: k_max,
+                    k: asked,
                     kinds: vec![MemoryKind::Episodic],
                     mode: ranking.mode,
                     active_only: self.active_only,
@@ -273,7 +279,8 @@ impl Bench {
                 if let Some(why) = result.rerank_fallback {
                     *report.rerank_fallbacks.entry(why.as_str()).or_default() += 1;
                 }
-                let hits = passages_of(&result, passage_of);
+                let mut hits = passages_of(&result, passage_of);
+                hits.truncate(k_max);
                 found_by_any |= hits.iter().any(|h| question.evidence.contains(h));
                 report.add(ranking, &question.category, &question.evidence, &hits);
             }
@@ -292,13 +299,16 @@ impl Bench {
 /// How many hybrid candidates `--dump-candidates` writes for each question.
 pub const DUMPED: usize = 50;
 
-/// The passages (indices in their conversation) of a search's hits, best first.
+/// The passages (indices in their conversation) of a search's hits, best first, each once (a
+/// fact's hit counts as its source's).
 fn passages_of(result: &SearchResult, passage_of: &HashMap<(String, u64), usize>) -> Vec<usize> {
+    let mut seen = std::collections::HashSet::new();
     result
         .hits
         .iter()
         .filter_map(|h| passage_of.get(&(h.memory.session_id.clone()?, h.memory.turn_id?)))
         .copied()
+        .filter(|&p| seen.insert(p))
         .collect()
 }
 
@@ -350,6 +360,8 @@ pub struct Written {
     /// The passage each (session, turn) holds.
     passage_of: HashMap<(String, u64), usize>,
     passages: usize,
+    /// Whether facts are indexed beside the turns.
+    facts: bool,
 }
 
 /// Recall sums of one (mode, category).

@@ -18,6 +18,7 @@
 //! retrieval --fusion weighted --neighbour-weight 0 --neighbour-text false   # variants
 //! retrieval ../shared/data/memdaily-dev/*.json --pool                       # one user a file
 //! retrieval ../shared/data/locomo-dev.json --half checking --rerank         # the reranker
+//! retrieval ../shared/data/locomo-dev.json --half tuning --facts /tmp/facts-tuning.jsonl
 //! ```
 //!
 //! Conversations are written concurrently (one user each), so the pool batches across users
@@ -36,6 +37,7 @@ use engram_actors::rerank::{RerankService, RerankSettings};
 use engram_inference::{EncoderConfig, ModelKind, PoolConfig, Precision, Reranker, RerankerConfig};
 use engram_storage::model::Timestamp;
 use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
+use engram_tests::retrieval::facts;
 use engram_tests::retrieval::{Bench, Report};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -152,6 +154,13 @@ struct Args {
     /// The cross-encoder's linear layers in int8 (CPU).
     #[arg(long)]
     rerank_int8: bool,
+    /// Facts distilled from the turns (the `facts` program's output; repeatable), each indexed
+    /// beside the turns as a passage of its own that counts as its source turn.
+    #[arg(long)]
+    facts: Vec<PathBuf>,
+    /// Append each fact to its source turn's text instead.
+    #[arg(long)]
+    facts_appended: bool,
 }
 
 fn main() -> Result<()> {
@@ -207,6 +216,25 @@ fn main() -> Result<()> {
     });
     if sets.is_empty() {
         bail!("no data");
+    }
+    let mut facts = facts::Facts::new();
+    for file in &args.facts {
+        facts.extend(facts::read(file)?);
+    }
+    let placement = if args.facts_appended {
+        facts::Placement::Appended
+    } else {
+        facts::Placement::Beside
+    };
+    if !facts.is_empty() {
+        for (label, set) in &mut sets {
+            let added: usize = set
+                .conversations
+                .iter_mut()
+                .map(|c| facts::add(c, &facts, placement))
+                .sum();
+            println!("{label}: {added} facts indexed beside the turns");
+        }
     }
     let model = match args.model {
         ModelArg::E5 => ModelKind::MultilingualE5Small,

@@ -36,6 +36,9 @@ pub struct Passage {
     pub session: String,
     /// When it was said, where the data set says (LoCoMo's session dates).
     pub said_at: Option<Timestamp>,
+    /// For a fact distilled from another passage ([`super::facts::add`]): that passage's index. A
+    /// search's hit on the fact counts as a hit on its source.
+    pub source: Option<usize>,
 }
 
 /// A question with its evidence.
@@ -278,6 +281,7 @@ fn load_locomo(items: &[Value], style: PassageStyle) -> Result<Dataset> {
                     text: body,
                     session: format!("session-{n}"),
                     said_at: session_time(&date),
+                    source: None,
                 });
             }
         }
@@ -354,6 +358,7 @@ fn load_memdaily(items: &[Value], category: &str, style: PassageStyle) -> Result
                 text: body,
                 session: format!("trajectory-{trajectory}"),
                 said_at: None,
+                source: None,
             });
         }
         let position = positions(&passages);

@@ -233,7 +233,11 @@ fn main() -> Result<()> {
                 .iter_mut()
                 .map(|c| facts::add(c, &facts, placement))
                 .sum();
-            println!("{label}: {added} facts indexed beside the turns");
+            let place = match placement {
+                facts::Placement::Beside => "beside the turns",
+                facts::Placement::Appended => "appended to their turns",
+            };
+            println!("{label}: {added} facts indexed {place}");
         }
     }
     let model = match args.model {

@@ -10,8 +10,7 @@
 //! cargo run --release -p engram-tests --bin facts -- ../shared/data/locomo-dev.json --half tuning --out /tmp/facts-tuning.jsonl
 //! ```
 
-use std::collections::HashSet;
-use std::io::{BufRead as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +20,7 @@ use clap::{Parser, ValueEnum};
 use engram_inference::schema::Schema;
 use engram_inference::{BackgroundPriority, Generation, GenerationConfig, GenerationPool};
 use engram_tests::retrieval::dataset::{self, Half, PassageStyle};
+use engram_tests::retrieval::facts;
 use futures::StreamExt as _;
 use serde_json::json;
 
@@ -68,7 +68,7 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let style = PassageStyle {
-        dates: false,
+        dates: true,
         speakers: true,
         captions: true,
     };
@@ -84,18 +84,10 @@ async fn main() -> Result<()> {
         HalfArg::Tuning => (Half::Tuning, tuning),
         HalfArg::Checking => (Half::Checking, checking),
     };
-    let done: HashSet<(String, String)> = match std::fs::File::open(&args.out) {
-        Ok(file) => std::io::BufReader::new(file)
-            .lines()
-            .map(|line| {
-                let v: serde_json::Value = serde_json::from_str(&line?)?;
-                Ok((
-                    v["conversation"].as_str().unwrap_or("").to_owned(),
-                    v["turn"].as_str().unwrap_or("").to_owned(),
-                ))
-            })
-            .collect::<Result<_>>()?,
-        Err(_) => HashSet::new(),
+    let done = if args.out.exists() {
+        facts::read(&args.out)?
+    } else {
+        facts::Facts::new()
     };
     let schema = Arc::new(
         Schema::from_json(&json!({
@@ -118,28 +110,24 @@ async fn main() -> Result<()> {
     let mut jobs = Vec::new();
     for conversation in &part.conversations {
         let passages = &conversation.passages;
-        let dates = session_dates(&args.file, &conversation.name)?;
         for (i, passage) in passages
             .iter()
             .enumerate()
             .take(args.limit.unwrap_or(usize::MAX))
         {
-            if done.contains(&(conversation.name.clone(), passage.id.clone())) {
+            if done.contains_key(&(conversation.name.clone(), passage.id.clone())) {
                 continue;
             }
-            let (speaker, message) = speaker_and_text(&passage.text);
+            let (date, speaker, message) = parts(&passage.text);
             let before = match i.checked_sub(1) {
                 Some(p) if passages[p].session == passage.session => {
-                    let (who, what) = speaker_and_text(&passages[p].text);
+                    let (_, who, what) = parts(&passages[p].text);
                     format!("Previous message, by {who}: \"{what}\"")
                 }
                 _ => "No previous message.".to_owned(),
             };
             // "1:56 pm on 8 May, 2023": the day is what the facts need.
-            let date = dates
-                .iter()
-                .find(|(s, _)| *s == passage.session)
-                .map_or("", |(_, d)| d.rsplit(" on ").next().unwrap_or(d));
+            let date = date.rsplit(" on ").next().unwrap_or(date);
             let user = format!("Date: {date}. {before} Speaker: {speaker}. Message: \"{message}\"");
             jobs.push((conversation.name.clone(), passage.id.clone(), user));
         }
@@ -209,32 +197,9 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// A passage written "Speaker: text", split.
-fn speaker_and_text(passage: &str) -> (&str, &str) {
-    passage.split_once(": ").unwrap_or(("someone", passage))
-}
-
-/// Each session's date as the file writes it ("1:56 pm on 8 May, 2023"), by session name.
-fn session_dates(file: &std::path::Path, sample: &str) -> Result<Vec<(String, String)>> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(file)?)?;
-    let item = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|i| i["sample_id"].as_str() == Some(sample))
-        .with_context(|| format!("{sample} not in {}", file.display()))?;
-    let conv = item["conversation"]
-        .as_object()
-        .context("no conversation")?;
-    Ok(conv
-        .iter()
-        .filter_map(|(key, value)| {
-            let n = key
-                .strip_prefix("session_")?
-                .strip_suffix("_date_time")?
-                .parse::<u64>()
-                .ok()?;
-            Some((format!("session-{n}"), value.as_str()?.to_owned()))
-        })
-        .collect())
+/// A passage written "[date] Speaker: text", split into its date, speaker and text.
+fn parts(passage: &str) -> (&str, &str, &str) {
+    let (date, rest) = facts::dated(passage).unwrap_or(("", passage));
+    let (speaker, text) = rest.split_once(": ").unwrap_or(("someone", rest));
+    (date, speaker, text)
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::dataset::{Conversation, Passage};
 
-/// Facts by (conversation, turn id); turns with an empty fact are left out.
+/// Facts by (conversation, turn id), empty ones included (a turn that states nothing).
 pub type Facts = HashMap<(String, String), String>;
 
 /// Reads a `facts` file.
@@ -23,12 +23,15 @@ pub fn read(path: &Path) -> Result<Facts> {
     for line in std::io::BufReader::new(file).lines() {
         let v: Value = serde_json::from_str(&line?)?;
         let field = |key: &str| v[key].as_str().unwrap_or("").trim().to_owned();
-        let fact = field("fact");
-        if !fact.is_empty() {
-            facts.insert((field("conversation"), field("turn")), fact);
-        }
+        facts.insert((field("conversation"), field("turn")), field("fact"));
     }
     Ok(facts)
+}
+
+/// A passage written with its date, "[1:56 pm on 8 May, 2023] rest", split into the date and
+/// the rest (`None` without a date).
+pub fn dated(passage: &str) -> Option<(&str, &str)> {
+    passage.strip_prefix('[')?.split_once("] ")
 }
 
 /// Where a fact is indexed.
@@ -47,7 +50,10 @@ pub fn add(conversation: &mut Conversation, facts: &Facts, placement: Placement)
     let mut added = Vec::new();
     let mut appended = 0;
     for (i, passage) in conversation.passages.iter_mut().enumerate() {
-        let Some(fact) = facts.get(&(conversation.name.clone(), passage.id.clone())) else {
+        let Some(fact) = facts
+            .get(&(conversation.name.clone(), passage.id.clone()))
+            .filter(|f| !f.is_empty())
+        else {
             continue;
         };
         if placement == Placement::Appended {
@@ -56,10 +62,7 @@ pub fn add(conversation: &mut Conversation, facts: &Facts, placement: Placement)
             continue;
         }
         // "[1:56 pm on 8 May, 2023] Caroline: ..." keeps its date before the fact.
-        let date = passage
-            .text
-            .strip_prefix('[')
-            .and_then(|rest| rest.split_once("] "))
+        let date = dated(&passage.text)
             .map(|(date, _)| format!("[{date}] "))
             .unwrap_or_default();
         added.push(Passage {
@@ -77,7 +80,7 @@ pub fn add(conversation: &mut Conversation, facts: &Facts, placement: Placement)
 
 #[cfg(test)]
 mod tests {
-    use super::{Facts, Placement, add};
+    use super::{Facts, Placement, add, dated};
     use crate::retrieval::dataset::{Conversation, Passage};
 
     fn passage(id: &str, text: &str, session: &str) -> Passage {
@@ -131,5 +134,18 @@ mod tests {
             "[8 May, 2023] Tom: I ran a marathon Tom ran a marathon."
         );
         assert_eq!(conversation.passages[1].source, None);
+    }
+
+    #[test]
+    fn a_dated_passage_splits_at_its_date_and_an_empty_fact_adds_nothing() {
+        assert_eq!(
+            dated("[1:56 pm on 8 May, 2023] Ana: hi"),
+            Some(("1:56 pm on 8 May, 2023", "Ana: hi"))
+        );
+        assert_eq!(dated("Ana: hi"), None);
+        let (mut conversation, mut facts) = conversation();
+        facts.insert(("conv-1".to_owned(), "D1:1".to_owned()), String::new());
+        assert_eq!(add(&mut conversation, &facts, Placement::Beside), 1);
+        assert_eq!(conversation.passages.len(), 3);
     }
 }

@@ -209,8 +209,40 @@ fn digits_of(s: &str) -> String {
     s.chars().filter(char::is_ascii_digit).collect()
 }
 
+/// The fewest digits a detected number has: a passport number's 7 (`E`, a letter and 7
+/// digits); mobile, card and ID numbers have more.
+const MIN_NUMBER_DIGITS: usize = 7;
+
+/// Whether `text` (already normalised) could hold an item at all: an `@` or at least
+/// [`MIN_NUMBER_DIGITS`] digits. Most text holds neither, and is spared the patterns (a write
+/// classifies its texts on the writer thread).
+fn may_hold_items(text: &str) -> bool {
+    let mut digits = 0;
+    for b in text.bytes() {
+        match b {
+            b'@' => return true,
+            b'0'..=b'9' => {
+                digits += 1;
+                if digits >= MIN_NUMBER_DIGITS {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Every item of personal data in `text` (already normalised), in order, none overlapping.
 fn detect_normalised(text: &str) -> Vec<Finding> {
+    if !may_hold_items(text) {
+        return Vec::new();
+    }
+    find_items(text)
+}
+
+/// [`detect_normalised`] without the first look for digits and `@`.
+fn find_items(text: &str) -> Vec<Finding> {
     let mut found: Vec<Finding> = Vec::new();
     let add = |kind: PiiKind, start: usize, end: usize, found: &mut Vec<Finding>| {
         if !found.iter().any(|f| start < f.end && f.start < end) {

@@ -242,3 +242,35 @@ fn few_random_order_numbers_glued_to_letters_are_taken_for_personal_data() {
     }
     assert!(found * 100 < n, "{found} of {n} random order numbers");
 }
+
+proptest! {
+    /// The first look for digits and `@` never hides an item: text it skips has no finding by
+    /// the patterns either, wherever the digits, letters, signs and `@` fall.
+    #[test]
+    fn the_first_look_never_hides_an_item(
+        text in "[0-9 +\\-EeGgXx@a-z.\\u4e00-\\u4e05]{0,40}",
+        number in prop::sample::select(vec![
+            "", "E1234567", "E12345678", "Ea1234567", "13812345678", "+86 13812345678",
+            "a@b.cn", "4111111111111111", "11010519491231002X", "123456",
+        ]),
+        at in 0usize..40,
+    ) {
+        let cut = text.char_indices().map(|(i, _)| i).nth(at).unwrap_or(text.len());
+        let text = format!("{}{number}{}", &text[..cut], &text[cut..]);
+        if !may_hold_items(&text) {
+            prop_assert!(find_items(&text).is_empty(), "{:?}", find_items(&text));
+        }
+    }
+}
+
+#[test]
+fn text_without_an_at_or_seven_digits_is_not_scanned() {
+    assert!(!may_hold_items(
+        "我想看上周华东地区的销售额，按天汇总 2024-05"
+    ));
+    assert!(!may_hold_items("call 123 456"));
+    assert!(may_hold_items("call 123 4567"));
+    assert!(may_hold_items("li@example.com"));
+    // Full-width digits count once brought to one width (detect does that first).
+    assert_eq!(kinds("手机１３８１２３４５６７８"), [PiiKind::Mobile]);
+}

@@ -44,7 +44,7 @@ use self::api::{
     TurnRequest,
 };
 use self::load::load_index;
-use self::ops::{Prepared, turn_text};
+use self::ops::{Prepared, TurnTexts, turn_text};
 use self::reads::{PendingRerank, Reranked};
 use self::serve::Served;
 pub use self::validate::{
@@ -396,29 +396,28 @@ impl UserState {
     async fn turn(&mut self, req: TurnRequest) -> Result<TurnAck> {
         validate::turn(&req)?;
         let extractor = self.args.services.extractor.clone();
-        let text = format!("{}\n{}", req.user_text, req.assistant_text);
-        let user_text = req.user_text.clone();
-        let extract = move || (extractor.extract(&text), pii::anchors_in(&user_text));
-        // A short turn's entities and anchors take some tens of microseconds (33 µs for 462
-        // bytes of Chinese, 8 µs for 500 of English, release build): here, sparing two thread
-        // hand-offs; a long one's go to a blocking thread (a handler blocks for at most about
-        // half a millisecond).
-        let (entities, anchors) =
-            if req.user_text.len() + req.assistant_text.len() <= INLINE_EXTRACTION_BYTES {
-                extract()
-            } else {
-                tokio::task::spawn_blocking(extract)
-                    .await
-                    .map_err(|e| Error::Internal(e.to_string()))?
-            };
-        let anchors = self.keyed(anchors);
+        let (user_text, assistant_text) = (req.user_text.clone(), req.assistant_text.clone());
+        let read = move || TurnTexts::read(&extractor, &user_text, &assistant_text);
+        // A short turn's texts take some tens of microseconds (33 µs for the entities and
+        // anchors of 462 bytes of Chinese, 8 µs for 500 of English, release build): here,
+        // sparing two thread hand-offs; a long one's go to a blocking thread (a handler blocks
+        // for at most about half a millisecond).
+        let mut texts = if req.user_text.len() + req.assistant_text.len() <= INLINE_EXTRACTION_BYTES
+        {
+            read()
+        } else {
+            tokio::task::spawn_blocking(read)
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?
+        };
+        texts.anchors = self.keyed(std::mem::take(&mut texts.anchors));
         let stored_text = turn_text(
             &req.user_text,
             &truncate_chars(&req.assistant_text, ASSISTANT_TEXT_CAP),
         );
         let mut prepared = if req.success && self.args.services.embedder.is_some() {
-            let (texts, topics) = self.turn_plan(&req, &stored_text).await?;
-            self.prepare(texts, topics).await?
+            let (stored, topics) = self.turn_plan(&req, &stored_text, &texts.form).await?;
+            self.prepare(stored, topics).await?
         } else {
             Prepared::default()
         };
@@ -434,7 +433,7 @@ impl UserState {
         let request_id = req.request_id.clone();
         let ack = self
             .write(&request_id, prepared, Some(stored_text), move |u, scope| {
-                let written = ops::append_turn(u, scope, &req, &entities, &anchors)?;
+                let written = ops::append_turn(u, scope, &req, &texts)?;
                 let Ok((mut ack, mut changed)) = written else {
                     return Ok(written);
                 };

@@ -187,15 +187,38 @@ pub fn preferences(text: &str) -> Vec<Preference> {
         .collect()
 }
 
-/// The memories a written turn forms: nothing for a failed turn; an episodic candidate for a
-/// successful one; an active profile memory per explicit preference in the user's text.
-pub fn from_turn(turn: &Turn, success: bool) -> Vec<NewMemory> {
+/// What a turn's texts form, worked out before its transaction (the rules read the texts
+/// only, so the storage's one writer thread does not run them): the episodic memory's
+/// summary and the preferences the user's text states.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnForm {
+    /// The episodic memory's summary ([`extractive_summary`]).
+    pub summary: String,
+    /// The explicit preferences in the user's text.
+    pub preferences: Vec<Preference>,
+}
+
+impl TurnForm {
+    /// The form of a turn's texts as stored (the assistant's text cut to its cap) and the
+    /// entities they name.
+    pub fn of(user_text: &str, assistant_text: &str, entities: &[String]) -> Self {
+        Self {
+            summary: extractive_summary(user_text, assistant_text, entities),
+            preferences: preferences(user_text),
+        }
+    }
+}
+
+/// The memories a written turn forms, from its [`TurnForm`]: nothing for a failed turn; an
+/// episodic candidate for a successful one; an active profile memory per explicit
+/// preference in the user's text.
+pub fn from_turn(turn: &Turn, form: &TurnForm, success: bool) -> Vec<NewMemory> {
     if !success {
         return Vec::new();
     }
     let mut out = vec![NewMemory {
         kind: MemoryKind::Episodic,
-        summary_text: extractive_summary(&turn.user_text, &turn.assistant_text, &turn.entities),
+        summary_text: form.summary.clone(),
         payload: json!({ "session": turn.session_id, "turn": turn.seq, "entities": turn.entities }),
         trigger: Trigger::SuccessfulTurn,
         status: MemoryStatus::Candidate,
@@ -205,7 +228,7 @@ pub fn from_turn(turn: &Turn, success: bool) -> Vec<NewMemory> {
         scope: DEFAULT_SCOPE.into(),
     }];
     out.extend(
-        preferences(&turn.user_text)
+        form.preferences
             .iter()
             .map(|p| profile(p, Trigger::ExplicitStatement)),
     );
@@ -233,15 +256,20 @@ pub fn profile(p: &Preference, trigger: Trigger) -> NewMemory {
     }
 }
 
+/// The text of an accepted clarification's memory.
+pub fn clarification_text(question: &str, answer: &str) -> String {
+    truncate_chars(
+        &format!("clarified: {} → {}", question.trim(), answer.trim()),
+        200,
+    )
+}
+
 /// The episodic memory an accepted clarification forms: active (the user chose the answer),
 /// confidence 0.7, indexed by its own text (not its turn's).
 pub fn from_clarification(question: &str, answer: &str, turn: &Turn) -> NewMemory {
     NewMemory {
         kind: MemoryKind::Episodic,
-        summary_text: truncate_chars(
-            &format!("clarified: {} → {}", question.trim(), answer.trim()),
-            200,
-        ),
+        summary_text: clarification_text(question, answer),
         payload: json!({
             "question": question,
             "answer": answer,

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{Embedding, MemoryKind, PendingInference, Timestamp, Trigger, Turn};
+use engram_storage::model::{Embedding, MemoryKind, PendingInference, Timestamp, Trigger};
 
 use super::UserState;
 use super::api::TurnRequest;
@@ -16,7 +16,7 @@ use super::ops::choice_preference;
 use crate::embed::{Fallback, QueryVector};
 use crate::error::Result;
 use crate::model::conflict::record_topic;
-use crate::model::formation::{from_clarification, from_turn, profile};
+use crate::model::formation::{TurnForm, clarification_text, profile};
 use crate::model::policy::REPEATED_CHOICE_THRESHOLD;
 
 /// What a write computed before its transaction: embeddings of the texts it may store and of
@@ -160,30 +160,19 @@ impl UserState {
     }
 
     /// The texts and topics a turn may store: its own text (its episodic memory), the profile
-    /// memories its words state, and those its choices reach the threshold with.
+    /// memories its words state (its `form`), and those its choices reach the threshold with.
     pub(super) async fn turn_plan(
         &self,
         req: &TurnRequest,
         stored_text: &str,
+        form: &TurnForm,
     ) -> Result<(Vec<String>, Vec<String>)> {
-        let provisional = Turn {
-            session_id: String::new(),
-            seq: 0,
-            request_id: String::new(),
-            trace_id: None,
-            route: None,
-            user_text: req.user_text.clone(),
-            assistant_text: String::new(),
-            entities: Vec::new(),
-            created_at: self.args.services.clock.now(),
-            written_under: None,
-            pii_level: engram_storage::model::PiiLevel::None,
-        };
         let mut texts = vec![stored_text.to_owned()];
         let mut topics = Vec::new();
-        let mut formed: Vec<_> = from_turn(&provisional, true)
-            .into_iter()
-            .filter(|m| m.kind == MemoryKind::Profile)
+        let mut formed: Vec<_> = form
+            .preferences
+            .iter()
+            .map(|p| profile(p, Trigger::ExplicitStatement))
             .collect();
         if !req.choices.is_empty() {
             let choices = req.choices.clone();
@@ -205,7 +194,7 @@ impl UserState {
             }
         }
         if let Some(c) = &req.clarification {
-            formed.push(from_clarification(&c.question, &c.answer, &provisional));
+            texts.push(clarification_text(&c.question, &c.answer));
         }
         for memory in formed {
             texts.push(memory.summary_text.clone());

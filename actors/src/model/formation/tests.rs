@@ -20,6 +20,12 @@ fn turn(user: &str) -> Turn {
     }
 }
 
+/// What `turn` forms, its form read as the actor reads it before the transaction.
+fn from_turn(turn: &Turn, success: bool) -> Vec<NewMemory> {
+    let form = TurnForm::of(&turn.user_text, &turn.assistant_text, &turn.entities);
+    super::from_turn(turn, &form, success)
+}
+
 #[test]
 fn failed_turns_form_nothing() {
     assert!(from_turn(&turn("I prefer line charts"), false).is_empty());

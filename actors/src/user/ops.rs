@@ -19,12 +19,11 @@ use super::api::{
     ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
     MemoryWrite, TurnAck, TurnRequest,
 };
-pub use super::prepare::{Prepared, topic_phrase};
+pub use super::prepare::{Prepared, TurnTexts, topic_phrase};
 use crate::error::Error;
 use crate::model::conflict::{Resolution, resolve};
-use crate::model::entities::EntityExtractor;
 use crate::model::formation::{
-    Feedback, NewMemory, Preference, TurnForm, from_clarification, from_feedback, from_turn,
+    Feedback, NewMemory, Preference, from_clarification, from_feedback, from_turn,
     normalise_preference, profile,
 };
 use crate::model::pii;
@@ -79,35 +78,6 @@ pub fn session_rule(retention_ms: i64) -> SessionRule {
 
 /// Identifiers to anchor: (kind, normalised value) ([`pii::anchors_in`]).
 pub type Anchors = [(AnchorKind, String)];
-
-/// What a turn's texts give, read before its transaction (some tens of microseconds for a
-/// short turn, off the storage's writer thread): the entities they name, the identifiers its
-/// user text gives (to anchor), their personal-data level and what the memory model forms.
-#[derive(Debug, Clone)]
-pub struct TurnTexts {
-    /// Entities named in the user's and the assistant's texts.
-    pub entities: Vec<String>,
-    /// Identifiers to anchor.
-    pub anchors: Vec<(AnchorKind, String)>,
-    /// The personal-data level of the texts as given.
-    pub pii_level: PiiLevel,
-    /// What the memory model forms from the texts as stored.
-    pub form: TurnForm,
-}
-
-impl TurnTexts {
-    /// Reads a turn's texts.
-    pub fn read(extractor: &EntityExtractor, user_text: &str, assistant_text: &str) -> Self {
-        let entities = extractor.extract(&format!("{user_text}\n{assistant_text}"));
-        let stored = truncate_chars(assistant_text, ASSISTANT_TEXT_CAP);
-        Self {
-            anchors: pii::anchors_in(user_text),
-            pii_level: pii::level_of([user_text, assistant_text]),
-            form: TurnForm::of(user_text, &stored, &entities),
-            entities,
-        }
-    }
-}
 
 /// Appends a turn (if it succeeded), anchors the identifiers its user text gave, and forms
 /// memories from it and its choices.

@@ -1,6 +1,7 @@
-//! What a write computes before its transaction: embeddings, from the node's pool, of the
-//! topics it may compare, and (without the pipeline) of the texts it may store; and a query's
-//! embedding for reads.
+//! What a write computes before its transaction: what a turn's texts give (entities,
+//! anchors, personal-data level, what the memory model forms), embeddings, from the node's
+//! pool, of the topics it may compare, and (without the pipeline) of the texts it may store;
+//! and a query's embedding for reads.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,7 +9,9 @@ use std::sync::atomic::Ordering;
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{Embedding, MemoryKind, PendingInference, Timestamp, Trigger};
+use engram_storage::model::{
+    AnchorKind, Embedding, MemoryKind, PendingInference, PiiLevel, Timestamp, Trigger,
+};
 
 use super::UserState;
 use super::api::TurnRequest;
@@ -16,8 +19,11 @@ use super::ops::choice_preference;
 use crate::embed::{Fallback, QueryVector};
 use crate::error::Result;
 use crate::model::conflict::record_topic;
+use crate::model::entities::EntityExtractor;
 use crate::model::formation::{TurnForm, clarification_text, profile};
-use crate::model::policy::REPEATED_CHOICE_THRESHOLD;
+use crate::model::pii;
+use crate::model::policy::{ASSISTANT_TEXT_CAP, REPEATED_CHOICE_THRESHOLD};
+use crate::model::text::truncate_chars;
 
 /// What a write computed before its transaction: embeddings of the texts it may store and of
 /// the topics it may compare. Empty when the node does not embed.
@@ -84,6 +90,35 @@ impl Prepared {
                 )
             }
             (Some(_) | None, Some(_) | None) => u.remove_embedding(memory_id),
+        }
+    }
+}
+
+/// What a turn's texts give, read before its transaction (some tens of microseconds for a
+/// short turn, off the storage's writer thread): the entities they name, the identifiers its
+/// user text gives (to anchor), their personal-data level and what the memory model forms.
+#[derive(Debug, Clone)]
+pub struct TurnTexts {
+    /// Entities named in the user's and the assistant's texts.
+    pub entities: Vec<String>,
+    /// Identifiers to anchor.
+    pub anchors: Vec<(AnchorKind, String)>,
+    /// The personal-data level of the texts as given.
+    pub pii_level: PiiLevel,
+    /// What the memory model forms from the texts as stored.
+    pub form: TurnForm,
+}
+
+impl TurnTexts {
+    /// Reads a turn's texts.
+    pub fn read(extractor: &EntityExtractor, user_text: &str, assistant_text: &str) -> Self {
+        let entities = extractor.extract(&format!("{user_text}\n{assistant_text}"));
+        let stored = truncate_chars(assistant_text, ASSISTANT_TEXT_CAP);
+        Self {
+            anchors: pii::anchors_in(user_text),
+            pii_level: pii::level_of([user_text, assistant_text]),
+            form: TurnForm::of(user_text, &stored, &entities),
+            entities,
         }
     }
 }

@@ -56,8 +56,6 @@ use crate::front::{Reader, UserReply, UserRequest};
 use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::MemoryIndex;
 use crate::model::pii;
-use crate::model::policy::ASSISTANT_TEXT_CAP;
-use crate::model::text::truncate_chars;
 use crate::placement::UserKey;
 use crate::services::Services;
 
@@ -395,26 +393,26 @@ impl UserState {
 
     async fn turn(&mut self, req: TurnRequest) -> Result<TurnAck> {
         validate::turn(&req)?;
-        let extractor = self.args.services.extractor.clone();
-        let (user_text, assistant_text) = (req.user_text.clone(), req.assistant_text.clone());
-        let read = move || TurnTexts::read(&extractor, &user_text, &assistant_text);
+        let extractor = &self.args.services.extractor;
         // A short turn's texts take some tens of microseconds (33 µs for the entities and
         // anchors of 462 bytes of Chinese, 8 µs for 500 of English, release build): here,
-        // sparing two thread hand-offs; a long one's go to a blocking thread (a handler blocks
-        // for at most about half a millisecond).
+        // sparing two thread hand-offs and the copies; a long one's go to a blocking thread (a
+        // handler blocks for at most about half a millisecond).
         let mut texts = if req.user_text.len() + req.assistant_text.len() <= INLINE_EXTRACTION_BYTES
         {
-            read()
+            TurnTexts::read(extractor, &req.user_text, &req.assistant_text, req.success)
         } else {
-            tokio::task::spawn_blocking(read)
-                .await
-                .map_err(|e| Error::Internal(e.to_string()))?
+            let extractor = extractor.clone();
+            let (user_text, assistant_text) = (req.user_text.clone(), req.assistant_text.clone());
+            let success = req.success;
+            tokio::task::spawn_blocking(move || {
+                TurnTexts::read(&extractor, &user_text, &assistant_text, success)
+            })
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
         };
         texts.anchors = self.keyed(std::mem::take(&mut texts.anchors));
-        let stored_text = turn_text(
-            &req.user_text,
-            &truncate_chars(&req.assistant_text, ASSISTANT_TEXT_CAP),
-        );
+        let stored_text = turn_text(&req.user_text, &texts.assistant_text);
         let mut prepared = if req.success && self.args.services.embedder.is_some() {
             let (stored, topics) = self.turn_plan(&req, &stored_text, &texts.form).await?;
             self.prepare(stored, topics).await?

@@ -28,10 +28,8 @@ use crate::model::formation::{
 };
 use crate::model::pii;
 use crate::model::policy::{
-    ASSISTANT_TEXT_CAP, DAY_MS, REPEATED_CHOICE_THRESHOLD, SESSION_IDLE_MS, SESSION_MAX_TURNS,
-    expiry,
+    DAY_MS, REPEATED_CHOICE_THRESHOLD, SESSION_IDLE_MS, SESSION_MAX_TURNS, expiry,
 };
-use crate::model::text::truncate_chars;
 
 /// The stream a turn goes to when the gateway names no session.
 pub const DEFAULT_SESSION: &str = "default";
@@ -112,7 +110,7 @@ pub fn append_turn(
         trace_id: req.trace_id.clone(),
         route: req.route.map(|r| r.as_str().to_owned()),
         user_text: req.user_text.clone(),
-        assistant_text: truncate_chars(&req.assistant_text, ASSISTANT_TEXT_CAP),
+        assistant_text: texts.assistant_text.clone(),
         entities: entities.to_vec(),
         created_at: scope.now,
         written_under: scope.lease.clone(),

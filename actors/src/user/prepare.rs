@@ -95,29 +95,47 @@ impl Prepared {
 }
 
 /// What a turn's texts give, read before its transaction (some tens of microseconds for a
-/// short turn, off the storage's writer thread): the entities they name, the identifiers its
-/// user text gives (to anchor), their personal-data level and what the memory model forms.
+/// short turn, off the storage's writer thread): the entities they name, the assistant's text
+/// as stored, and, for a turn that succeeded (the only kind stored), the identifiers its user
+/// text gives (to anchor), their personal-data level and what the memory model forms.
 #[derive(Debug, Clone)]
 pub struct TurnTexts {
     /// Entities named in the user's and the assistant's texts.
     pub entities: Vec<String>,
-    /// Identifiers to anchor.
+    /// The assistant's text as stored: cut to [`ASSISTANT_TEXT_CAP`] characters.
+    pub assistant_text: String,
+    /// Identifiers to anchor (none for a failed turn).
     pub anchors: Vec<(AnchorKind, String)>,
-    /// The personal-data level of the texts as given.
+    /// The personal-data level of the texts as given (`None` for a failed turn).
     pub pii_level: PiiLevel,
-    /// What the memory model forms from the texts as stored.
+    /// What the memory model forms from the texts as stored (empty for a failed turn).
     pub form: TurnForm,
 }
 
 impl TurnTexts {
-    /// Reads a turn's texts.
-    pub fn read(extractor: &EntityExtractor, user_text: &str, assistant_text: &str) -> Self {
+    /// Reads a turn's texts; of a failed turn, only what its answer reports (the entities).
+    pub fn read(
+        extractor: &EntityExtractor,
+        user_text: &str,
+        assistant_text: &str,
+        success: bool,
+    ) -> Self {
         let entities = extractor.extract(&format!("{user_text}\n{assistant_text}"));
         let stored = truncate_chars(assistant_text, ASSISTANT_TEXT_CAP);
+        if !success {
+            return Self {
+                entities,
+                assistant_text: stored,
+                anchors: Vec::new(),
+                pii_level: PiiLevel::None,
+                form: TurnForm::default(),
+            };
+        }
         Self {
             anchors: pii::anchors_in(user_text),
             pii_level: pii::level_of([user_text, assistant_text]),
             form: TurnForm::of(user_text, &stored, &entities),
+            assistant_text: stored,
             entities,
         }
     }
@@ -269,5 +287,33 @@ pub(super) fn split(
         Some(QueryVector::Embedded(v)) => (Some(v), None),
         Some(QueryVector::Fallback(why)) => (None, Some(why)),
         None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A turn that succeeded gets its anchors, level and form from its texts, the assistant's
+    /// cut to its cap; a failed one, which is not stored, only the entities its answer reports.
+    #[test]
+    fn only_a_turn_that_succeeded_is_read_whole() {
+        let extractor = EntityExtractor::default();
+        let user = "I prefer window seats; my passport is E12345678, for Lisbon";
+        let assistant = "x".repeat(ASSISTANT_TEXT_CAP + 10);
+
+        let read = TurnTexts::read(&extractor, user, &assistant, true);
+        assert_eq!(read.assistant_text.chars().count(), ASSISTANT_TEXT_CAP);
+        assert!(!read.anchors.is_empty(), "the passport number is anchored");
+        assert!(read.pii_level > PiiLevel::None);
+        assert_eq!(read.form, TurnForm::of(user, &read.assistant_text, &read.entities));
+        assert!(!read.form.summary.is_empty());
+
+        let failed = TurnTexts::read(&extractor, user, &assistant, false);
+        assert_eq!(failed.entities, read.entities);
+        assert_eq!(failed.assistant_text, read.assistant_text);
+        assert!(failed.anchors.is_empty());
+        assert_eq!(failed.pii_level, PiiLevel::None);
+        assert_eq!(failed.form, TurnForm::default());
     }
 }

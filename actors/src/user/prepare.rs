@@ -306,7 +306,10 @@ mod tests {
         assert_eq!(read.assistant_text.chars().count(), ASSISTANT_TEXT_CAP);
         assert!(!read.anchors.is_empty(), "the passport number is anchored");
         assert!(read.pii_level > PiiLevel::None);
-        assert_eq!(read.form, TurnForm::of(user, &read.assistant_text, &read.entities));
+        assert_eq!(
+            read.form,
+            TurnForm::of(user, &read.assistant_text, &read.entities)
+        );
         assert!(!read.form.summary.is_empty());
 
         let failed = TurnTexts::read(&extractor, user, &assistant, false);

@@ -266,7 +266,7 @@ impl Actor for UserActor {
                     state.accessed.clear();
                     state.used.clear();
                 } else if state.accessed.len() >= access::FLUSH_AT {
-                    state.flush_access().await;
+                    state.flush_access_behind().await;
                 }
                 if forgotten {
                     // Nothing of the user may stay cached: leave the directory and stop.
@@ -310,12 +310,14 @@ impl Actor for UserActor {
             } => {
                 let _ = reply.send(state.serve_reranked(&reader, *done).await);
                 if state.accessed.len() >= access::FLUSH_AT {
-                    state.flush_access().await;
+                    state.flush_access_behind().await;
                 }
             }
             UserMsg::Tick => {
-                state.flush_access().await;
-                if state.last_active.elapsed() >= state.args.services.settings.idle_timeout {
+                if state.last_active.elapsed() < state.args.services.settings.idle_timeout {
+                    state.flush_access_behind().await;
+                } else {
+                    state.flush_access().await;
                     state
                         .args
                         .services

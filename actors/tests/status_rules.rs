@@ -9,18 +9,14 @@
 
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::services::Settings;
-use engram_actors::user::api::{ListMemories, MemoryChange, SearchQuery, TurnAck};
+use engram_actors::user::api::{MemoryChange, SearchQuery, TurnAck};
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus};
 
 mod plain;
-use plain::{Node, alice, append, context, node, turn};
+use plain::{Node, alice, alice_memories, append, context, node, turn};
 
 async fn memory(node: &Node, id: &str) -> MemoryRecord {
-    let all = node
-        .directory
-        .ask_admin(&alice(), ListMemories { kind: None })
-        .await
-        .unwrap();
+    let all = alice_memories(node, None).await;
     all.into_iter().find(|r| r.memory_id == id).unwrap()
 }
 

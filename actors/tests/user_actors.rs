@@ -15,12 +15,11 @@ use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
     FeedbackRequest, Forget, ListMemories, MemoryWrite, StatusChange, SweepScope,
 };
-use engram_storage::data::UserData;
 use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::{Keyspace, RangeOptions};
 
 mod plain;
-use plain::{Node, alice, append, context, node, turn};
+use plain::{Node, alice, alice_memories, alice_stored, append, context, node, turn};
 
 async fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + deadline;
@@ -188,16 +187,7 @@ async fn a_failed_actor_is_restarted_from_storage_and_its_siblings_carry_on() {
         "the sibling is untouched"
     );
     // The restarted actor has the user's state back from storage.
-    let memories = node
-        .directory
-        .ask_admin(
-            &alice(),
-            ListMemories {
-                kind: Some(MemoryKind::Profile),
-            },
-        )
-        .await
-        .unwrap();
+    let memories = alice_memories(&node, Some(MemoryKind::Profile)).await;
     assert_eq!(memories.len(), 1);
     assert_eq!(
         append(&node, &alice(), turn("a2", "s", "next"))
@@ -428,13 +418,11 @@ async fn earlier_windows_of_a_session_stay_in_the_context_as_summaries_within_re
 
 /// When alice's stored profile memories were last served, as storage has them.
 async fn stored_access_times(node: &Node) -> Vec<Option<Timestamp>> {
-    let ks = Keyspace::new("engram");
-    let records = node
-        .store
-        .run(move |txn| UserData::new(txn, &ks, "acme", "alice").records(MemoryKind::Profile))
+    alice_stored(node, MemoryKind::Profile)
         .await
-        .unwrap();
-    records.into_iter().map(|r| r.last_accessed_at).collect()
+        .into_iter()
+        .map(|r| r.last_accessed_at)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,16 +450,7 @@ async fn served_memories_get_last_accessed_at_in_one_batched_write_not_one_per_r
         .await
         .unwrap();
     assert_eq!(stored_access_times(&node).await, [Some(served_at)]);
-    let listed = node
-        .directory
-        .ask_admin(
-            &key,
-            ListMemories {
-                kind: Some(MemoryKind::Profile),
-            },
-        )
-        .await
-        .unwrap();
+    let listed = alice_memories(&node, Some(MemoryKind::Profile)).await;
     assert_eq!(
         listed[0].last_accessed_at,
         Some(served_at),

@@ -1,46 +1,60 @@
 //! `last_accessed_at` without a write per read: the memories a context or a search served
 //! are remembered in the user's actor and written in one fenced transaction at the actor's
 //! next tick, before a sweep of the user, before it passivates or is evicted, or once
-//! [`FLUSH_AT`] of them are waiting.
+//! [`FLUSH_AT`] of them are waiting. At a tick and at [`FLUSH_AT`] the write runs in a task of
+//! its own while the actor goes on serving (a read does not wait for another read's access
+//! times to commit); before a sweep, a passivation or an eviction the actor waits for it.
 //! The time is advisory (for operators and the console): a flush that fails, or one lost
 //! with a killed process, loses only access times.
 
 use std::collections::HashMap;
 
 use engram_storage::data::UserData;
-use engram_storage::model::Timestamp;
+use engram_storage::model::{MemoryKind, Timestamp};
+use tokio::task::JoinHandle;
 
 use super::UserState;
+use super::txn::run_fenced;
 use crate::model::context::MemoryContext;
 
 /// Served memories waiting that make the actor flush at once.
 pub const FLUSH_AT: usize = 256;
 
-/// Memory ids served and not yet written, with the last time each was served.
+/// Memory ids and the times they were served, as a flush writes them.
+type Times = Vec<(String, Timestamp)>;
+
+/// Memory ids served and not yet written, with the last time each was served, and the flush
+/// running off the actor, if one is.
 #[derive(Debug, Default)]
-pub struct Accessed(HashMap<String, Timestamp>);
+pub struct Accessed {
+    waiting: HashMap<String, Timestamp>,
+    /// Yields the times it wrote once committed (`None` if it wrote nothing).
+    flight: Option<JoinHandle<Option<Times>>>,
+}
 
 impl Accessed {
     /// Notes `ids` as served at `at`.
     pub fn note<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>, at: Timestamp) {
         for id in ids {
-            self.0.insert(id.to_owned(), at);
+            self.waiting.insert(id.to_owned(), at);
         }
     }
 
     /// How many wait.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.waiting.len()
     }
 
     /// Whether none wait.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.waiting.is_empty()
     }
 
-    /// Forgets them all (the user was forgotten).
+    /// Forgets them all (the user was forgotten). A flush already running finds nothing of
+    /// a forgotten user to write.
     pub fn clear(&mut self) {
-        self.0.clear();
+        self.waiting.clear();
+        self.flight = None;
     }
 }
 
@@ -54,29 +68,72 @@ pub fn shown_in(ctx: &MemoryContext) -> impl Iterator<Item = &str> {
 }
 
 impl UserState {
-    /// Writes the access times waiting, in one fenced transaction (a record gone or accessed
-    /// later meanwhile is left as it is), then in the cache.
-    pub(super) async fn flush_access(&mut self) {
-        if self.accessed.is_empty() {
-            return;
+    /// Starts writing the access times waiting in a task of its own, so that the actor goes
+    /// on serving while it commits. One flush runs at a time: while one does, what is served
+    /// meanwhile waits for the next.
+    pub(super) async fn flush_access_behind(&mut self) {
+        self.settle_access(false).await;
+        if self.accessed.flight.is_none()
+            && let Some(write) = self.access_write()
+        {
+            self.accessed.flight = Some(tokio::spawn(write));
         }
-        let waiting: Vec<_> = std::mem::take(&mut self.accessed.0)
-            .into_iter()
-            .filter_map(|(id, at)| self.index.get(&id).map(|r| (r.kind, id, at)))
-            .collect();
+    }
+
+    /// Writes the access times waiting and waits for the write, after the flush already
+    /// running, if one is.
+    pub(super) async fn flush_access(&mut self) {
+        self.settle_access(true).await;
+        if let Some(write) = self.access_write() {
+            let written = write.await;
+            self.mark_written(written);
+        }
+    }
+
+    /// Takes the times of the flush running off the actor into the cache once it has
+    /// committed: if it has finished, or after waiting for it if `wait`.
+    async fn settle_access(&mut self, wait: bool) {
+        let Some(flight) = self.accessed.flight.take_if(|f| wait || f.is_finished()) else {
+            return;
+        };
+        // A flush whose task failed wrote nothing to mark.
+        let written = flight.await.ok().flatten();
+        self.mark_written(written);
+    }
+
+    fn mark_written(&mut self, written: Option<Times>) {
+        for (id, at) in written.into_iter().flatten() {
+            self.index.mark_accessed(&id, at);
+        }
+    }
+
+    /// The write of the access times waiting, in one fenced transaction (a record gone or
+    /// accessed later meanwhile is left as it is), yielding them once committed; `None` if
+    /// none wait or the user's shard is not held.
+    fn access_write(
+        &mut self,
+    ) -> Option<impl Future<Output = Option<Times>> + Send + 'static + use<>> {
+        if self.accessed.is_empty() {
+            return None;
+        }
+        let waiting: Vec<(MemoryKind, String, Timestamp)> =
+            std::mem::take(&mut self.accessed.waiting)
+                .into_iter()
+                .filter_map(|(id, at)| self.index.get(&id).map(|r| (r.kind, id, at)))
+                .collect();
         let (services, key) = self.scope_parts();
-        let ks = services.keyspace.clone();
         let lease = match self.lease() {
             Ok(lease) => lease,
             Err(err) => {
-                tracing::debug!(user = %self.args.services.log_id(&self.args.key), %err, "access times not written");
-                return;
+                tracing::debug!(user = %services.log_id(&key), %err, "access times not written");
+                return None;
             }
         };
-        let in_txn = waiting.clone();
-        let written = self
-            .run(lease, move |txn| {
-                let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
+        Some(async move {
+            let (ks, in_txn) = (services.keyspace.clone(), waiting.clone());
+            let user = key.clone();
+            let written = run_fenced(&services, &key, lease, move |txn| {
+                let mut u = UserData::new(txn, &ks, &user.tenant, &user.user);
                 for (kind, id, at) in &in_txn {
                     if let Some(mut record) = u.record(*kind, id)?
                         && record.last_accessed_at.is_none_or(|seen| seen < *at)
@@ -88,15 +145,13 @@ impl UserState {
                 Ok(())
             })
             .await;
-        match written {
-            Ok(()) => {
-                for (_, id, at) in waiting {
-                    self.index.mark_accessed(&id, at);
+            match written {
+                Ok(()) => Some(waiting.into_iter().map(|(_, id, at)| (id, at)).collect()),
+                Err(err) => {
+                    tracing::debug!(user = %services.log_id(&key), %err, "access times not written");
+                    None
                 }
             }
-            Err(err) => {
-                tracing::debug!(user = %self.args.services.log_id(&self.args.key), %err, "access times not written");
-            }
-        }
+        })
     }
 }

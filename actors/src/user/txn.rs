@@ -23,6 +23,26 @@ pub(super) fn written_under(lease: Option<&Lease>) -> Option<WrittenUnder> {
     })
 }
 
+/// Runs a write transaction of `key`'s user, fenced by `lease` (see [`UserState::run`]); for
+/// writes that run off the actor, such as the access times'.
+pub(super) async fn run_fenced<T, F>(
+    services: &Services,
+    key: &UserKey,
+    lease: Option<Lease>,
+    body: F,
+) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
+{
+    let shard = key.shard(services.settings.shards);
+    let written = fenced_write(&services.store, &services.keyspace, shard, lease, body).await;
+    if let Err(Error::NotOwner(_)) = &written {
+        tracing::warn!(user = %services.log_id(key), shard, "write fenced: the shard moved");
+    }
+    written
+}
+
 enum Written<T> {
     Fresh(T, Vec<MemoryRecord>),
     Replay(Vec<u8>),
@@ -127,13 +147,7 @@ impl UserState {
         T: Send + 'static,
         F: FnMut(&mut engram_storage::Txn) -> engram_storage::Result<T> + Send + 'static,
     {
-        let services = &self.args.services;
-        let shard = self.args.key.shard(services.settings.shards);
-        let written = fenced_write(&services.store, &services.keyspace, shard, lease, body).await;
-        if let Err(Error::NotOwner(_)) = &written {
-            tracing::warn!(user = %services.log_id(&self.args.key), shard, "write fenced: the shard moved");
-        }
-        written
+        run_fenced(&self.args.services, &self.args.key, lease, body).await
     }
 
     /// Runs a read-only transaction on the user's data.

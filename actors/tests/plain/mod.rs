@@ -11,8 +11,11 @@ use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{ContextQuery, SearchQuery, SearchResult, TurnRequest};
-use engram_storage::model::{MemoryKind, Timestamp};
+use engram_actors::user::api::{
+    ContextQuery, ListMemories, SearchQuery, SearchResult, TurnRequest,
+};
+use engram_storage::data::UserData;
+use engram_storage::model::{MemoryKind, MemoryRecord, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Keyspace, Store};
 use tempfile::TempDir;
@@ -116,13 +119,35 @@ pub async fn write_episode(node: &Node, id: &str, session: &str, text: &str) -> 
 
 /// Alice's ten best episodic memories for `query`, by hybrid search.
 pub async fn search_episodes(node: &Node, query: &str) -> SearchResult {
+    search_alice(node, query, 10, SearchMode::Hybrid).await
+}
+
+/// Alice's `k` best episodic memories for `query`, ranked by `mode`.
+pub async fn search_alice(node: &Node, query: &str, k: usize, mode: SearchMode) -> SearchResult {
     let q = SearchQuery {
         query: query.into(),
-        k: 10,
+        k,
         kinds: vec![MemoryKind::Episodic],
-        mode: SearchMode::Hybrid,
+        mode,
         active_only: false,
         rerank: false,
     };
     node.directory.ask_admin(&alice(), q).await.unwrap()
+}
+
+/// Alice's memories of `kind` (of every kind: `None`), as her actor has them.
+pub async fn alice_memories(node: &Node, kind: Option<MemoryKind>) -> Vec<MemoryRecord> {
+    node.directory
+        .ask_admin(&alice(), ListMemories { kind })
+        .await
+        .unwrap()
+}
+
+/// Alice's memories of `kind` as storage has them (committed writes only).
+pub async fn alice_stored(node: &Node, kind: MemoryKind) -> Vec<MemoryRecord> {
+    let ks = Keyspace::new("engram");
+    node.store
+        .read(move |txn| UserData::new(txn, &ks, "acme", "alice").records(kind))
+        .await
+        .unwrap()
 }

@@ -38,6 +38,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+pub use self::access::FLUSH_AT;
 use self::api::{
     ClearAck, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
     MemoryAck, MemoryWrite, ResolveAck, StatusChange, SweepReport, SweepScope, TurnAck,

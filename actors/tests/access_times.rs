@@ -7,15 +7,12 @@ use std::time::{Duration, Instant};
 
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::services::Settings;
-use engram_actors::user::UserMsg;
 use engram_actors::user::api::{SearchResult, SweepScope};
+use engram_actors::user::{FLUSH_AT, UserMsg};
 use engram_storage::model::MemoryKind;
 
 mod plain;
 use plain::{Node, alice, alice_memories, alice_stored, append, node, search_alice, turn};
-
-/// The memories served that make an actor write their access times (`access::FLUSH_AT`).
-const FLUSH_AT: usize = 256;
 
 const WORDS: [&str; 3] = ["alpha", "beta", "gamma"];
 

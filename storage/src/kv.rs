@@ -130,6 +130,21 @@ pub trait Engine: Send + Sync + 'static {
         Ok(true)
     }
 
+    /// Makes what committed transactions cleared unrecoverable from the backend's own files,
+    /// before it returns: a forgotten user must not be read back from a write-ahead log or a
+    /// journal or from unused space in pages that still holds copies of it. SQLite rebuilds
+    /// its database file from the live rows (`VACUUM`, which costs time in proportion to the
+    /// store's size) and truncates its WAL to nothing. FoundationDB keeps no file this process
+    /// could scrub, hence the default: its storage servers reuse the pages of cleared ranges
+    /// in their own time (see docs/security.md).
+    ///
+    /// # Errors
+    /// [`Error::Busy`] when the backend could not finish within its busy timeout (readers of
+    /// an older snapshot in another process, say): the caller should fail and be retried.
+    fn erase_history(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether this backend commits write transactions in groups. If so, [`crate::Store::run`]
     /// hands each attempt to [`Engine::submit`] instead of opening its own transaction.
     fn group_commit(&self) -> bool {

@@ -348,6 +348,16 @@ impl Engine for SqliteEngine {
         self.group.is_some()
     }
 
+    fn erase_history(&self) -> Result<()> {
+        let Some(pool) = &self.readers else {
+            // In memory: no file holds anything.
+            return Ok(());
+        };
+        // On the writer's connection, under its lock: no commit of this process runs while the
+        // store is rebuilt and its WAL truncated.
+        checkpoint::erase_cleared(&self.writer.lock(), pool.options.busy_timeout)
+    }
+
     fn submit(&self, job: Box<dyn WriteJob>) {
         match &self.group {
             Some(group) => group.submit(job),

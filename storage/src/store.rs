@@ -160,6 +160,15 @@ impl Store {
         self.spawn(TxnMode::Write, f).await
     }
 
+    /// [`Engine::erase_history`] on a blocking thread: after it returns, what committed
+    /// transactions cleared is gone from every file of the backend's.
+    pub async fn erase_history(&self) -> Result<()> {
+        let engine = Arc::clone(&self.engine);
+        tokio::task::spawn_blocking(move || engine.erase_history())
+            .await
+            .map_err(|e| Error::Task(e.to_string()))?
+    }
+
     /// Runs `f` as one read-only transaction on a blocking thread, with retries.
     pub async fn read<T, F>(&self, f: F) -> Result<T>
     where

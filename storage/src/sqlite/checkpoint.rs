@@ -199,6 +199,56 @@ pub(super) fn hook(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
+/// Rewrites `conn`'s store so that nothing committed transactions cleared stays in any of its
+/// files: `VACUUM` rebuilds the database from its live rows only (`secure_delete` zeroes
+/// deleted cells, but balancing the b-tree leaves copies of moved cells in the unused space of
+/// pages, and those may be a cleared user's), then the WAL, which holds the old pages as well
+/// as the new, is copied into the database file and truncated to nothing
+/// (`PRAGMA wal_checkpoint(TRUNCATE)`). Each step that another process's writer or readers of
+/// an older snapshot keep from finishing is tried again until `timeout`.
+///
+/// # Errors
+/// [`Error::Busy`] if a step never finished within `timeout`.
+pub(super) fn erase_cleared(conn: &Connection, timeout: std::time::Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match conn.execute_batch("VACUUM").map_err(map_err) {
+            Ok(()) => break,
+            Err(Error::Busy) if Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    truncate_wal(conn, deadline)
+}
+
+/// Copies the whole WAL of `conn`'s store into the database file and truncates it to
+/// nothing, trying again until `deadline` while readers or another process keep it busy.
+fn truncate_wal(conn: &Connection, deadline: Instant) -> Result<()> {
+    loop {
+        let blocked = match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+            row.get::<_, i64>(0)
+        }) {
+            Ok(blocked) => blocked != 0,
+            Err(err) => {
+                let err = map_err(err);
+                if !matches!(err, Error::Busy) {
+                    return Err(err);
+                }
+                true
+            }
+        };
+        if !blocked {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Busy);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 /// Makes the calling thread (an engine's writer thread) report its commits to `state`.
 pub(super) fn watch(state: Arc<State>) {
     WATCHED.with(|watched| *watched.borrow_mut() = Some(state));

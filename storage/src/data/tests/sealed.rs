@@ -92,3 +92,79 @@ fn sealed_values_are_ciphertext_and_forgetting_shreds_them_from_the_file() {
         }
     }
 }
+
+/// Every file of an open store (database, WAL, shared memory), scanned for `needle`.
+fn files_hold(dir: &std::path::Path, needle: &[u8]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|entry| {
+            let path = entry.unwrap().path();
+            let bytes = std::fs::read(&path).unwrap();
+            bytes
+                .windows(needle.len())
+                .any(|w| w == needle)
+                .then(|| path.display().to_string())
+        })
+        .collect()
+}
+
+/// Forgetting, then erasing the history, while the store stays open (the node's case): the
+/// WAL holds every page the user's writes touched until it is checkpointed and truncated, and
+/// pages keep copies of cells that balancing moved in their unused space, so without
+/// `erase_history` their text and id stay readable in `-wal` and in the database file. Sealed
+/// or not; another user's values, written the same way, are found where they should be (the
+/// control).
+#[test]
+fn an_open_store_erases_a_forgotten_user_from_every_file_sealed_or_not() {
+    for sealed in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("open.sqlite");
+        let mut ks = Keyspace::new("engram");
+        if sealed {
+            ks = ks.with_master_keys(crate::crypto::MasterKeys::new([(1, [7u8; 32])]).unwrap());
+        }
+        let store = Store::sqlite(&path, crate::sqlite::SqliteOptions::default()).unwrap();
+        for (user, text) in [
+            ("gone-user-1", "marker-gone"),
+            ("kept-user-2", "marker-kept"),
+        ] {
+            for i in 0..50 {
+                store
+                    .run_blocking(|txn| {
+                        let mut u = UserData::new(txn, &ks, "acme", user);
+                        u.append_turn(&mut turn("s1", &format!("{text} {i}"), i), RULE)
+                    })
+                    .unwrap();
+            }
+        }
+        store
+            .run_blocking(|txn| UserData::new(txn, &ks, "acme", "gone-user-1").forget())
+            .unwrap();
+        assert!(
+            !files_hold(dir.path(), b"gone-user-1").is_empty(),
+            "before the erase the WAL still holds the forgotten user (sealed: {sealed})"
+        );
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(store.erase_history())
+            .unwrap();
+        for needle in [&b"gone-user-1"[..], b"marker-gone"] {
+            let found = files_hold(dir.path(), needle);
+            assert!(
+                found.is_empty(),
+                "{} in {found:?} (sealed: {sealed})",
+                String::from_utf8_lossy(needle)
+            );
+        }
+        assert!(!files_hold(dir.path(), b"kept-user-2").is_empty());
+        if !sealed {
+            assert!(!files_hold(dir.path(), b"marker-kept").is_empty());
+        }
+        // The store goes on working, and reads the kept user back.
+        let kept = store
+            .read_blocking(|txn| UserData::new(txn, &ks, "acme", "kept-user-2").turns_from("s1", 0))
+            .unwrap();
+        assert_eq!(kept.len(), 50);
+    }
+}

@@ -365,13 +365,72 @@ impl<'t> UserData<'t> {
         self.get("idempotency entry", &self.keys.idempotency(request_id))
     }
 
-    /// Records the outcome of a request, in the same transaction as its effects.
+    /// Records the outcome of a request, in the same transaction as its effects, under the
+    /// request id alone (as entries were written before they were scoped to keys; for tests
+    /// of reading those).
     pub fn put_idempotency(&mut self, request_id: &str, entry: &IdempotencyEntry) -> Result<()> {
         self.put(
             "idempotency entry",
             &self.keys.idempotency(request_id),
             entry,
         )
+    }
+
+    /// The stored outcome of a request that key `principal` made, if it was seen before.
+    pub fn idempotency_of(
+        &mut self,
+        principal: &str,
+        request_id: &str,
+    ) -> Result<Option<IdempotencyEntry>> {
+        self.get(
+            "idempotency entry",
+            &self.keys.idempotency_of(principal, request_id),
+        )
+    }
+
+    /// Records the outcome of a request key `principal` made, in the same transaction as its
+    /// effects.
+    pub fn put_idempotency_of(
+        &mut self,
+        principal: &str,
+        request_id: &str,
+        entry: &IdempotencyEntry,
+    ) -> Result<()> {
+        self.put(
+            "idempotency entry",
+            &self.keys.idempotency_of(principal, request_id),
+            entry,
+        )
+    }
+
+    /// Reads up to `limit` of this user's idempotency entries after the key `after` (from the
+    /// start when `None`) and removes those recorded before `before`. Returns how many it
+    /// removed and the key to go on from (`None`: the range ended). Bounded reads, so pruning
+    /// never exceeds a transaction's limits however many entries there are.
+    pub fn prune_idempotency_page(
+        &mut self,
+        after: Option<&[u8]>,
+        limit: usize,
+        before: Timestamp,
+    ) -> Result<(usize, Option<Vec<u8>>)> {
+        let range = self.keys.idempotencies();
+        let begin = match after {
+            Some(after) => [after, &[0u8]].concat(),
+            None => range.begin,
+        };
+        let rows = self
+            .txn
+            .get_range(&begin, &range.end, RangeOptions::first(limit))?;
+        let next = (rows.len() == limit && limit > 0).then(|| rows[rows.len() - 1].0.clone());
+        let mut removed = 0;
+        for (key, value) in rows {
+            let entry: IdempotencyEntry = self.open("idempotency entry", &key, &value)?;
+            if entry.at < before {
+                self.txn.clear(&key)?;
+                removed += 1;
+            }
+        }
+        Ok((removed, next))
     }
 
     /// Removes every key of this user, the expiry-index entries that point at them and the

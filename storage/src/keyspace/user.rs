@@ -126,9 +126,21 @@ impl UserKeys {
         (tag == queue.tag()).then_some(id)
     }
 
-    /// The idempotency entry of a request.
+    /// The idempotency entry of a request, as written before entries were scoped to the key
+    /// that made the request (read, never written, until pruned).
     pub fn idempotency(&self, request_id: &str) -> Vec<u8> {
         self.space.pack(&("idem", request_id))
+    }
+
+    /// The idempotency entry of a request made with key `principal`: another key using the
+    /// same request id has an entry of its own.
+    pub fn idempotency_of(&self, principal: &str, request_id: &str) -> Vec<u8> {
+        self.space.pack(&("idem", principal, request_id))
+    }
+
+    /// Every idempotency entry of this user, scoped or not.
+    pub fn idempotencies(&self) -> KeyRange {
+        self.range(&("idem",))
     }
 
     /// A contradiction flagged for review.

@@ -59,6 +59,9 @@ pub struct Settings {
     /// Versions kept of each intent type of a user (at least 2); older ones are removed as
     /// new ones are written.
     pub intent_versions: usize,
+    /// How long a write's idempotency entry (its stored acknowledgement, replayed to a retry
+    /// with the same request id and key) is kept, in milliseconds.
+    pub idempotency_retention_ms: i64,
     /// Live user actors a node holds at most; beyond, the least recently used is evicted.
     pub max_actors: usize,
     /// Memory records a node's live user actors cache at most; beyond, the least recently
@@ -82,6 +85,7 @@ impl Default for Settings {
             index: IndexParams::default(),
             breaker: crate::breaker::Policy::default(),
             intent_versions: DEFAULT_INTENT_VERSIONS,
+            idempotency_retention_ms: DAY_MS,
             max_actors: DEFAULT_MAX_ACTORS,
             max_cached_records: DEFAULT_MAX_CACHED_RECORDS,
             log_pepper: LogPepper::default(),

@@ -20,6 +20,7 @@ pub mod promote;
 mod protected;
 mod reads;
 mod redact;
+mod replay;
 mod review;
 mod serve;
 pub mod summaries;
@@ -147,6 +148,10 @@ pub struct UserState {
     accessed: access::Accessed,
     /// The candidates each session's last context served (promoted by the next turn).
     used: promote::Used,
+    /// The key id of the request being served: idempotency entries are scoped to it.
+    caller: String,
+    /// When this actor last pruned the user's idempotency entries.
+    idempotency_pruned: Option<Instant>,
 }
 
 /// Turns up to this many bytes (user and assistant text) are analysed on the actor's own
@@ -154,13 +159,19 @@ pub struct UserState {
 const INLINE_EXTRACTION_BYTES: usize = 1024;
 
 /// Acknowledgements that can be replayed for a retried request id.
-pub trait Replayable: Serialize + DeserializeOwned + Send + 'static {
+pub trait Replayable: Serialize + DeserializeOwned + Clone + Send + 'static {
     /// The kind of request it acknowledges, stored with it: a request id reused for another
     /// kind of request is refused, never answered with a reply of the wrong shape.
     const KIND: &'static str;
 
     /// Marks the acknowledgement as the replay of an earlier request.
     fn mark_replayed(&mut self);
+
+    /// The memory records it shows: stored without their texts, and read again as they are
+    /// when it is replayed (see the `replay` module).
+    fn records_mut(&mut self) -> Vec<&mut MemoryRecord> {
+        Vec::new()
+    }
 }
 
 macro_rules! replayable {
@@ -177,12 +188,34 @@ macro_rules! replayable {
 replayable!(
     TurnAck => "turn",
     FeedbackAck => "feedback",
-    MemoryAck => "memory",
     ClearAck => "clear-session",
     IntentAck => "intent",
-    DistilAck => "distil",
-    ResolveAck => "resolve-conflict"
+    DistilAck => "distil"
 );
+
+impl Replayable for MemoryAck {
+    const KIND: &'static str = "memory";
+
+    fn mark_replayed(&mut self) {
+        self.replayed = true;
+    }
+
+    fn records_mut(&mut self) -> Vec<&mut MemoryRecord> {
+        vec![&mut self.memory]
+    }
+}
+
+impl Replayable for ResolveAck {
+    const KIND: &'static str = "resolve-conflict";
+
+    fn mark_replayed(&mut self) {
+        self.replayed = true;
+    }
+
+    fn records_mut(&mut self) -> Vec<&mut MemoryRecord> {
+        self.memories.iter_mut().collect()
+    }
+}
 
 impl Actor for UserActor {
     type Msg = UserMsg;
@@ -213,6 +246,8 @@ impl Actor for UserActor {
             counted_records: 0,
             accessed: access::Accessed::default(),
             used: promote::Used::default(),
+            caller: String::new(),
+            idempotency_pruned: None,
         };
         state.count_records();
         Ok(state)
@@ -315,6 +350,12 @@ impl Actor for UserActor {
                 }
             }
             UserMsg::Tick => {
+                if state.has_data
+                    && state.prune_due()
+                    && let Err(err) = state.prune_idempotency().await
+                {
+                    tracing::warn!(user = %state.args.services.log_id(&state.args.key), error = %err, "pruning idempotency entries failed");
+                }
                 if state.last_active.elapsed() < state.args.services.settings.idle_timeout {
                     state.flush_access_behind().await;
                 } else {
@@ -529,9 +570,8 @@ impl UserState {
         .await
     }
 
-    /// The context for `reader`: assembled, then counted by the sensitive-read breaker when
-    /// it shows high-PII items to a non-admin; past the limit it is assembled again with
-    /// those items withheld (a context is needed for every LLM call, so it is never refused).
+    /// Forgets the user: every key of theirs cleared in one fenced transaction, then erased
+    /// from the store's files, then dropped from this node's memory (index, caches, queues).
     async fn forget(&mut self) -> Result<ForgetAck> {
         let (services, key) = self.scope_parts();
         let ks = services.keyspace.clone();
@@ -540,6 +580,10 @@ impl UserState {
                 UserData::new(txn, &ks, &key.tenant, &key.user).forget()
             })
             .await?;
+        // Answered only once no file of the store holds the pages as they were: a WAL the
+        // forget's commit left behind still holds every value it cleared. A failure fails the
+        // forget, and its retry (forgetting again, nothing) erases again.
+        self.args.services.store.erase_history().await?;
         self.index.clear();
         self.topics.clear();
         if let Some(pipeline) = &self.args.services.pipeline {

@@ -42,6 +42,7 @@ impl UserState {
     /// actor (answered by [`UserState::serve_reranked`] when they come back).
     pub(super) async fn serve(&mut self, reader: &Reader, request: UserRequest) -> Result<Served> {
         self.admit(reader, &request)?;
+        self.caller.clone_from(&reader.principal);
         Ok(Served::Reply(match request {
             UserRequest::Turn(req) => UserReply::Turn(self.turn(req).await?),
             UserRequest::Feedback(req) => UserReply::Feedback(self.feedback(req).await?),

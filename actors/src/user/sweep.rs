@@ -138,6 +138,7 @@ impl UserState {
                 sessions: false,
             };
         }
+        self.prune_idempotency().await?;
         Ok(total)
     }
 

@@ -45,7 +45,7 @@ where
 
 enum Written<T> {
     Fresh(T, Vec<MemoryRecord>),
-    Replay(Vec<u8>),
+    Replay(T),
     Rejected(Error),
 }
 
@@ -77,11 +77,22 @@ impl UserState {
         let in_txn = Arc::clone(&prepared);
         let lease = self.lease()?;
         let under = written_under(lease.as_ref());
+        let caller = self.caller.clone();
         let written = self
             .run(lease, move |txn| {
                 let mut u = UserData::new(txn, &ks, &key.tenant, &key.user);
-                if let Some(entry) = u.idempotency(&request_id)? {
-                    return Ok(Written::Replay(entry.response));
+                let seen = match u.idempotency_of(&caller, &request_id)? {
+                    Some(entry) => Some(entry),
+                    None => u.idempotency(&request_id)?,
+                };
+                if let Some(entry) = seen {
+                    return Ok(match replayed::<T>(&entry.response) {
+                        Ok(mut ack) => {
+                            super::replay::refresh(&mut u, &mut ack)?;
+                            Written::Replay(ack)
+                        }
+                        Err(err) => Written::Rejected(err),
+                    });
                 }
                 let scope = WriteScope {
                     tenant: &key.tenant,
@@ -93,8 +104,9 @@ impl UserState {
                 };
                 match body(&mut u, &scope)? {
                     Ok((ack, changed)) => {
-                        let response = stored_reply(&ack)?;
-                        u.put_idempotency(&request_id, &IdempotencyEntry { at: now, response })?;
+                        let response = stored_reply(&super::replay::stored(&ack))?;
+                        let entry = IdempotencyEntry { at: now, response };
+                        u.put_idempotency_of(&caller, &request_id, &entry)?;
                         Ok(Written::Fresh(ack, changed))
                     }
                     Err(rejection) => Ok(Written::Rejected(rejection)),
@@ -120,8 +132,7 @@ impl UserState {
                 }
                 Ok(ack)
             }
-            Written::Replay(bytes) => {
-                let mut ack: T = replayed(&bytes)?;
+            Written::Replay(mut ack) => {
                 ack.mark_replayed();
                 Ok(ack)
             }

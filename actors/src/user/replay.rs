@@ -1,0 +1,90 @@
+//! What an idempotency entry keeps of the memories an acknowledgement shows, and what a
+//! replay shows of them: entries are stored with the records' texts withheld, and a replay
+//! reads each record again as it is now, so a memory deleted (or purged) since its request
+//! was first answered comes back as deleted, without its text, never whole and active.
+
+use engram_storage::data::UserData;
+use engram_storage::model::{MemoryRecord, MemoryStatus};
+
+use super::{Replayable, UserState};
+use crate::error::Result;
+
+/// `record` without its texts, as an idempotency entry keeps it.
+pub(super) fn withhold(record: &mut MemoryRecord) {
+    record.summary_text.clear();
+    "null".clone_into(&mut record.payload);
+}
+
+/// The acknowledgement `ack` as an idempotency entry stores it: its records without texts.
+pub(super) fn stored<T: Replayable>(ack: &T) -> T {
+    let mut kept = ack.clone();
+    for record in kept.records_mut() {
+        withhold(record);
+    }
+    kept
+}
+
+/// Reads the records `ack` shows again, in the replaying transaction: as stored now, or as
+/// deleted without text when they are deleted or gone.
+pub(super) fn refresh<T: Replayable>(
+    u: &mut UserData<'_>,
+    ack: &mut T,
+) -> engram_storage::Result<()> {
+    for record in ack.records_mut() {
+        match u.record(record.kind, &record.memory_id)? {
+            Some(now) if now.status != MemoryStatus::Deleted => *record = now,
+            _ => {
+                withhold(record);
+                record.status = MemoryStatus::Deleted;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Idempotency entries one pruning transaction reads at most.
+const PRUNE_PAGE: usize = 256;
+/// Pages one pruning reads at most; what is left waits for the next.
+const PRUNE_PAGES: usize = 64;
+/// How often a live actor prunes its user's entries.
+pub(super) const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+impl UserState {
+    /// Removes the user's idempotency entries older than the retention
+    /// (`memory.idempotency-retention`), a page a transaction. Run when the actor starts
+    /// ticking, then at most once every [`PRUNE_EVERY`], and by every sweep of the user.
+    pub(super) async fn prune_idempotency(&mut self) -> Result<usize> {
+        self.idempotency_pruned = Some(tokio::time::Instant::now());
+        let (services, key) = self.scope_parts();
+        let before = services
+            .clock
+            .now()
+            .plus_millis(-services.settings.idempotency_retention_ms);
+        let mut after: Option<Vec<u8>> = None;
+        let mut removed = 0;
+        for _ in 0..PRUNE_PAGES {
+            let (ks, key, from) = (services.keyspace.clone(), key.clone(), after.clone());
+            let (n, next) = self
+                .run(self.lease()?, move |txn| {
+                    UserData::new(txn, &ks, &key.tenant, &key.user).prune_idempotency_page(
+                        from.as_deref(),
+                        PRUNE_PAGE,
+                        before,
+                    )
+                })
+                .await?;
+            removed += n;
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Whether the hourly pruning is due.
+    pub(super) fn prune_due(&self) -> bool {
+        self.idempotency_pruned
+            .is_none_or(|at| at.elapsed() >= PRUNE_EVERY)
+    }
+}

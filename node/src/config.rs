@@ -32,7 +32,7 @@ mod validate;
 pub use distillation::DistillationSection;
 pub use inference::InferenceConfig;
 pub use reranker::RerankerSection;
-pub use security::{AuditReads, SecurityConfig};
+pub use security::{ADMIN_KEY_ENV, AuditReads, SecurityConfig};
 
 pub use error::{ConfigError, Problem};
 
@@ -147,6 +147,10 @@ pub struct MemoryConfig {
     /// Versions kept of each intent type of a user (at least 2); older ones are removed as
     /// new ones are written.
     pub intent_versions: usize,
+    /// How long a write's idempotency entry is kept: a retry with the same request id and
+    /// key within it replays the acknowledgement; later, entries are pruned.
+    #[serde(with = "humantime_serde")]
+    pub idempotency_retention: Duration,
     /// Live user actors a node holds at most: beyond, the least recently used one stops (its
     /// state is reloaded on next use); when all were used within the last second, 503.
     pub max_actors: usize,
@@ -165,6 +169,7 @@ impl Default for MemoryConfig {
             token_budget: 1200,
             lexicon: Vec::new(),
             intent_versions: engram_actors::services::DEFAULT_INTENT_VERSIONS,
+            idempotency_retention: Duration::from_secs(24 * 3600),
             max_actors: engram_actors::services::DEFAULT_MAX_ACTORS,
             max_cached_records: engram_actors::services::DEFAULT_MAX_CACHED_RECORDS,
         }
@@ -458,6 +463,8 @@ impl Config {
             index,
             breaker: self.security.breaker(),
             intent_versions: self.memory.intent_versions,
+            idempotency_retention_ms: i64::try_from(self.memory.idempotency_retention.as_millis())
+                .unwrap_or(i64::MAX),
             max_actors: self.memory.max_actors,
             max_cached_records: self.memory.max_cached_records,
             ..engram_actors::services::Settings::default()

@@ -147,7 +147,7 @@ impl Secrets {
         } else {
             "tcp"
         };
-        let admin_key = config.security.admin_key().map_err(Error::Secret)?;
+        let admin_key = crate::secret::admin_key(config)?;
         Ok(Secrets {
             cookie,
             gateway_tls,
@@ -164,9 +164,7 @@ async fn open_storage(config: &Config) -> Result<(Store, Keyspace)> {
     let store = crate::store::open(config).await?;
     let keyspace = match &config.security.master_key_file {
         Some(path) => {
-            let keys = engram_storage::crypto::MasterKeys::from_file(path)
-                .map_err(Error::storage("loading security.master-key-file"))?
-                .with_cipher(config.security.cipher);
+            let keys = crate::secret::master_keys(path)?.with_cipher(config.security.cipher);
             info!(
                 current_key = engram_storage::crypto::KeyService::current(&keys),
                 cipher = config.security.cipher.name(),

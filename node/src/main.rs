@@ -189,6 +189,9 @@ struct ConfigArg {
 }
 
 fn main() -> ExitCode {
+    // Every file and directory the node creates (the data directory, the store and its WAL,
+    // backups) is its owner's only, whatever umask it was started with.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
     let outcome = match &cli.command {
         Command::Run(arg) => run(&arg.config),

@@ -1,5 +1,5 @@
-//! Reading the secrets that the configuration names by path: the cluster cookie and the TLS
-//! private keys.
+//! Reading the secrets that the configuration names by path: the cluster cookie, the root
+//! admin key, the master keys of encryption at rest and the TLS private keys.
 //!
 //! A secret file must be readable by its owner only, as ssh requires of private keys: one
 //! that group or others may read or write is refused, and the error names the setting, the
@@ -10,6 +10,7 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use crate::config::ADMIN_KEY_ENV;
 use crate::config::Config;
 use crate::error::{Error, Result};
 
@@ -46,6 +47,59 @@ pub fn read(key: &'static str, path: &Path) -> Result<Vec<u8>> {
     file.read_to_end(&mut bytes)
         .map_err(|e| fail(format!("cannot read: {e}")))?;
     Ok(bytes)
+}
+
+/// The root admin key, from `ENGRAM_ADMIN_KEY` or else `security.admin-key-file` (a secret
+/// file: owner-only, as [`read`] requires), at least
+/// [`MIN_ADMIN_KEY_LEN`](crate::auth::MIN_ADMIN_KEY_LEN) characters without spaces.
+///
+/// # Errors
+/// As [`read`], and [`Error::Secret`] when there is no key or it is too short.
+pub fn admin_key(config: &Config) -> Result<String> {
+    const KEY: &str = "security.admin-key-file";
+    let key = match (
+        std::env::var(ADMIN_KEY_ENV),
+        &config.security.admin_key_file,
+    ) {
+        (Ok(key), _) => key,
+        (Err(_), Some(path)) => String::from_utf8(read(KEY, path)?).map_err(|_| Error::File {
+            key: KEY,
+            path: path.clone(),
+            reason: "is not UTF-8 text".to_owned(),
+        })?,
+        (Err(_), None) => {
+            return Err(Error::Secret(format!(
+                "no admin key: set {KEY} or {ADMIN_KEY_ENV} (a secret of at least {} \
+                 characters, e.g. `openssl rand -hex 32`)",
+                crate::auth::MIN_ADMIN_KEY_LEN
+            )));
+        }
+    };
+    let key = key.trim().to_owned();
+    if key.len() < crate::auth::MIN_ADMIN_KEY_LEN || key.chars().any(char::is_whitespace) {
+        return Err(Error::Secret(format!(
+            "the admin key must be at least {} characters without spaces",
+            crate::auth::MIN_ADMIN_KEY_LEN
+        )));
+    }
+    Ok(key)
+}
+
+/// The master keys of encryption at rest, from `security.master-key-file` (a secret file:
+/// owner-only, as [`read`] requires).
+///
+/// # Errors
+/// As [`read`], and [`Error::Storage`] when the file does not hold master keys.
+pub fn master_keys(path: &Path) -> Result<engram_storage::crypto::MasterKeys> {
+    const KEY: &str = "security.master-key-file";
+    let bytes = zeroize::Zeroizing::new(read(KEY, path)?);
+    let text = std::str::from_utf8(&bytes).map_err(|_| Error::File {
+        key: KEY,
+        path: path.to_owned(),
+        reason: "is not UTF-8 text".to_owned(),
+    })?;
+    engram_storage::crypto::MasterKeys::from_text(text, path)
+        .map_err(Error::storage("loading security.master-key-file"))
 }
 
 /// The cluster's shared secret: the contents of `cluster.cookie-file` without surrounding

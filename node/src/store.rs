@@ -5,6 +5,9 @@
 //! `[storage]` settings into the storage crate's options. Opening blocks (file creation,
 //! FoundationDB's network thread), so it runs on a blocking thread.
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
 use engram_storage::Store;
 
 use crate::config::{Backend, Config};
@@ -30,6 +33,12 @@ fn open_blocking(config: &Config) -> Result<Store> {
                 source,
             })?;
             let path = config.sqlite_path();
+            restrict(dir, 0o700)?;
+            for file in sqlite_files(&path) {
+                if file.exists() {
+                    restrict(&file, 0o600)?;
+                }
+            }
             let sqlite = &config.storage.sqlite;
             Store::sqlite_with(&path, sqlite.options(), sqlite.group_commit())
                 .map_err(Error::storage("opening the sqlite store"))?
@@ -37,6 +46,31 @@ fn open_blocking(config: &Config) -> Result<Store> {
         Backend::Fdb => open_fdb(config)?,
     };
     Ok(store.with_retry(config.storage.retry.policy()))
+}
+
+/// The store file and the WAL and shared-memory files SQLite keeps beside it.
+fn sqlite_files(path: &Path) -> [PathBuf; 3] {
+    let beside = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    [path.to_owned(), beside("-wal"), beside("-shm")]
+}
+
+/// Takes every permission of group and others off `path` (made by an earlier version, or
+/// under another umask), leaving `mode` at most: the data directory 0700, store files 0600.
+fn restrict(path: &Path, mode: u32) -> Result<()> {
+    let io = |source| Error::Io {
+        step: format!("restricting {} to mode {mode:04o}", path.display()),
+        source,
+    };
+    let now = std::fs::metadata(path).map_err(io)?.permissions().mode() & 0o777;
+    if now & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(now & mode)).map_err(io)?;
+        tracing::info!(path = %path.display(), from = format!("{now:04o}"), to = format!("{:04o}", now & mode), "restricted a data file open to group or others");
+    }
+    Ok(())
 }
 
 #[cfg(feature = "fdb")]

@@ -111,32 +111,4 @@ impl SecurityConfig {
             window_ms: i64::try_from(self.sensitive_read_window.as_millis()).unwrap_or(i64::MAX),
         }
     }
-
-    /// The root admin key, from `ENGRAM_ADMIN_KEY` or `admin-key-file`.
-    pub fn admin_key(&self) -> Result<String, String> {
-        let key = match (std::env::var(ADMIN_KEY_ENV), &self.admin_key_file) {
-            (Ok(key), _) => key,
-            (Err(_), Some(path)) => std::fs::read_to_string(path).map_err(|e| {
-                format!(
-                    "cannot read security.admin-key-file {}: {e}",
-                    path.display()
-                )
-            })?,
-            (Err(_), None) => {
-                return Err(format!(
-                    "no admin key: set security.admin-key-file or {ADMIN_KEY_ENV} (a secret of \
-                     at least {} characters, e.g. `openssl rand -hex 32`)",
-                    crate::auth::MIN_ADMIN_KEY_LEN
-                ));
-            }
-        };
-        let key = key.trim().to_owned();
-        if key.len() < crate::auth::MIN_ADMIN_KEY_LEN || key.chars().any(char::is_whitespace) {
-            return Err(format!(
-                "the admin key must be at least {} characters without spaces",
-                crate::auth::MIN_ADMIN_KEY_LEN
-            ));
-        }
-        Ok(key)
-    }
 }

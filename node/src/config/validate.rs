@@ -259,6 +259,12 @@ impl Config {
                 "must be between 2 and 10000".to_owned(),
             );
         }
+        if self.memory.idempotency_retention < std::time::Duration::from_secs(60) {
+            p.add(
+                "memory.idempotency-retention",
+                "must be at least 1 minute (retries must find their entry)".to_owned(),
+            );
+        }
         if self.memory.max_actors == 0 {
             p.add("memory.max-actors", "must be at least 1".to_owned());
         }

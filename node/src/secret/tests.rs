@@ -78,3 +78,46 @@ fn a_directory_is_not_a_secret_file() {
     let err = read("cluster.cookie-file", &sub).expect_err("a directory");
     assert!(err.to_string().contains("not a regular file"), "{err}");
 }
+
+#[test]
+fn admin_and_master_key_files_open_to_group_or_others_are_refused_without_showing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = dir.path().join("admin.key");
+    let master = dir.path().join("master.keys");
+    let admin_secret = "a-root-admin-key-of-forty-characters-0042";
+    let master_line = format!("1 {}\n", "9f".repeat(32));
+    let mut config = Config::default();
+    config.security.admin_key_file = Some(admin.clone());
+    for mode in [0o644, 0o640, 0o604] {
+        write(&admin, admin_secret, mode);
+        write(&master, &master_line, mode);
+        let refused = [
+            admin_key(&config).expect_err("open admin key").to_string(),
+            master_keys(&master)
+                .map(|_| ())
+                .expect_err("open master keys")
+                .to_string(),
+        ];
+        for (message, (setting, path)) in refused.iter().zip([
+            ("security.admin-key-file", &admin),
+            ("security.master-key-file", &master),
+        ]) {
+            assert!(
+                message.contains(&format!("{setting} {}", path.display()))
+                    && message.contains(&format!("{mode:04o}")),
+                "{message}"
+            );
+            assert!(
+                !message.contains("forty") && !message.contains("9f9f"),
+                "a secret leaked: {message}"
+            );
+        }
+    }
+    write(&admin, admin_secret, 0o600);
+    write(&master, &master_line, 0o400);
+    assert_eq!(
+        admin_key(&config).expect("owner-only admin key"),
+        admin_secret
+    );
+    master_keys(&master).expect("owner-only master keys");
+}

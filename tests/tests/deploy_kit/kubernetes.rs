@@ -279,8 +279,8 @@ fn the_statefulset_mounts_every_file_its_config_names_and_probes_ready_and_healt
         ("cluster.tls-ca-file", "engram-cluster-tls", false),
         ("cluster.tls-cert-file", "engram-cluster-tls", false),
         ("cluster.tls-key-file", "engram-cluster-tls", true),
-        ("security.admin-key-file", "engram-secrets", false),
-        ("security.master-key-file", "engram-secrets", false),
+        ("security.admin-key-file", "engram-secrets", true),
+        ("security.master-key-file", "engram-secrets", true),
     ] {
         let path = setting(&config, key);
         let (name, item, through_copy) = secret_behind(pod, container, path);

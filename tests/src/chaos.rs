@@ -440,6 +440,26 @@ pub async fn metric(client: &HttpClient, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `client`'s metric `name` (unlabelled), which the node must export: panics when `/metrics`
+/// does not answer 200 or lacks the series, so that a check of a counter's value (often that
+/// it stayed 0) cannot pass on a node that did not answer.
+pub async fn exported_metric(client: &HttpClient, name: &str) -> f64 {
+    let reply = client
+        .get("/metrics")
+        .await
+        .unwrap_or_else(|e| panic!("/metrics did not answer: {e}"));
+    assert!(
+        reply.status.is_success(),
+        "/metrics answered {}",
+        reply.status
+    );
+    let text = reply.text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the node exports no {name}"))
+}
+
 /// Waits until `client`'s metric `name` (unlabelled) is above zero.
 pub async fn metric_above_zero(client: &HttpClient, name: &str, deadline: Duration) {
     metric_at_least(client, name, 1.0, deadline).await;

@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_tests::chaos::{
-    Gateway, Load, SHARDS, clients_of, epoch_of, metric, metric_above_zero, owned_by,
+    Gateway, Load, SHARDS, clients_of, epoch_of, exported_metric, metric_above_zero, owned_by,
     pause_outside_writes, settled, shard, start, status, texts, user_of,
 };
 use engram_tests::harness::{HttpClient, Sandbox, turn};
@@ -159,8 +159,8 @@ async fn a_sigkilled_nodes_users_are_served_again_and_no_acknowledged_write_is_l
     // take them early (after cluster.suspect-confirm of silence, not the lease timeout).
     let (mut taken_over, mut early) = (0.0, 0.0);
     for (_, client) in &clients[..2] {
-        taken_over += metric(client, "engram_shards_taken_over_total").await;
-        early += metric(client, "engram_shards_taken_over_early_total").await;
+        taken_over += exported_metric(client, "engram_shards_taken_over_total").await;
+        early += exported_metric(client, "engram_shards_taken_over_early_total").await;
     }
     let on_victim = owners.values().filter(|o| *o == victim).count();
     assert_eq!(
@@ -273,7 +273,7 @@ async fn scaling_out_to_four_and_draining_back_to_three_under_load_loses_nothing
     // Nobody was presumed dead: shards moved by hand-off only (the drained node exited after
     // releasing everything, so its closed links took nothing over).
     for (id, client) in &remaining {
-        let taken_over = metric(client, "engram_shards_taken_over_total").await;
+        let taken_over = exported_metric(client, "engram_shards_taken_over_total").await;
         assert_eq!(taken_over, 0.0, "{id} took shards over from a live node");
     }
     let acks = load.stop_and_verify(&remaining[0].1, &sandbox).await;
@@ -315,7 +315,7 @@ async fn a_paused_owner_loses_its_shards_and_what_it_is_sent_after_is_served_by_
         .await;
     // A paused process keeps its links: taken over by the lease timeout, not early.
     assert_eq!(
-        metric(b_client, "engram_shards_taken_over_early_total").await,
+        exported_metric(b_client, "engram_shards_taken_over_early_total").await,
         0.0,
         "a paused owner was taken over early"
     );

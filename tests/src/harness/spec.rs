@@ -240,6 +240,30 @@ impl NodeSpec {
     pub async fn start(&self) -> Node {
         Node::start(self.clone()).await
     }
+
+    /// Runs `engram-node run` on this spec, which must refuse to start; returns what it
+    /// printed on stderr.
+    ///
+    /// # Panics
+    /// If the node started (exited 0), or its binary cannot run.
+    pub async fn refused_start(&self) -> String {
+        std::fs::create_dir_all(self.data_dir()).expect("data directory");
+        std::fs::write(self.config_path(), self.toml()).expect("configuration written");
+        let config = self.config_path();
+        let run = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(super::node_binary().expect("engram-node"))
+                .args(["run", "--config"])
+                .arg(config)
+                .env_remove("ENGRAM_ADMIN_KEY")
+                .output()
+                .expect("engram-node runs")
+        })
+        .await
+        .expect("the run's thread");
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert!(!run.status.success(), "the node started: {stderr}");
+        stderr
+    }
 }
 
 /// Writes `text` to a new file at `path` that only its owner may read (a secret file).

@@ -75,6 +75,12 @@ impl MasterKeys {
             std::fs::read_to_string(path)
                 .map_err(|e| Error::Open(format!("master key file {}: {e}", path.display())))?,
         );
+        Self::from_text(&text, path)
+    }
+
+    /// Reads the text of a key file (as [`MasterKeys::from_file`]) that the caller has read
+    /// from `path`, named in errors.
+    pub fn from_text(text: &str, path: &Path) -> Result<Self> {
         let mut keys = Vec::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();

@@ -111,7 +111,7 @@ pub async fn run(config: Config) -> Result<Stopped> {
         secrets.gateway_tls,
         app,
         (shutdown, Arc::clone(&cluster.leases)),
-        config.http.shutdown_grace,
+        (config.http.shutdown_grace, config.http.header_read_timeout),
     )
     .await?;
     info!(node = %node, signal, "shutting down");
@@ -205,16 +205,21 @@ impl Bound {
             step: "reading the bound address".to_owned(),
             source,
         })?;
-        let (transport, cluster_addr) =
-            Transport::start(node, &config.cluster.listen, cookie, cluster_tls)
-                .await
-                .map_err(|source| Error::Io {
-                    step: format!(
-                        "starting the cluster transport on {}",
-                        config.cluster.listen
-                    ),
-                    source,
-                })?;
+        let (transport, cluster_addr) = Transport::start(
+            node,
+            &config.cluster.listen,
+            cookie,
+            cluster_tls,
+            config.cluster.handshake_timeout,
+        )
+        .await
+        .map_err(|source| Error::Io {
+            step: format!(
+                "starting the cluster transport on {}",
+                config.cluster.listen
+            ),
+            source,
+        })?;
         Ok(Bound {
             listener,
             http_addr,
@@ -450,13 +455,14 @@ async fn gateway(
 }
 
 /// Serves `app` (over TLS when configured) until a signal arrives or the node has drained,
-/// then lets in-flight requests finish within `grace`; returns what stopped it.
+/// closing connections that take longer than `header_read` to send a request's head, then
+/// lets in-flight requests finish within `grace`; returns what stopped it.
 async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     app: axum::Router,
     (mut shutdown, drained): (Shutdown, Arc<LeaseManager>),
-    grace: std::time::Duration,
+    (grace, header_read): (std::time::Duration, std::time::Duration),
 ) -> Result<&'static str> {
     let (signal_tx, signal_rx) = tokio::sync::oneshot::channel();
     let stop = async move {
@@ -473,9 +479,9 @@ async fn serve(
                     step: "serving https".to_owned(),
                     source,
                 })?;
-            crate::http::serve(listener, app, stop, grace).await
+            crate::http::serve(listener, app, stop, grace, header_read).await
         }
-        None => crate::http::serve(listener, app, stop, grace).await,
+        None => crate::http::serve(listener, app, stop, grace, header_read).await,
     };
     served.map_err(|source| Error::Io {
         step: "serving http".to_owned(),

@@ -392,7 +392,7 @@ impl NodeMetrics {
                 ),
                 (
                     "link_handshake_timeouts",
-                    "Inbound cluster links that did not finish their TLS handshake in time",
+                    "Inbound cluster links that did not finish their TLS handshake, or authenticate, in time",
                     &m.handshake_timeouts,
                 ),
             ] {

@@ -1,10 +1,15 @@
 //! Limits that hold on a real node: a YAML document of aliases is refused before it is
-//! expanded.
+//! expanded, and connections that stall in their request's headers, sit idle, or never
+//! finish a cluster handshake are closed within the configured bounds while other clients
+//! are served.
 
+use std::io::Write;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use engram_tests::harness::Sandbox;
+use engram_tests::harness::{HttpClient, Node, Sandbox, field};
 use hyper::{Method, StatusCode};
+use tokio::net::TcpStream;
 
 /// The resident memory of process `pid`, in bytes (VmRSS of /proc).
 fn rss(pid: u32) -> u64 {
@@ -96,4 +101,120 @@ async fn a_yaml_alias_bomb_is_refused_at_once_and_the_node_stays_small() {
         .unwrap();
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(reply.json()["created"], 1);
+}
+
+/// The cluster address a node logged.
+fn cluster_addr(node: &Node) -> SocketAddr {
+    node.log()
+        .iter()
+        .find(|l| l.contains("cluster transport listening"))
+        .and_then(|l| field(l, "addr"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("node {} logged no cluster address", node.spec().id()))
+}
+
+/// A connection to `addr` that has sent `bytes`, to be watched without blocking.
+fn open(addr: SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut stream = std::net::TcpStream::connect(addr).expect("connecting");
+    stream.write_all(bytes).expect("writing");
+    stream.set_nonblocking(true).unwrap();
+    TcpStream::from_std(stream).unwrap()
+}
+
+/// Completes when the peer closes `connection` (end of stream or a reset); what it sent
+/// before is ignored (a 408 or nothing).
+async fn closed(connection: &TcpStream) {
+    let mut buf = [0_u8; 256];
+    loop {
+        if connection.readable().await.is_err() {
+            return;
+        }
+        match connection.try_read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Waits until every connection is closed, failing after `deadline`.
+async fn all_closed(connections: &[TcpStream], what: &str, deadline: Instant) {
+    for (i, connection) in connections.iter().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, closed(connection))
+            .await
+            .is_err()
+        {
+            panic!("{what} {i} was still open at the deadline");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_and_idle_connections_are_closed_by_their_deadlines_while_others_are_served() {
+    let sandbox = Sandbox::new();
+    let node = sandbox
+        .node("stalls")
+        .set("inference.enabled", false)
+        .set("http.header-read-timeout", "1s")
+        .set("cluster.handshake-timeout", "1s")
+        .start()
+        .await;
+    let gateway = node.addr();
+    let cluster = cluster_addr(&node);
+    let opened = Instant::now();
+    // Gateway connections that send part of a request's head and stop, and one that sends
+    // nothing; cluster connections that send nothing, or the start of a frame and stop.
+    let mut http = Vec::new();
+    for i in 0..40 {
+        let partial: &[u8] = if i == 0 {
+            b""
+        } else {
+            b"GET /health HTTP/1.1\r\nhost: engram\r\nx-slow: "
+        };
+        http.push(open(gateway, partial));
+    }
+    let mut links = Vec::new();
+    for i in 0..8 {
+        let partial: &[u8] = if i % 2 == 1 { &[0, 0, 0, 0] } else { b"" };
+        links.push(open(cluster, partial));
+    }
+    // Meanwhile a client is served.
+    let client = HttpClient::fresh_connections(&node.url());
+    let health = client.get("/health").await.unwrap();
+    assert_eq!(health.status, StatusCode::OK, "{}", health.text());
+
+    // Each is closed soon after its 1 s bound (the deadline leaves room for a busy host).
+    let deadline = opened + Duration::from_secs(15);
+    all_closed(&http, "gateway connection", deadline).await;
+    all_closed(&links, "cluster connection", deadline).await;
+
+    // A keep-alive connection idle after its response is closed too.
+    let idle = open(gateway, b"GET /health HTTP/1.1\r\nhost: engram\r\n\r\n");
+    let since = Instant::now();
+    tokio::time::timeout(Duration::from_secs(15), closed(&idle))
+        .await
+        .expect("an idle keep-alive connection stayed open");
+    assert!(
+        since.elapsed() >= Duration::from_millis(900),
+        "closed too soon"
+    );
+
+    let metrics = client.get("/metrics").await.unwrap().text();
+    let timeouts: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("engram_link_handshake_timeouts_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_default();
+    assert!(
+        timeouts >= 4.0,
+        "{timeouts} cluster handshake timeouts counted"
+    );
+    assert!(
+        node.log()
+            .iter()
+            .any(|l| l.contains("did not authenticate in time")),
+        "no warning of a cluster handshake timeout"
+    );
 }

@@ -32,7 +32,7 @@ use subtle::ConstantTimeEq;
 
 pub use self::limiter::RateLimiter;
 pub use self::lookup::LookupLimits;
-use self::lookup::{LookupStats, MAX_SECRET_LEN, NegativeCache};
+use self::lookup::{KeyList, LookupStats, MAX_SECRET_LEN, NegativeCache};
 use crate::audit::AuditedUser;
 
 mod limiter;
@@ -147,8 +147,12 @@ pub struct Authenticator {
     cache: Mutex<HashMap<String, (ApiKey, Instant)>>,
     /// Ids storage has no key for.
     unknown: Mutex<NegativeCache>,
-    /// Storage reads of key rows per client address.
+    /// Storage reads of key rows per client address (of ids not in `listed`).
     lookups: RateLimiter,
+    /// Ids of the keys in storage, which the address limit never refuses.
+    listed: Mutex<KeyList>,
+    /// Held while the list of key ids is read (one read at a time).
+    listing: tokio::sync::Mutex<()>,
     /// The per-key request rate.
     pub limiter: RateLimiter,
     /// Counters of key lookups.
@@ -189,6 +193,8 @@ impl Authenticator {
             cache: Mutex::new(HashMap::new()),
             unknown: Mutex::new(NegativeCache::new(lookups.negative_entries)),
             lookups: RateLimiter::new(lookups.per_address_rate, lookups.per_address_burst),
+            listed: Mutex::new(KeyList::default()),
+            listing: tokio::sync::Mutex::new(()),
             limiter,
             stats: LookupStats::default(),
         }
@@ -196,6 +202,10 @@ impl Authenticator {
 
     /// Forgets what is cached of `key_id` (after it changed, or was made, on this node).
     pub fn invalidate(&self, key_id: &str) {
+        self.listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key_id);
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -265,7 +275,15 @@ impl Authenticator {
             LookupStats::count(&self.stats.negative_hits);
             return Ok(None);
         }
-        if let Err(wait) = self.lookups.take(client) {
+        let listed = self
+            .listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id);
+        if !listed
+            && let Err(wait) = self.lookups.take(client)
+            && !self.listed_in_storage(id).await
+        {
             LookupStats::count(&self.stats.refused_by_address);
             return Err(Denied::Limited(wait));
         }
@@ -284,6 +302,10 @@ impl Authenticator {
         };
         match &key {
             Some(row) => {
+                self.listed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id);
                 let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 // Only keys that exist are cached here, so this holds at most the key rows;
                 // stale ones are dropped when it grows.
@@ -299,6 +321,37 @@ impl Authenticator {
                 .insert(id),
         }
         Ok(key)
+    }
+
+    /// Whether a key with id `id` is in storage, by the list of every key id, read again
+    /// when it is older than [`lookup::LIST_REFRESH`] (so at most once that often, however
+    /// many addresses are over their budget): an address over its budget of key-row reads
+    /// is refused only ids that are no key's.
+    async fn listed_in_storage(&self, id: &str) -> bool {
+        let _one_reader = self.listing.lock().await;
+        {
+            let listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+            if listed.contains(id) || listed.fresh() {
+                return listed.contains(id);
+            }
+        }
+        LookupStats::count(&self.stats.list_reads);
+        let ks = self.keyspace.clone();
+        match self
+            .store
+            .read(move |txn| access::api_keys(txn, &ks, None))
+            .await
+        {
+            Ok(keys) => {
+                let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+                listed.replace(keys.into_iter().map(|key| key.id));
+                listed.contains(id)
+            }
+            Err(err) => {
+                tracing::warn!(%err, "reading the list of API keys failed");
+                false
+            }
+        }
     }
 }
 

@@ -442,6 +442,11 @@ engram_key_unknown_cached {}
             "Bearer tokens refused as malformed (no storage read)",
             &s.malformed,
         ),
+        (
+            "key_list_reads",
+            "Reads of the list of key ids, for an address over its key-lookup budget",
+            &s.list_reads,
+        ),
     ] {
         let _ = write!(
             text,

@@ -18,12 +18,14 @@
 //! The result of authentication travels with the request as a [`Caller`] extension; the
 //! handler asks the user's actor through the front door with the caller's reader (key id,
 //! scope, tenant), which travels with the typed request to the owner, never as a header a
-//! client could set.
+//! client could set, together with the client's token: the owner authenticates it again and
+//! serves the request only for the reader it proves ([`PeerCallers`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use engram_actors::front::Credential;
 use engram_storage::access::{self, ApiKey, Scope};
 use engram_storage::model::Timestamp;
 use engram_storage::{Keyspace, Store};
@@ -33,10 +35,12 @@ use subtle::ConstantTimeEq;
 pub use self::limiter::RateLimiter;
 pub use self::lookup::LookupLimits;
 use self::lookup::{KeyList, LookupStats, MAX_SECRET_LEN, NegativeCache};
+pub use self::peers::PeerCallers;
 use crate::audit::AuditedUser;
 
 mod limiter;
 pub mod lookup;
+pub mod peers;
 
 /// Prefix of every API key token.
 pub const TOKEN_PREFIX: &str = "egk_";
@@ -71,6 +75,9 @@ pub struct Caller {
     pub client: Option<String>,
     /// The user the request asks about, once its handler names it (for its audit entry).
     pub audited: AuditedUser,
+    /// The bearer token the client presented, which travels with a request to the user's
+    /// owner on another node, for it to authenticate the caller itself.
+    pub credential: Option<Credential>,
 }
 
 /// What a route needs.

@@ -85,7 +85,10 @@ impl AppState {
             scope: caller.scope,
             tenant: caller.tenant.clone(),
         };
-        Ok(self.users.ask(&reader, user, request).await?)
+        Ok(self
+            .users
+            .ask_as(&reader, caller.credential.as_ref(), user, request)
+            .await?)
     }
 }
 

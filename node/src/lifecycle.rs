@@ -424,22 +424,27 @@ async fn gateway(
     )
     .await
     .map_err(Error::storage("starting the audit trail"))?;
-    let auth = crate::auth::Authenticator::new(
+    let auth = Arc::new(crate::auth::Authenticator::new(
         store.clone(),
         keyspace.clone(),
         Some(admin_key),
         crate::auth::RateLimiter::new(config.security.rate_limit, config.security.rate_burst),
         config.security.key_lookups(),
-    );
+    ));
     let link: Arc<dyn PeerLink> = transport.clone();
     let users = Arc::new(Users::new(
         Arc::clone(directory),
         Some(link),
         config.cluster.handoff_wait,
     ));
+    // A peer's request is served only for the caller its forwarded token proves here.
+    users.check_peer_callers(Arc::new(crate::auth::PeerCallers::new(
+        Arc::clone(&auth),
+        Arc::clone(&directory.services().clock),
+    )));
     let state = AppState {
         users: Arc::clone(&users),
-        auth: Arc::new(auth),
+        auth,
         audit,
         metrics,
         token_budget: config.memory.token_budget,

@@ -384,6 +384,11 @@ impl NodeMetrics {
                     "Malformed front-door frames received from peers",
                     &f.bad_frames,
                 ),
+                (
+                    "peer_callers_refused",
+                    "Requests from peers refused because the forwarded credential did not prove their caller",
+                    &f.refused_callers,
+                ),
                 ("peer_dials", "Dials of peers", &m.dials),
                 (
                     "link_handshake_failures",

@@ -13,15 +13,17 @@
 //! What this module does not do: HTTP, JSON, authentication (the node does those and builds
 //! the [`Reader`]). The privacy rules (masking, withholding, the sensitive-read breaker,
 //! admin-only requests) are applied by the user's actor ([`crate::user`]), with the reader
-//! that travels with every request. A peer is trusted with the reader it presents (it holds
-//! the cluster cookie, and with mutual TLS a certificate of the cluster's CA); the owner still
-//! checks that the reader acts for the user's tenant and may ask what it asks.
+//! that travels with every request. A peer is not trusted with the reader it presents: the
+//! client's own [`Credential`] travels with it, and the owner's [`CallerCheck`] (the node's
+//! key store) must find that the credential is that reader's before anything is served; the
+//! user's actor then checks that the reader acts for the user's tenant and may ask what it
+//! asks.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use engram_storage::access::Scope;
@@ -52,7 +54,7 @@ use crate::user::api::{
 mod tests;
 mod wire;
 
-pub use wire::{Fault, decode_call, decode_reply, encode_call, encode_reply};
+pub use wire::{Fault, PeerCall, decode_call, decode_reply, encode_call, encode_reply};
 
 /// How often a call waiting for a moving shard looks for its owner again.
 pub const POLL: Duration = Duration::from_millis(50);
@@ -104,6 +106,46 @@ impl Reader {
             )),
         }
     }
+}
+
+/// What the client presented to the node that took its request (its bearer token), carried
+/// to the owner of the user so that the owner authenticates the caller itself. Never shown in
+/// logs or debug output.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credential(String);
+
+impl Credential {
+    /// The credential `token`.
+    pub fn new(token: impl Into<String>) -> Self {
+        Credential(token.into())
+    }
+
+    /// The token.
+    pub fn token(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Credential(..)")
+    }
+}
+
+/// A boxed future of a [`CallerCheck`]'s verdict: why the caller is refused, if it is.
+pub type CheckFuture<'a> =
+    Pin<Box<dyn Future<Output = std::result::Result<(), String>> + Send + 'a>>;
+
+/// How the owner of a user checks a forwarded request's caller, implemented by the node over
+/// its own key store: the reader a peer presents must be what the client's credential proves
+/// (the same key, scope and tenant). `Err` names why not, without the credential.
+pub trait CallerCheck: Send + Sync + fmt::Debug {
+    /// Whether `credential` proves `reader`.
+    fn check<'a>(
+        &'a self,
+        reader: &'a Reader,
+        credential: Option<&'a Credential>,
+    ) -> CheckFuture<'a>;
 }
 
 /// A request with its reply type: what [`Users::ask`] takes.
@@ -331,6 +373,8 @@ pub struct FrontMetrics {
     pub forward_failures: AtomicU64,
     /// Frames from peers that did not decode (answered with an error, never a panic).
     pub bad_frames: AtomicU64,
+    /// Requests from peers whose caller the credential did not prove (answered 403).
+    pub refused_callers: AtomicU64,
 }
 
 /// The front door of one node's user actors.
@@ -338,6 +382,8 @@ pub struct Users {
     directory: Arc<Directory>,
     link: Option<Arc<dyn PeerLink>>,
     handoff_wait: Duration,
+    /// How peers' callers are checked; until set, peers' requests are refused.
+    caller_check: OnceLock<Arc<dyn CallerCheck>>,
     /// Counters.
     pub metrics: FrontMetrics,
 }
@@ -363,7 +409,16 @@ impl Users {
             directory,
             link,
             handoff_wait,
+            caller_check: OnceLock::new(),
             metrics: FrontMetrics::default(),
+        }
+    }
+
+    /// Checks the caller of every request from a peer with `check` (once; a second is
+    /// ignored). Until then, requests from peers are refused.
+    pub fn check_peer_callers(&self, check: Arc<dyn CallerCheck>) {
+        if self.caller_check.set(check).is_err() {
+            tracing::warn!("a second caller check was given to the front door; ignored");
         }
     }
 
@@ -383,11 +438,38 @@ impl Users {
         typed::<R>(reply)
     }
 
+    /// Asks `request` of `user` as `reader`, proved by the client's `credential` should the
+    /// request travel to another node, with its typed reply.
+    pub async fn ask_as<R: Ask>(
+        &self,
+        reader: &Reader,
+        credential: Option<&Credential>,
+        user: &UserKey,
+        request: R,
+    ) -> Result<R::Reply> {
+        let reply = self
+            .call_as(reader, credential, user, request.into())
+            .await?;
+        typed::<R>(reply)
+    }
+
     /// Asks `request` of `user` as `reader`: served here when this node holds the user's
-    /// shard, else by its owner.
+    /// shard, else by its owner (which refuses it: no credential travels with it).
     pub async fn call(
         &self,
         reader: &Reader,
+        user: &UserKey,
+        request: UserRequest,
+    ) -> Result<UserReply> {
+        self.call_as(reader, None, user, request).await
+    }
+
+    /// Asks `request` of `user` as `reader`: served here when this node holds the user's
+    /// shard, else by its owner, to which `credential` travels with the reader.
+    pub async fn call_as(
+        &self,
+        reader: &Reader,
+        credential: Option<&Credential>,
         user: &UserKey,
         request: UserRequest,
     ) -> Result<UserReply> {
@@ -406,7 +488,8 @@ impl Users {
                 // same request id (it may have been stalled past any wait).
                 return self.directory.serve(reader, user, request).await;
             } else if let Some(owner) = ownership.owner(shard).filter(|o| o != ownership.node()) {
-                let frame = frame.get_or_insert_with(|| encode_call(reader, user, &request));
+                let frame =
+                    frame.get_or_insert_with(|| encode_call(reader, credential, user, &request));
                 // An owner that does not answer within the wait (partitioned, or its session
                 // broke without TCP noticing) costs the caller at most the wait.
                 let left = deadline
@@ -449,19 +532,13 @@ impl Users {
     }
 
     /// Answers a frame from a peer: served here if this node holds the user's shard, else
-    /// [`Fault::NotOwner`] (a forwarded request is never forwarded again). A frame that does
-    /// not decode is answered with an error and counted, never a panic.
+    /// [`Fault::NotOwner`] (a forwarded request is never forwarded again), once the
+    /// [`CallerCheck`] found the frame's credential to prove its reader ([`Fault::Forbidden`]
+    /// otherwise, and when no check was given). A frame that does not decode is answered
+    /// with an error and counted, never a panic.
     pub async fn serve_peer(&self, frame: &[u8]) -> Vec<u8> {
         let answer = match decode_call(frame) {
-            Ok((reader, user, request)) => {
-                self.metrics
-                    .served_for_peers
-                    .fetch_add(1, Ordering::Relaxed);
-                self.directory
-                    .serve(&reader, &user, request)
-                    .await
-                    .map_err(Fault::from)
-            }
+            Ok(call) => self.serve_checked(call).await,
             Err(err) => {
                 self.metrics.bad_frames.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %err, "malformed frame from a peer dropped");
@@ -469,5 +546,26 @@ impl Users {
             }
         };
         encode_reply(&answer)
+    }
+
+    async fn serve_checked(&self, call: PeerCall) -> std::result::Result<UserReply, Fault> {
+        let checked = match self.caller_check.get() {
+            Some(check) => check.check(&call.reader, call.credential.as_ref()).await,
+            None => Err("this node checks no forwarded callers".to_owned()),
+        };
+        if let Err(why) = checked {
+            self.metrics.refused_callers.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(reason = %why, "refused a peer's request: its caller is not proved");
+            return Err(Fault::Forbidden(format!(
+                "the owner did not accept the forwarded caller: {why}"
+            )));
+        }
+        self.metrics
+            .served_for_peers
+            .fetch_add(1, Ordering::Relaxed);
+        self.directory
+            .serve(&call.reader, &call.user, call.request)
+            .await
+            .map_err(Fault::from)
     }
 }

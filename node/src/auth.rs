@@ -18,12 +18,14 @@
 //! The result of authentication travels with the request as a [`Caller`] extension; the
 //! handler asks the user's actor through the front door with the caller's reader (key id,
 //! scope, tenant), which travels with the typed request to the owner, never as a header a
-//! client could set.
+//! client could set, together with the client's token: the owner authenticates it again and
+//! serves the request only for the reader it proves ([`PeerCallers`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use engram_actors::front::Credential;
 use engram_storage::access::{self, ApiKey, Scope};
 use engram_storage::model::Timestamp;
 use engram_storage::{Keyspace, Store};
@@ -32,11 +34,13 @@ use subtle::ConstantTimeEq;
 
 pub use self::limiter::RateLimiter;
 pub use self::lookup::LookupLimits;
-use self::lookup::{LookupStats, MAX_SECRET_LEN, NegativeCache};
+use self::lookup::{KeyList, LookupStats, MAX_SECRET_LEN, NegativeCache};
+pub use self::peers::PeerCallers;
 use crate::audit::AuditedUser;
 
 mod limiter;
 pub mod lookup;
+pub mod peers;
 
 /// Prefix of every API key token.
 pub const TOKEN_PREFIX: &str = "egk_";
@@ -71,6 +75,9 @@ pub struct Caller {
     pub client: Option<String>,
     /// The user the request asks about, once its handler names it (for its audit entry).
     pub audited: AuditedUser,
+    /// The bearer token the client presented, which travels with a request to the user's
+    /// owner on another node, for it to authenticate the caller itself.
+    pub credential: Option<Credential>,
 }
 
 /// What a route needs.
@@ -147,8 +154,12 @@ pub struct Authenticator {
     cache: Mutex<HashMap<String, (ApiKey, Instant)>>,
     /// Ids storage has no key for.
     unknown: Mutex<NegativeCache>,
-    /// Storage reads of key rows per client address.
+    /// Storage reads of key rows per client address (of ids not in `listed`).
     lookups: RateLimiter,
+    /// Ids of the keys in storage, which the address limit never refuses.
+    listed: Mutex<KeyList>,
+    /// Held while the list of key ids is read (one read at a time).
+    listing: tokio::sync::Mutex<()>,
     /// The per-key request rate.
     pub limiter: RateLimiter,
     /// Counters of key lookups.
@@ -189,6 +200,8 @@ impl Authenticator {
             cache: Mutex::new(HashMap::new()),
             unknown: Mutex::new(NegativeCache::new(lookups.negative_entries)),
             lookups: RateLimiter::new(lookups.per_address_rate, lookups.per_address_burst),
+            listed: Mutex::new(KeyList::default()),
+            listing: tokio::sync::Mutex::new(()),
             limiter,
             stats: LookupStats::default(),
         }
@@ -196,6 +209,10 @@ impl Authenticator {
 
     /// Forgets what is cached of `key_id` (after it changed, or was made, on this node).
     pub fn invalidate(&self, key_id: &str) {
+        self.listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key_id);
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -265,7 +282,15 @@ impl Authenticator {
             LookupStats::count(&self.stats.negative_hits);
             return Ok(None);
         }
-        if let Err(wait) = self.lookups.take(client) {
+        let listed = self
+            .listed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id);
+        if !listed
+            && let Err(wait) = self.lookups.take(client)
+            && !self.listed_in_storage(id).await
+        {
             LookupStats::count(&self.stats.refused_by_address);
             return Err(Denied::Limited(wait));
         }
@@ -284,6 +309,10 @@ impl Authenticator {
         };
         match &key {
             Some(row) => {
+                self.listed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id);
                 let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 // Only keys that exist are cached here, so this holds at most the key rows;
                 // stale ones are dropped when it grows.
@@ -299,6 +328,37 @@ impl Authenticator {
                 .insert(id),
         }
         Ok(key)
+    }
+
+    /// Whether a key with id `id` is in storage, by the list of every key id, read again
+    /// when it is older than [`lookup::LIST_REFRESH`] (so at most once that often, however
+    /// many addresses are over their budget): an address over its budget of key-row reads
+    /// is refused only ids that are no key's.
+    async fn listed_in_storage(&self, id: &str) -> bool {
+        let _one_reader = self.listing.lock().await;
+        {
+            let listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+            if listed.contains(id) || listed.fresh() {
+                return listed.contains(id);
+            }
+        }
+        LookupStats::count(&self.stats.list_reads);
+        let ks = self.keyspace.clone();
+        match self
+            .store
+            .read(move |txn| access::api_keys(txn, &ks, None))
+            .await
+        {
+            Ok(keys) => {
+                let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+                listed.replace(keys.into_iter().map(|key| key.id));
+                listed.contains(id)
+            }
+            Err(err) => {
+                tracing::warn!(%err, "reading the list of API keys failed");
+                false
+            }
+        }
     }
 }
 

@@ -12,12 +12,16 @@
 //!   would stop it accepting), is bound to an ephemeral loopback port that nobody dials.
 //! - With `[cluster] tls-*` set, links are mutual TLS (`crate::tls`): a connection becomes a
 //!   link only once its handshake, with a client certificate the cluster CA signed, completes
-//!   within [`LINK_HANDSHAKE_TIMEOUT`]; handshakes run in their own tasks, at most
+//!   within `cluster.handshake-timeout`; handshakes run in their own tasks, at most
 //!   [`MAX_LINK_HANDSHAKES`] at once, so a slow or silent client costs only its own task.
 //!   Every dial, of a member or a seed, goes through [`Transport::connect`], which verifies
 //!   the peer the same way and presents this node's certificate. The cookie is checked on
 //!   top, inside the encrypted link. Without TLS, accepted connections are handed over at
 //!   once, as the node server's listener did.
+//! - With or without TLS, an inbound session must authenticate (names and cookie) within
+//!   `cluster.handshake-timeout` of reaching the node server, or it is closed
+//!   (`listen::HandshakeDeadline`): a connection that sends nothing, or part of a
+//!   handshake, holds nothing for longer.
 //! - The node server's session events feed the lease round's suspicion of peers
 //!   ([`Transport::watch_links`], `links`): a peer whose last session closed is taken over
 //!   once its heartbeat is older than `cluster.suspect-confirm`, not `cluster.lease-timeout`.
@@ -54,12 +58,10 @@ mod links;
 mod listen;
 
 use links::LinkWatch;
-use listen::accept_links;
+use listen::{HandshakeDeadline, accept_links};
 
 /// How long one dial of a peer may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
-/// The longest an inbound link may take to complete its TLS handshake.
-pub const LINK_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Inbound TLS handshakes in progress at once; further connections wait in the listen
 /// backlog until one finishes or times out.
 pub const MAX_LINK_HANDSHAKES: usize = 64;
@@ -103,8 +105,8 @@ pub struct TransportMetrics {
     pub dials: AtomicU64,
     /// Inbound links whose TLS handshake failed (no certificate, one of another CA, not TLS).
     pub handshake_failures: AtomicU64,
-    /// Inbound links that did not complete their TLS handshake within
-    /// [`LINK_HANDSHAKE_TIMEOUT`].
+    /// Inbound links that did not complete their TLS handshake, or authenticate their
+    /// session, within `cluster.handshake-timeout`.
     pub handshake_timeouts: AtomicU64,
 }
 
@@ -193,7 +195,8 @@ fn region_group(node_id: &str) -> String {
 impl Transport {
     /// Listens on `listen` (`ip:port`; port 0 picks a free one) for links, starts the node
     /// server with the cluster cookie and, when given, mutual TLS; returns the transport with
-    /// the address peers should dial.
+    /// the address peers should dial. An inbound link has `handshake_timeout` to complete its
+    /// TLS handshake, and as long again to authenticate its session.
     ///
     /// The node server's own listener is bound to an ephemeral port of `127.0.0.1` (still in
     /// TLS mode when TLS is on, so a local client gets no session from it without a
@@ -203,6 +206,7 @@ impl Transport {
         listen: &str,
         cookie: String,
         tls: Option<ClusterTls>,
+        handshake_timeout: Duration,
     ) -> std::io::Result<(Arc<Transport>, String)> {
         let addr: SocketAddr = listen.parse().map_err(|e| {
             std::io::Error::new(
@@ -242,11 +246,22 @@ impl Transport {
             })
             .map_err(|e| std::io::Error::other(format!("watching the node server's links: {e}")))?;
         let metrics = Arc::<TransportMetrics>::default();
+        server
+            .cast(NodeServerMessage::SubscribeToEvents {
+                id: "engram.handshake-deadline".to_owned(),
+                subscription: Box::new(HandshakeDeadline::new(
+                    handshake_timeout,
+                    Arc::clone(&metrics),
+                )),
+            })
+            .map_err(|e| {
+                std::io::Error::other(format!("bounding the node server's handshakes: {e}"))
+            })?;
         let acceptor = tokio::spawn(accept_links(
             listener,
             server.clone(),
             tls.as_ref().map(|tls| tls.acceptor.clone()),
-            Arc::clone(&metrics),
+            (handshake_timeout, Arc::clone(&metrics)),
         ));
         Ok((
             Arc::new(Transport {

@@ -99,6 +99,11 @@ pub struct HttpConfig {
     /// How long a graceful shutdown waits for in-flight requests and queued writes.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// How long a connection may take to send a request's whole head (request line and
+    /// headers), counted from when it opened or its previous response was sent: a connection
+    /// that sends partial headers, or sits idle between requests, this long is closed.
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: Duration,
     /// PEM file of the gateway's certificate chain (the node's certificate first). With
     /// `tls-key-file`, the gateway serves HTTPS only; unset, plain HTTP.
     pub tls_cert_file: Option<PathBuf>,
@@ -113,6 +118,7 @@ impl Default for HttpConfig {
             max_body_bytes: 1024 * 1024,
             max_in_flight: 1024,
             shutdown_grace: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(10),
             tls_cert_file: None,
             tls_key_file: None,
         }
@@ -249,6 +255,11 @@ pub struct ClusterConfig {
     /// answered 503 with Retry-After.
     #[serde(with = "humantime_serde")]
     pub handoff_wait: Duration,
+    /// How long an inbound link may take from its connection to an authenticated session
+    /// (the TLS handshake, when on, then the cluster's own handshake of names and cookie);
+    /// a connection that has not finished by then is closed.
+    #[serde(with = "humantime_serde")]
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -266,6 +277,7 @@ impl Default for ClusterConfig {
             lease_timeout: Duration::from_secs(3),
             suspect_confirm: Duration::from_secs(1),
             handoff_wait: Duration::from_secs(5),
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -26,14 +26,16 @@ mod routes;
 #[cfg(test)]
 mod security_tests;
 mod seed;
+mod server;
 mod shared;
 pub mod table;
 #[cfg(test)]
 mod tests;
 pub mod wire;
 
+pub use server::serve;
+
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
@@ -83,7 +85,10 @@ impl AppState {
             scope: caller.scope,
             tenant: caller.tenant.clone(),
         };
-        Ok(self.users.ask(&reader, user, request).await?)
+        Ok(self
+            .users
+            .ask_as(&reader, caller.credential.as_ref(), user, request)
+            .await?)
     }
 }
 
@@ -171,64 +176,6 @@ pub fn user_key(caller: &Caller, user: &str) -> Result<UserKey, ApiError> {
 /// TLS); read by authentication for the audit trail.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientAddr(pub std::net::SocketAddr);
-
-impl
-    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
-    for ClientAddr
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
-        ClientAddr(*stream.remote_addr())
-    }
-}
-
-impl
-    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>>
-    for ClientAddr
-{
-    fn connect_info(stream: axum::serve::IncomingStream<'_, crate::tls::TlsListener>) -> Self {
-        ClientAddr(*stream.remote_addr())
-    }
-}
-
-/// Serves `router` on `listener` (plain TCP, or [`crate::tls::TlsListener`] for HTTPS) until
-/// `shutdown` resolves, then lets in-flight requests finish (bounded by `grace`).
-pub async fn serve<L>(
-    listener: L,
-    router: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-    grace: Duration,
-) -> std::io::Result<()>
-where
-    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
-    ClientAddr: for<'a> axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
-{
-    let (stopped_tx, stopped_rx) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<ClientAddr>(),
-        )
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = stopped_tx.send(());
-        })
-        .await
-    });
-    tokio::select! {
-        finished = &mut server => return finished.map_err(std::io::Error::other)?,
-        _ = stopped_rx => {}
-    }
-    match tokio::time::timeout(grace, server).await {
-        Ok(finished) => finished.map_err(std::io::Error::other)?,
-        Err(_) => {
-            tracing::warn!(
-                ?grace,
-                "in-flight requests did not finish within the grace period"
-            );
-            Ok(())
-        }
-    }
-}
 
 /// A page size: `limit`, or `default` when absent; 400 when it is 0 or above `max`.
 pub fn page_limit(limit: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {

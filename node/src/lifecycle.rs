@@ -111,7 +111,7 @@ pub async fn run(config: Config) -> Result<Stopped> {
         secrets.gateway_tls,
         app,
         (shutdown, Arc::clone(&cluster.leases)),
-        config.http.shutdown_grace,
+        (config.http.shutdown_grace, config.http.header_read_timeout),
     )
     .await?;
     info!(node = %node, signal, "shutting down");
@@ -203,16 +203,21 @@ impl Bound {
             step: "reading the bound address".to_owned(),
             source,
         })?;
-        let (transport, cluster_addr) =
-            Transport::start(node, &config.cluster.listen, cookie, cluster_tls)
-                .await
-                .map_err(|source| Error::Io {
-                    step: format!(
-                        "starting the cluster transport on {}",
-                        config.cluster.listen
-                    ),
-                    source,
-                })?;
+        let (transport, cluster_addr) = Transport::start(
+            node,
+            &config.cluster.listen,
+            cookie,
+            cluster_tls,
+            config.cluster.handshake_timeout,
+        )
+        .await
+        .map_err(|source| Error::Io {
+            step: format!(
+                "starting the cluster transport on {}",
+                config.cluster.listen
+            ),
+            source,
+        })?;
         Ok(Bound {
             listener,
             http_addr,
@@ -417,22 +422,27 @@ async fn gateway(
     )
     .await
     .map_err(Error::storage("starting the audit trail"))?;
-    let auth = crate::auth::Authenticator::new(
+    let auth = Arc::new(crate::auth::Authenticator::new(
         store.clone(),
         keyspace.clone(),
         Some(admin_key),
         crate::auth::RateLimiter::new(config.security.rate_limit, config.security.rate_burst),
         config.security.key_lookups(),
-    );
+    ));
     let link: Arc<dyn PeerLink> = transport.clone();
     let users = Arc::new(Users::new(
         Arc::clone(directory),
         Some(link),
         config.cluster.handoff_wait,
     ));
+    // A peer's request is served only for the caller its forwarded token proves here.
+    users.check_peer_callers(Arc::new(crate::auth::PeerCallers::new(
+        Arc::clone(&auth),
+        Arc::clone(&directory.services().clock),
+    )));
     let state = AppState {
         users: Arc::clone(&users),
-        auth: Arc::new(auth),
+        auth,
         audit,
         metrics,
         token_budget: config.memory.token_budget,
@@ -448,13 +458,14 @@ async fn gateway(
 }
 
 /// Serves `app` (over TLS when configured) until a signal arrives or the node has drained,
-/// then lets in-flight requests finish within `grace`; returns what stopped it.
+/// closing connections that take longer than `header_read` to send a request's head, then
+/// lets in-flight requests finish within `grace`; returns what stopped it.
 async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     app: axum::Router,
     (mut shutdown, drained): (Shutdown, Arc<LeaseManager>),
-    grace: std::time::Duration,
+    (grace, header_read): (std::time::Duration, std::time::Duration),
 ) -> Result<&'static str> {
     let (signal_tx, signal_rx) = tokio::sync::oneshot::channel();
     let stop = async move {
@@ -471,9 +482,9 @@ async fn serve(
                     step: "serving https".to_owned(),
                     source,
                 })?;
-            crate::http::serve(listener, app, stop, grace).await
+            crate::http::serve(listener, app, stop, grace, header_read).await
         }
-        None => crate::http::serve(listener, app, stop, grace).await,
+        None => crate::http::serve(listener, app, stop, grace, header_read).await,
     };
     served.map_err(|source| Error::Io {
         step: "serving http".to_owned(),

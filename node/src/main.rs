@@ -109,6 +109,10 @@ struct McpArgs {
     /// listen address (repeatable; other names are refused against DNS rebinding).
     #[arg(long = "allowed-host", value_name = "NAME")]
     allowed_hosts: Vec<String>,
+    /// http: how long a connection may take to send a request's headers (or stay idle
+    /// between requests) before it is closed, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = humantime_serde::re::humantime::parse_duration)]
+    header_read_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -311,9 +315,13 @@ fn mcp(args: &McpArgs) -> anyhow::Result<()> {
                      its own key as `Authorization: Bearer`"
                 );
             }
+            if args.header_read_timeout.is_zero() {
+                anyhow::bail!("--header-read-timeout must be longer than 0s");
+            }
             mcp::Transport::Http {
                 listen: args.listen,
                 allowed_hosts: args.allowed_hosts.clone(),
+                header_read_timeout: args.header_read_timeout,
             }
         }
     };

@@ -56,6 +56,9 @@ pub enum Transport {
         /// `Host` names accepted besides loopback and the listen address (the names clients
         /// reach it by; others are refused against DNS rebinding).
         allowed_hosts: Vec<String>,
+        /// How long a connection may take to send a request's head (and stay idle between
+        /// requests) before it is closed.
+        header_read_timeout: std::time::Duration,
     },
 }
 
@@ -126,7 +129,17 @@ pub async fn serve(options: Options) -> Result<()> {
         Transport::Http {
             listen,
             allowed_hosts,
-        } => endpoint::serve(node, listen, allowed_hosts, stop_signal()).await,
+            header_read_timeout,
+        } => {
+            endpoint::serve(
+                node,
+                listen,
+                allowed_hosts,
+                header_read_timeout,
+                stop_signal(),
+            )
+            .await
+        }
     }
 }
 

@@ -384,6 +384,11 @@ impl NodeMetrics {
                     "Malformed front-door frames received from peers",
                     &f.bad_frames,
                 ),
+                (
+                    "peer_callers_refused",
+                    "Requests from peers refused because the forwarded credential did not prove their caller",
+                    &f.refused_callers,
+                ),
                 ("peer_dials", "Dials of peers", &m.dials),
                 (
                     "link_handshake_failures",
@@ -392,7 +397,7 @@ impl NodeMetrics {
                 ),
                 (
                     "link_handshake_timeouts",
-                    "Inbound cluster links that did not finish their TLS handshake in time",
+                    "Inbound cluster links that did not finish their TLS handshake, or authenticate, in time",
                     &m.handshake_timeouts,
                 ),
             ] {
@@ -441,6 +446,11 @@ engram_key_unknown_cached {}
             "key_tokens_malformed",
             "Bearer tokens refused as malformed (no storage read)",
             &s.malformed,
+        ),
+        (
+            "key_list_reads",
+            "Reads of the list of key ids, for an address over its key-lookup budget",
+            &s.list_reads,
         ),
     ] {
         let _ = write!(

@@ -20,11 +20,15 @@
 //!   forbidden where an admin client's succeeds on the same server (each client acts with
 //!   its own key); SIGTERM stops the server with status 0.
 //!
-//! Two more tests need no Python: the server reaches an HTTPS node through `--ca-file` (its
+//! More tests need no Python: the server reaches an HTTPS node through `--ca-file` (its
 //! gate checks a good key and a wrong one over TLS), and one trusting another CA reaches
-//! nothing (503 `unavailable`); and a refused request whose body arrives after its headers
+//! nothing (503 `unavailable`); a refused request whose body arrives after its headers
 //! leaves its keep-alive connection usable for the next request (the server reads the body
-//! before refusing; unread, hyper closed the connection under the client's next request).
+//! before refusing; unread, hyper closed the connection under the client's next request); a
+//! session serves only the key that opened it (another tenant's key on it is refused 403, an
+//! unknown session 404); a valid key works through the server while the server's address
+//! floods the node with unknown key ids; and connections that stall in their headers are
+//! closed after `--header-read-timeout`.
 //!
 //! The nodes run without inference (searches rank by words) and start at once. The
 //! interpreter is the project's virtual environment, `${ENGRAM_CACHE:-~/.cache/engram}/venv`,
@@ -41,7 +45,9 @@ use std::time::{Duration, Instant};
 use engram_tests::harness::{
     HttpClient, Sandbox, checked_python, node_binary, under_ci, workspace_root, write_secret,
 };
+use http_body_util::{BodyExt, Full};
 use hyper::StatusCode;
+use hyper::body::Bytes;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
@@ -334,4 +340,207 @@ fn a_refused_request_leaves_its_connection_usable() {
             "round {round}: {answer}"
         );
     }
+}
+
+/// `POST /mcp` of `message` with `key` on `session` (none: a new one); the status, the
+/// session the answer names, and the body.
+async fn mcp_post(
+    url: &str,
+    key: &str,
+    session: Option<&str>,
+    message: &serde_json::Value,
+) -> (StatusCode, Option<String>, String) {
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let mut request = hyper::Request::post(url)
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(message.to_string())))
+        .unwrap();
+    let exchange = async {
+        let response = client.request(request).await.expect("an answer");
+        let status = response.status();
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, session, String::from_utf8_lossy(&body).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(60), exchange)
+        .await
+        .expect("an answer within a minute")
+}
+
+fn initialize() -> serde_json::Value {
+    json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "engram-tests", "version": "0"}
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_session_serves_only_the_key_that_opened_it() {
+    let sandbox = Sandbox::new();
+    let node = sandbox
+        .node("mcp-sessions")
+        .set("inference.enabled", false)
+        .start()
+        .await;
+    let (alice, _) = node.must_make_key("tenant-a", "gateway", "a").await;
+    let (bob, _) = node.must_make_key("tenant-b", "admin", "b").await;
+    let server = McpServer::start(&["--url", &node.url()]);
+
+    let (status, session, body) = mcp_post(&server.url, &alice, None, &initialize()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let session = session.expect("initialize names its session");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _, body) = mcp_post(&server.url, &alice, Some(&session), &initialized).await;
+    assert!(status.is_success(), "{status} {body}");
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+
+    // Another tenant's key, good in itself, is refused on alice's session, and named why.
+    let (status, _, body) = mcp_post(&server.url, &bob, Some(&session), &list).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body.contains("\"forbidden\""), "{body}");
+    assert!(body.contains("another API key"), "{body}");
+    assert!(!body.contains("add_turn"), "{body}");
+    // A session the server never opened is not found (an MCP client then opens a new one).
+    let (status, _, body) = mcp_post(&server.url, &alice, Some("no-such-session"), &list).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    // The key that opened it still uses it.
+    let (status, _, body) = mcp_post(&server.url, &alice, Some(&session), &list).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("add_turn"), "{body}");
+    // And bob opens a session of his own.
+    let (status, theirs, body) = mcp_post(&server.url, &bob, None, &initialize()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_ne!(theirs.as_deref(), Some(session.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_key_works_through_mcp_while_its_address_floods_unknown_key_ids() {
+    let sandbox = Sandbox::new();
+    let node = sandbox
+        .node("mcp-guessing")
+        .set("inference.enabled", false)
+        .set("security.key-lookup-rate", 1)
+        .set("security.key-lookup-burst", 5)
+        .start()
+        .await;
+    // Made with the root key, which costs no key lookup; never used before the flood.
+    let (gateway, _) = node.must_make_key("guessed", "gateway", "real").await;
+    let server = McpServer::start(&["--url", &node.url()]);
+    // Every client here, and the MCP server, is 127.0.0.1: flood the node from it until the
+    // address is over its budget of key lookups.
+    let guesser = HttpClient::new(&node.url());
+    let mut limited = false;
+    for i in 0..200 {
+        let reply = guesser
+            .clone()
+            .with_key(&format!("egk_{i:016x}_guess"))
+            .get("/v1/users/u/memories")
+            .await
+            .unwrap();
+        if reply.status == StatusCode::TOO_MANY_REQUESTS {
+            limited = true;
+            break;
+        }
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.text());
+    }
+    assert!(limited, "the guessing was never throttled");
+    // The valid key is served directly and through the MCP server.
+    let direct = guesser
+        .clone()
+        .with_key(&gateway)
+        .get("/v1/users/u/memories")
+        .await
+        .unwrap();
+    assert_eq!(direct.status, StatusCode::OK, "{}", direct.text());
+    let (status, session, body) = mcp_post(&server.url, &gateway, None, &initialize()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(session.is_some(), "{body}");
+    // Guessing is still throttled.
+    let reply = guesser
+        .clone()
+        .with_key("egk_00000000000fffff_guess")
+        .get("/v1/users/u/memories")
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        reply.text()
+    );
+}
+
+#[test]
+fn connections_that_stall_in_their_headers_are_closed_after_the_header_read_timeout() {
+    // No node: nothing here gets as far as asking it.
+    let server = McpServer::start(&["--url", "http://127.0.0.1:1", "--header-read-timeout", "1s"]);
+    let address = server
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let opened = Instant::now();
+    let mut stalled = Vec::new();
+    for _ in 0..20 {
+        let mut stream = TcpStream::connect(&address).expect("connecting");
+        stream
+            .write_all(b"POST /mcp HTTP/1.1\r\nhost: localhost\r\nauthorization: Bea")
+            .unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stalled.push(stream);
+    }
+    // Meanwhile a whole request is answered (401: it has no key).
+    let mut whole = TcpStream::connect(&address).expect("connecting");
+    whole
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    whole
+        .write_all(
+            format!(
+                "POST /mcp HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+                 content-length: 2\r\n\r\n{{}}"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (status, _) = read_response(&mut whole);
+    assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+    // Each stalled one is closed once its second is up (read: end of stream, or a reset).
+    for (i, stream) in stalled.iter_mut().enumerate() {
+        let mut buf = [0_u8; 256];
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    panic!(
+                        "stalled connection {i} still open after {:?}",
+                        opened.elapsed()
+                    )
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    assert!(opened.elapsed() >= Duration::from_millis(900));
 }

@@ -91,8 +91,15 @@ fn requests() -> Vec<UserRequest> {
 fn every_request_travels_whole_with_its_reader_and_user() {
     let user = UserKey::new("acme", "alice");
     for request in requests() {
-        let frame = encode_call(&reader(), &user, &request);
-        let (r, u, back) = decode_call(&frame).unwrap();
+        let credential = Credential::new("egk_0123abcd_secret");
+        let frame = encode_call(&reader(), Some(&credential), &user, &request);
+        let PeerCall {
+            reader: r,
+            credential: c,
+            user: u,
+            request: back,
+        } = decode_call(&frame).unwrap();
+        assert_eq!(c, Some(credential));
         assert_eq!((r, u, back), (reader(), user.clone(), request));
     }
 }
@@ -130,7 +137,12 @@ fn typed_replies_refuse_the_reply_of_another_request() {
 
 #[test]
 fn malformed_frames_are_errors_not_panics() {
-    let frame = encode_call(&reader(), &UserKey::new("acme", "a"), &ListSessions.into());
+    let frame = encode_call(
+        &reader(),
+        None,
+        &UserKey::new("acme", "a"),
+        &ListSessions.into(),
+    );
     assert!(decode_call(&[]).is_err());
     assert!(decode_call(&[9, 1, 2]).is_err());
     assert!(decode_call(&frame[..frame.len() / 2]).is_err());

@@ -6,7 +6,7 @@
 use engram_storage::codec::{decode, encode};
 use serde::{Deserialize, Serialize};
 
-use super::{Reader, UserReply, UserRequest};
+use super::{Credential, Reader, UserReply, UserRequest};
 use crate::error::Error;
 use crate::placement::UserKey;
 
@@ -118,35 +118,58 @@ struct Call {
     tenant: String,
     user: String,
     request: UserRequest,
+    credential: Option<Credential>,
 }
 
-/// The frame of a call.
-pub fn encode_call(reader: &Reader, user: &UserKey, request: &UserRequest) -> Vec<u8> {
+/// A call as the owner reads it: who says they ask, what proves it, whom and what they ask.
+#[derive(Debug)]
+pub struct PeerCall {
+    /// The caller as the forwarding node authenticated it.
+    pub reader: Reader,
+    /// The client's own credential, for the owner to check the reader against.
+    pub credential: Option<Credential>,
+    /// The user asked about.
+    pub user: UserKey,
+    /// The request.
+    pub request: UserRequest,
+}
+
+/// The frame of a call: the reader, the client's credential (so that the owner can check
+/// the reader itself), the user and the request.
+pub fn encode_call(
+    reader: &Reader,
+    credential: Option<&Credential>,
+    user: &UserKey,
+    request: &UserRequest,
+) -> Vec<u8> {
     #[derive(Serialize)]
     struct CallRef<'a> {
         reader: &'a Reader,
         tenant: &'a str,
         user: &'a str,
         request: &'a UserRequest,
+        credential: Option<&'a Credential>,
     }
     let call = CallRef {
         reader,
         tenant: &user.tenant,
         user: &user.user,
         request,
+        credential,
     };
     // Postcard cannot fail on these types (no maps of unknown length, no non-string keys).
     encode("front-door call", &call).unwrap_or_default()
 }
 
 /// Reads a call's frame.
-pub fn decode_call(frame: &[u8]) -> engram_storage::Result<(Reader, UserKey, UserRequest)> {
+pub fn decode_call(frame: &[u8]) -> engram_storage::Result<PeerCall> {
     let call: Call = decode("front-door call", frame)?;
-    Ok((
-        call.reader,
-        UserKey::new(call.tenant, call.user),
-        call.request,
-    ))
+    Ok(PeerCall {
+        reader: call.reader,
+        credential: call.credential,
+        user: UserKey::new(call.tenant, call.user),
+        request: call.request,
+    })
 }
 
 /// The frame of an answer.

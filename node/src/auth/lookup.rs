@@ -3,8 +3,15 @@
 //! answers (the oldest forgotten first, never flushed whole); and the storage reads of key
 //! rows a client address causes are rate limited before they happen. Counters of each
 //! outcome are exported as metrics.
+//!
+//! The address limit never refuses a valid key: ids of keys this node has seen in storage
+//! ([`KeyList`]) pass without taking from the address's budget, and an id the address's
+//! exhausted budget would refuse is first looked up in the list of every key id in storage,
+//! read again at most once every [`LIST_REFRESH`] whatever the traffic. So a guesser behind
+//! the same address as real clients (a NAT, the MCP server) costs them nothing, and guessing
+//! costs at most the address's budget of row reads plus one list read a second.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -14,6 +21,8 @@ pub const MAX_KEY_ID_LEN: usize = 32;
 pub const MAX_SECRET_LEN: usize = 128;
 /// Negative answers remembered by default.
 pub const NEGATIVE_ENTRIES: usize = 10_000;
+/// The least time between two reads of the list of key ids.
+pub const LIST_REFRESH: Duration = Duration::from_secs(1);
 
 /// Whether `id` may be a key id: 1 to [`MAX_KEY_ID_LEN`] lowercase hex digits.
 pub fn well_formed_id(id: &str) -> bool {
@@ -56,6 +65,9 @@ pub struct LookupStats {
     pub refused_by_address: AtomicU64,
     /// Tokens refused as malformed (no storage read).
     pub malformed: AtomicU64,
+    /// Reads of the list of key ids (an address over its budget presented an id not yet
+    /// seen; at most one every [`LIST_REFRESH`]).
+    pub list_reads: AtomicU64,
 }
 
 impl LookupStats {
@@ -119,6 +131,41 @@ impl NegativeCache {
     /// Forgets `id` (a key with this id was just made).
     pub fn remove(&mut self, id: &str) {
         self.entries.remove(id);
+    }
+}
+
+/// The ids of keys that exist in storage, as this node has seen them: each key row it read,
+/// each key made here, and the whole list read from storage when an address over its budget
+/// presents an id not in it ([`LIST_REFRESH`] apart at least). Holds only ids of real keys,
+/// so it is bounded by the keys an admin made, never by what a client sends.
+#[derive(Debug, Default)]
+pub struct KeyList {
+    ids: HashSet<String>,
+    read_at: Option<Instant>,
+}
+
+impl KeyList {
+    /// Whether `id` is a key's id, as far as this node knows.
+    pub fn contains(&self, id: &str) -> bool {
+        self.ids.contains(id)
+    }
+
+    /// Records that a key with this id exists.
+    pub fn insert(&mut self, id: &str) {
+        if !self.ids.contains(id) {
+            self.ids.insert(id.to_owned());
+        }
+    }
+
+    /// Whether the list was read from storage less than [`LIST_REFRESH`] ago.
+    pub fn fresh(&self) -> bool {
+        self.read_at.is_some_and(|at| at.elapsed() < LIST_REFRESH)
+    }
+
+    /// Replaces the ids with the list just read from storage.
+    pub fn replace(&mut self, ids: impl IntoIterator<Item = String>) {
+        self.ids = ids.into_iter().collect();
+        self.read_at = Some(Instant::now());
     }
 }
 

@@ -315,6 +315,23 @@ fn suspect_confirm_must_exceed_twice_the_heartbeat_and_not_the_lease_timeout() {
 }
 
 #[test]
+fn header_read_and_link_handshake_timeouts_are_bounded() {
+    let mut config = Config::default();
+    config.http.header_read_timeout = Duration::ZERO;
+    config.cluster.handshake_timeout = Duration::from_secs(3_600);
+    let err = config
+        .validate()
+        .expect_err("no timeout, and an hour, are refused");
+    assert_eq!(
+        keys(&err),
+        ["cluster.handshake-timeout", "http.header-read-timeout"]
+    );
+    config.http.header_read_timeout = Duration::from_millis(100);
+    config.cluster.handshake_timeout = Duration::from_secs(600);
+    config.validate().expect("the bounds themselves are taken");
+}
+
+#[test]
 fn bad_listen_addresses_are_explained() {
     let mut config = Config::default();
     config.http.listen = "localhost:8080".to_owned();

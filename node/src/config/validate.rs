@@ -120,6 +120,13 @@ impl Config {
         if self.cluster.shards == 0 {
             p.add("cluster.shards", "must be at least 1".to_owned());
         }
+        let handshake = self.cluster.handshake_timeout;
+        if handshake < Duration::from_millis(100) || handshake > Duration::from_secs(600) {
+            p.add(
+                "cluster.handshake-timeout",
+                "must be between 100ms and 10m".to_owned(),
+            );
+        }
         let heartbeat = self.cluster.heartbeat_interval;
         let lease = self.cluster.lease_timeout;
         if heartbeat.is_zero() {
@@ -221,6 +228,13 @@ impl Config {
         }
         if self.http.max_in_flight == 0 {
             p.add("http.max-in-flight", "must be at least 1".to_owned());
+        }
+        let header = self.http.header_read_timeout;
+        if header < Duration::from_millis(100) || header > Duration::from_secs(600) {
+            p.add(
+                "http.header-read-timeout",
+                "must be between 100ms and 10m".to_owned(),
+            );
         }
     }
 

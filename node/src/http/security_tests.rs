@@ -490,6 +490,61 @@ async fn a_flood_of_unknown_key_ids_is_rate_limited_and_its_storage_reads_and_ca
     assert_eq!(metric(&app, "engram_key_tokens_malformed_total").await, 3);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_valid_key_is_never_refused_by_the_lookup_limit_of_an_address_flooding_unknown_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    // The gateway key is in storage but this node has never read it; every request here comes
+    // from the same (unknown) address, as every client of one MCP server does.
+    let app = super::tests::app_with(
+        &dir,
+        crate::auth::LookupLimits {
+            negative_entries: 1_000,
+            per_address_rate: 1,
+            per_address_burst: 5,
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let mut limited = 0;
+    for i in 0..200 {
+        let token = format!("egk_{i:016x}_secret");
+        let (status, body) = send_as(&app, &token, Method::GET, "/v1/users/u/memories", None).await;
+        match status {
+            StatusCode::UNAUTHORIZED => {}
+            StatusCode::TOO_MANY_REQUESTS => limited += 1,
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(
+        limited > 100,
+        "the guessing was throttled: {limited} of 200 refused"
+    );
+    // The address is over its budget, and the valid key is served all the same.
+    for _ in 0..3 {
+        let (status, body) =
+            send_as(&app, GATEWAY_KEY, Method::GET, "/v1/users/u/memories", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    // Guessing on costs the address's budget of row reads and at most one read of the list
+    // of key ids a second.
+    for i in 200..400 {
+        let token = format!("egk_{i:016x}_secret");
+        let (status, body) = send_as(&app, &token, Method::GET, "/v1/users/u/memories", None).await;
+        assert_ne!(status, StatusCode::OK, "{body}");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let lists = metric(&app, "engram_key_list_reads_total").await;
+    assert!(
+        (lists as f64) <= elapsed + 1.0,
+        "{lists} reads of the key list in {elapsed:.1}s"
+    );
+    let reads = metric(&app, "engram_key_lookups_total").await;
+    assert!(
+        (reads as f64) <= 5.0 + elapsed + 2.0,
+        "{reads} key reads in {elapsed:.1}s"
+    );
+}
+
 /// The (action, outcome, ids) of the trail's entries about `user`, sorted (entries of the same
 /// millisecond have no order).
 pub(super) async fn trail_of(app: &axum::Router, user: &str) -> Vec<(String, u64, Vec<String>)> {

@@ -11,9 +11,19 @@
 //! an MCP session cannot lend one client's key to another's requests. A key the node
 //! revokes is refused by the node at the next tool call, whatever the gate remembers.
 //!
+//! A session belongs to the key that opened it ([`Sessions`]): the gate records the
+//! fingerprint of the key (and named tenant) of the `initialize` request whose answer
+//! carries a new `Mcp-Session-Id`, and refuses a request on that session with any other key
+//! (403 `forbidden`, before the session sees it), and one naming a session it does not know
+//! (404 `not_found`, which tells an MCP client to open a new session).
+//!
+//! Connections are served with a header read timeout (`--header-read-timeout`, 10 s): a
+//! client that sends partial headers, or leaves its connection idle between requests, is
+//! closed after it (`crate::http::serve`).
+//!
 //! Not here: the tools (`tools.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,6 +54,13 @@ const MAX_REMEMBERED: usize = 1024;
 const DRAIN_LIMIT: usize = 64 * 1024;
 /// And for at most this long.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Sessions whose key the gate remembers; beyond, the oldest is forgotten (its client gets
+/// 404 and opens a new one).
+const MAX_SESSIONS: usize = 10_000;
+/// How long a shutdown waits for requests in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// The header naming a request's MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Binds `listen`, says where on stderr, and serves until `stop` completes.
 ///
@@ -53,6 +70,7 @@ pub async fn serve(
     node: Arc<NodeClient>,
     listen: SocketAddr,
     allowed_hosts: Vec<String>,
+    header_read_timeout: Duration,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let listener = TcpListener::bind(listen)
@@ -85,6 +103,7 @@ pub async fn serve(
     let gate = Arc::new(Gate {
         node,
         remembered: Mutex::new(HashMap::new()),
+        sessions: Mutex::new(Sessions::default()),
     });
     let app = Router::new()
         .route_service(PATH, service)
@@ -92,11 +111,11 @@ pub async fn serve(
     // The line a supervisor (or the tests) waits for: the port is known only now.
     eprintln!("engram-node mcp: listening on http://{bound}{PATH}");
     tracing::info!(%bound, "mcp endpoint listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            stop.await;
-            sessions.cancel();
-        })
+    let stop = async move {
+        stop.await;
+        sessions.cancel();
+    };
+    crate::http::serve(listener, app, stop, SHUTDOWN_GRACE, header_read_timeout)
         .await
         .map_err(|source| Error::Io {
             step: "serving the MCP endpoint".to_owned(),
@@ -104,11 +123,47 @@ pub async fn serve(
         })
 }
 
+/// The key that opened each MCP session, by its fingerprint ([`Gate::fingerprint`]); at
+/// most [`MAX_SESSIONS`], the oldest forgotten first.
+#[derive(Default)]
+struct Sessions {
+    owners: HashMap<String, [u8; 32]>,
+    order: VecDeque<String>,
+}
+
+impl Sessions {
+    fn bind(&mut self, session: &str, owner: [u8; 32]) {
+        while self.owners.len() >= MAX_SESSIONS {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.owners.remove(&old);
+                }
+                None => break,
+            }
+        }
+        if self.owners.insert(session.to_owned(), owner).is_none() {
+            self.order.push_back(session.to_owned());
+        }
+    }
+
+    fn owner(&self, session: &str) -> Option<[u8; 32]> {
+        self.owners.get(session).copied()
+    }
+
+    fn close(&mut self, session: &str) {
+        if self.owners.remove(session).is_some() {
+            self.order.retain(|s| s != session);
+        }
+    }
+}
+
 /// Checks keys with the node, remembering the good ones.
 struct Gate {
     node: Arc<NodeClient>,
     /// SHA-256 of key and tenant, and until when it is taken as good.
     remembered: Mutex<HashMap<[u8; 32], Instant>>,
+    /// The key each session was opened with.
+    sessions: Mutex<Sessions>,
 }
 
 impl Gate {
@@ -232,8 +287,61 @@ async fn authenticate(State(gate): State<Arc<Gate>>, mut request: Request, next:
         drain(request).await;
         return refused;
     }
+    let print = Gate::fingerprint(&who);
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(session) = &session {
+        let owner = gate
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .owner(session);
+        let refused = match owner {
+            Some(owner) if owner == print => None,
+            Some(_) => Some(refusal(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "this MCP session was opened with another API key; open a session with \
+                 your own",
+            )),
+            None => Some(refusal(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such MCP session; open a new one",
+            )),
+        };
+        if let Some(refused) = refused {
+            tracing::info!(
+                status = refused.status().as_u16(),
+                "mcp request refused: not its session's key"
+            );
+            drain(request).await;
+            return refused;
+        }
+    }
+    let closing = request.method() == Method::DELETE;
     request.extensions_mut().insert(Arc::new(who));
-    next.run(request).await
+    let response = next.run(request).await;
+    let mut sessions = gate.sessions.lock().unwrap_or_else(|e| e.into_inner());
+    match &session {
+        // A new session: it is the key's that opened it.
+        None => {
+            if let Some(opened) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                sessions.bind(opened, print);
+            }
+        }
+        Some(session) if closing && response.status().is_success() => sessions.close(session),
+        Some(_) => {}
+    }
+    drop(sessions);
+    response
 }
 
 /// Reads a refused request's body (up to [`DRAIN_LIMIT`], for [`DRAIN_TIMEOUT`]) before the refusal is sent. A

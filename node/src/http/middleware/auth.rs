@@ -93,6 +93,7 @@ pub async fn authenticate(
         .extensions()
         .get::<ConnectInfo<ClientAddr>>()
         .map(|ConnectInfo(addr)| addr.0.ip().to_string());
+    let credential = Some(engram_actors::front::Credential::new(token));
     let Checked {
         principal,
         tenant: key_tenant,
@@ -161,6 +162,7 @@ pub async fn authenticate(
         tenant,
         client,
         audited: Default::default(),
+        credential,
     };
     let refused = if !rule.access.allows(caller.scope, caller.root) {
         Some(format!(

@@ -490,6 +490,7 @@ pub async fn import_examples(
             "expected a request with `Content-Type: application/yaml` (or application/json)",
         ));
     }
+    refuse_aliases(&body)?;
     let library: Library = serde_yaml_ng::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("invalid YAML document: {e}")))?;
     let ack = s
@@ -507,4 +508,34 @@ pub async fn import_examples(
         updated: ack.updated,
         replayed: ack.replayed,
     }))
+}
+
+/// Refuses a document with an alias (`*name`) before anything is built from it: serde_yaml_ng
+/// replays an alias's whole node each time it is named (up to 100 times the document's
+/// events), so a 100 KB document of nested aliases would cost hundreds of megabytes. An
+/// export never writes aliases. The scan is one pass of a streaming parser that keeps
+/// nothing but its position, so a document costs memory in proportion to its own size; one
+/// the scan cannot read is refused too (its reading of YAML is the stricter one).
+fn refuse_aliases(body: &[u8]) -> Result<(), ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::invalid("invalid YAML document: not UTF-8"))?;
+    for event in saphyr_parser::Parser::new_from_str(text) {
+        match event {
+            Ok((saphyr_parser::Event::Alias(_), span)) => {
+                return Err(ApiError::invalid(format!(
+                    "invalid YAML document: an alias at line {}; aliases (`*name`) are not \
+                     accepted, write each example in full",
+                    span.start.line()
+                )));
+            }
+            Ok(_) => {}
+            Err(err) => {
+                return Err(ApiError::invalid(format!(
+                    "invalid YAML document: unreadable at line {}",
+                    err.marker().line()
+                )));
+            }
+        }
+    }
+    Ok(())
 }

@@ -387,3 +387,34 @@ async fn a_drop_before_a_select_is_never_cached_nor_served_even_if_stored_before
     );
     second.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_one_tenant_asked_is_a_cache_miss_for_another_tenant() {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let pool = pool().await;
+    let embedder = support::embedder(&pool);
+    let counts = |e: &engram_actors::embed::Embedder| {
+        let m = e.metrics();
+        (m.cache_hits.load(Relaxed), m.cache_misses.load(Relaxed))
+    };
+    let text = "how many orders did globex get last week".to_owned();
+    // Tenant A asks (a lookup's query and a write's question share the cache).
+    embedder.query("acme", &text).await;
+    assert_eq!(counts(&embedder), (0, 1));
+    embedder
+        .questions("acme", std::slice::from_ref(&text))
+        .await
+        .unwrap();
+    assert_eq!(counts(&embedder), (1, 1), "A's second ask hits");
+    // Tenant B's first lookup of the same text is a miss, by either path.
+    embedder.query("globex", &text).await;
+    assert_eq!(counts(&embedder), (1, 2), "B's first lookup misses");
+    embedder
+        .questions("initech", std::slice::from_ref(&text))
+        .await
+        .unwrap();
+    assert_eq!(counts(&embedder), (1, 3), "C's first write misses");
+    embedder.query("globex", &text).await;
+    assert_eq!(counts(&embedder), (2, 3), "B's second lookup hits");
+}

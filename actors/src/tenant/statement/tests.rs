@@ -107,3 +107,26 @@ fn a_long_chain_of_operators_is_read_without_exhausting_the_stack() {
         "{outcome:?}"
     );
 }
+
+proptest::proptest! {
+    /// Whatever a client sends, reading it answers (a refusal or tables), never panics.
+    #[test]
+    fn any_text_is_read_without_panicking(sql in "\\PC{0,200}") {
+        let _ = read_query(&sql);
+    }
+
+    /// Nor does a soup of SQL's own words and punctuation.
+    #[test]
+    fn any_soup_of_sql_words_is_read_without_panicking(
+        words in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "SELECT", "FROM", "WHERE", "WITH", "AS", "(", ")", ";", ",", "t", "s.t", "1",
+                "'x'", "\"q\"", "JOIN", "ON", "=", "UNION", "INTO", "DELETE", "DROP", "TABLE",
+                "VALUES", "--", "/*", "*/", "/*!", "FOR", "UPDATE", "*", "+",
+            ]),
+            0..40,
+        )
+    ) {
+        let _ = read_query(&words.join(" "));
+    }
+}

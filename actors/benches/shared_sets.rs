@@ -22,6 +22,11 @@
 //! cargo bench -p engram-actors --bench shared_sets       # optimised
 //! ```
 //!
+//! First, before the encoder starts: the cost of reading a SQL text with the parser
+//! (`engram_actors::tenant::statement::read_query`, run once per put, record, import or edit,
+//! and once per entry or example about to be served) for a few typical queries, alone.
+//! `ENGRAM_BENCH_PARSE_ONLY=1` stops after it.
+//!
 //! `ENGRAM_BENCH_ENTRIES` (default 10,000): synthetic entries in the large set;
 //! `ENGRAM_BENCH_EXAMPLES` (default 1,000): approved few-shot examples;
 //! `ENGRAM_BENCH_LOOKUPS` (default 200): timed lookups or searches per case.
@@ -182,6 +187,11 @@ async fn main() -> Result<()> {
         load()
     );
 
+    parse_cost(timed.max(1_000))?;
+    if std::env::var("ENGRAM_BENCH_PARSE_ONLY").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+
     let started = Instant::now();
     let pool = support::pool().await;
     let dir = TempDir::new()?;
@@ -223,6 +233,71 @@ async fn main() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     bench.node.shutdown().await;
+    Ok(())
+}
+
+/// Typical SQL texts of a gateway, by kind.
+fn typical_sql() -> Vec<(&'static str, String)> {
+    let wide = (0..40)
+        .map(|i| format!("sum(CASE WHEN region = 'r{i}' THEN amount ELSE 0 END) AS r{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![
+        (
+            "one table",
+            "SELECT count(*) FROM sales.orders WHERE day >= current_date - 7".into(),
+        ),
+        (
+            "join, group, order",
+            "SELECT c.region, sum(o.amount) AS revenue FROM sales.orders o JOIN customers c \
+             ON o.customer_id = c.id WHERE o.day >= date '2026-01-01' GROUP BY c.region \
+             ORDER BY revenue DESC LIMIT 10"
+                .into(),
+        ),
+        (
+            "CTE, sub-query, union",
+            "WITH recent AS (SELECT * FROM sales.orders WHERE day > current_date - 30) \
+             SELECT region, count(*) FROM recent WHERE customer_id IN (SELECT id FROM \
+             customers WHERE vip) GROUP BY region UNION ALL SELECT 'all', count(*) FROM recent"
+                .into(),
+        ),
+        (
+            "wide (2 KB)",
+            format!("SELECT {wide} FROM sales.orders GROUP BY day"),
+        ),
+        (
+            "refused: two statements",
+            "SELECT 1 FROM sales; DROP TABLE sales".into(),
+        ),
+    ]
+}
+
+/// Microseconds per [`read_query`] of each typical SQL text, `n` times each.
+fn parse_cost(n: usize) -> Result<()> {
+    use engram_actors::tenant::statement::read_query;
+    println!(
+        "## Reading a SQL text with the parser\n\n`read_query` (tokenise, reject comments, \
+         parse with the generic dialect, walk the statement), {n} calls per text, one thread.\n"
+    );
+    println!("| SQL | bytes | tables | p50 µs | p99 µs |");
+    println!("|---|---|---|---|---|");
+    for (kind, sql) in typical_sql() {
+        let mut us = Vec::with_capacity(n);
+        let mut tables = String::new();
+        for _ in 0..n {
+            let start = Instant::now();
+            let read = std::hint::black_box(read_query(std::hint::black_box(&sql)));
+            us.push(start.elapsed().as_secs_f64() * 1e6);
+            tables = read.map_or_else(|why| format!("refused ({why:?})"), |t| t.len().to_string());
+        }
+        println!(
+            "| {kind} | {} | {tables} | {:.1} | {:.1} |",
+            sql.len(),
+            percentile(&us, 0.5),
+            percentile(&us, 0.99)
+        );
+    }
+    println!();
     Ok(())
 }
 

@@ -137,7 +137,18 @@ impl Directory {
             scope: engram_storage::access::Scope::Admin,
             tenant: key.tenant.clone(),
         };
-        crate::front::typed::<R>(self.serve(&reader, key, request.into()).await?)
+        self.ask_as(&reader, key, request).await
+    }
+
+    /// Asks `request` of `key`'s actor on this node as `reader`, with its typed reply: for
+    /// in-process tools that act as a given key (tests of what differs by key).
+    pub async fn ask_as<R: Ask>(
+        &self,
+        reader: &Reader,
+        key: &UserKey,
+        request: R,
+    ) -> Result<R::Reply> {
+        crate::front::typed::<R>(self.serve(reader, key, request.into()).await?)
     }
 
     /// Sends a message without waiting (fault injection, fire-and-forget).

@@ -8,8 +8,9 @@
 //! holds at most its share of the queue and takes its turn in batches with the others.
 //!
 //! Queries and topic phrases go through a node-wide cache (bounded LRU keyed by the role and
-//! the SHA-256 of the text; the model is the embedder's own) and in the pool's interactive
-//! class. A query is given [`Embedder::query_deadline`]: past it the read goes on without the
+//! the SHA-256 of the tenant and the text; the model is the embedder's own) and in the pool's
+//! interactive class. Keyed by the tenant, its hit or miss never tells one tenant whether
+//! another asked a text (an answer's latency would: a hit skips the encoder). A query is given [`Embedder::query_deadline`]: past it the read goes on without the
 //! vector ([`QueryVector::Fallback`]). A query still queued in the pool at its deadline is
 //! skipped there (nobody waits for it, and under overload the queue would otherwise fill with
 //! such queries and refuse fresh ones); one already being embedded still fills the cache for
@@ -99,11 +100,15 @@ impl std::fmt::Debug for Embedder {
     }
 }
 
-fn cache_key(role: TextRole, text: &str) -> CacheKey {
-    (
-        role == TextRole::Query,
-        Sha256::digest(text.as_bytes()).into(),
-    )
+/// The cache's key of `text` embedded in `role` for `tenant`: the tenant's length first, so
+/// no tenant and text run into another's.
+fn cache_key(tenant: &str, role: TextRole, text: &str) -> CacheKey {
+    let digest = Sha256::new()
+        .chain_update((tenant.len() as u64).to_le_bytes())
+        .chain_update(tenant.as_bytes())
+        .chain_update(text.as_bytes())
+        .finalize();
+    (role == TextRole::Query, digest.into())
 }
 
 impl Embedder {
@@ -200,7 +205,7 @@ impl Embedder {
         texts: &[String],
         role: TextRole,
     ) -> Result<Vec<Arc<[f32]>>> {
-        let keys: Vec<CacheKey> = texts.iter().map(|t| cache_key(role, t)).collect();
+        let keys: Vec<CacheKey> = texts.iter().map(|t| cache_key(tenant, role, t)).collect();
         let mut found: Vec<Option<Arc<[f32]>>> = {
             let mut cache = self.cache.lock();
             keys.iter().map(|k| cache.get(k).cloned()).collect()
@@ -228,7 +233,7 @@ impl Embedder {
     /// The embedding of a search query of a user of `tenant`, from the cache or the pool,
     /// within the query deadline.
     pub async fn query(&self, tenant: &str, text: &str) -> QueryVector {
-        let key = cache_key(TextRole::Query, text);
+        let key = cache_key(tenant, TextRole::Query, text);
         if let Some(vector) = self.cache.lock().get(&key).cloned() {
             self.count_lookups(1, 0);
             return QueryVector::Embedded(vector);

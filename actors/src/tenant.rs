@@ -19,6 +19,7 @@ mod examples;
 pub mod literals;
 mod sets;
 mod sql;
+pub mod statement;
 mod txn;
 
 use std::collections::HashMap;

@@ -129,8 +129,23 @@ async fn examples_are_served_only_once_approved_and_leave_after_failures_or_disu
     node.shutdown().await;
 }
 
+/// Turns `acme`'s auto-promotion on.
+async fn auto_promote(node: &support::Node, request_id: &str) {
+    let mut settings = node
+        .directory
+        .ask_admin(&acme(), ReadSettings)
+        .await
+        .unwrap();
+    settings.auto_promote = true;
+    let write = WriteSettings {
+        request_id: request_id.into(),
+        settings,
+    };
+    node.directory.ask_admin(&acme(), write).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_promotion_is_opt_in_needs_three_successes_and_is_audited() {
+async fn auto_promotion_is_opt_in_needs_three_distinct_keys_and_is_audited() {
     let dir = TempDir::new().unwrap();
     let pool = pool().await;
     let node = node(&dir, &pool).await;
@@ -148,33 +163,27 @@ async fn auto_promotion_is_opt_in_needs_three_successes_and_is_audited() {
     let near = "How many orders did we get last week, please?";
     let sql = "SELECT count(*) FROM sales.orders WHERE day > current_date - 7";
     for i in 0..3 {
-        let ack = record(&node, &format!("off{i}"), near, sql, 0.95).await;
+        let ack = record_as(&node, &format!("gw-{i}"), &format!("off{i}"), near, sql)
+            .await
+            .unwrap();
         assert!(!ack.promoted, "off by default");
     }
-    let mut settings = node
-        .directory
-        .ask_admin(&acme(), ReadSettings)
-        .await
-        .unwrap();
-    settings.auto_promote = true;
-    let write = WriteSettings {
-        request_id: "s1".into(),
-        settings,
-    };
-    node.directory.ask_admin(&acme(), write).await.unwrap();
-    // A far question never promotes, however often it succeeds.
+    auto_promote(&node, "s1").await;
+    // A far question never promotes, however many keys it succeeds for.
     for i in 0..3 {
-        let ack = record(
+        let ack = record_as(
             &node,
+            &format!("gw-{i}"),
             &format!("far{i}"),
             "headcount by team",
             "SELECT 1 FROM staff",
-            0.95,
         )
-        .await;
+        .await
+        .unwrap();
         assert!(!ack.promoted);
     }
-    let ack = record(&node, "on", near, sql, 0.95).await;
+    // Three distinct keys recorded it while auto-promotion was off: a success now promotes.
+    let ack = record_as(&node, "gw-0", "on", near, sql).await.unwrap();
     assert!(ack.promoted);
     let example = ack.example.unwrap();
     assert_eq!(example.status, ExampleStatus::Approved);
@@ -203,6 +212,132 @@ async fn auto_promotion_is_opt_in_needs_three_successes_and_is_audited() {
     assert_eq!(promoted.len(), 1);
     assert_eq!(promoted[0].principal, "auto-promotion");
     assert_eq!(promoted[0].ids, vec![example.id]);
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_recording_a_pair_three_times_does_not_promote_it_and_the_count_survives_a_restart()
+{
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let first = node(&dir, &pool).await;
+    let approved = record(
+        &first,
+        "r0",
+        "How many orders did we get last week?",
+        ORDERS,
+        0.95,
+    )
+    .await
+    .example
+    .unwrap();
+    review(&first, "v0", &approved.id, ReviewAction::Approve).await;
+    auto_promote(&first, "s1").await;
+    let near = "How many orders did we get last week, please?";
+    let sql = "SELECT count(*) FROM sales.orders WHERE day > current_date - 7";
+    for i in 0..3 {
+        let ack = record_as(&first, "gw-a", &format!("a{i}"), near, sql)
+            .await
+            .unwrap();
+        assert!(!ack.promoted, "success {} of one key", i + 1);
+        assert_eq!(ack.example.unwrap().successes, i + 1);
+    }
+    let ack = record_as(&first, "gw-b", "b0", near, sql).await.unwrap();
+    assert!(!ack.promoted, "two distinct keys");
+    first.shutdown().await;
+    drop(first);
+
+    // The keys counted so far are stored: after a restart, a third key promotes it.
+    let second = node(&dir, &pool).await;
+    let ack = record_as(&second, "gw-b", "b1", near, sql).await.unwrap();
+    assert!(!ack.promoted, "still two distinct keys");
+    let ack = record_as(&second, "gw-c", "c0", near, sql).await.unwrap();
+    assert!(ack.promoted, "three distinct keys");
+    assert_eq!(ack.example.unwrap().status, ExampleStatus::Approved);
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_select_followed_by_a_drop_neither_enters_the_library_nor_promotes_as_its_tables() {
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let node = node(&dir, &pool).await;
+    let approved = record(
+        &node,
+        "r0",
+        "revenue by region",
+        "SELECT region, sum(amount) FROM sales GROUP BY region",
+        0.95,
+    )
+    .await
+    .example
+    .unwrap();
+    review(&node, "v0", &approved.id, ReviewAction::Approve).await;
+    auto_promote(&node, "s1").await;
+    // Read by words it names `sales` only, like the approved example; parsed, it is two
+    // statements, refused from every key, so it is neither stored nor promoted.
+    let poison = "SELECT 1 FROM sales; DROP TABLE sales";
+    for i in 0..3 {
+        let err = record_as(
+            &node,
+            &format!("gw-{i}"),
+            &format!("p{i}"),
+            "revenue by region, please",
+            poison,
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { ref field, ref reason } if field == "sql" && !reason.contains("DROP")),
+            "{err}"
+        );
+    }
+    let listed = node
+        .directory
+        .ask_admin(
+            &acme(),
+            ExampleList {
+                status: None,
+                route: None,
+                after: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1, "only the approved example");
+    // Nor can an edit or an import bring it in.
+    let edit = ExampleReview {
+        request_id: "v1".into(),
+        example_id: approved.id.clone(),
+        action: ReviewAction::Edit {
+            question: None,
+            sql: Some("DROP TABLE orders; SELECT 1".into()),
+        },
+    };
+    let err = node.directory.ask_admin(&acme(), edit).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { ref field, .. } if field == "sql"),
+        "{err}"
+    );
+    let import = ExampleImport {
+        request_id: "imp".into(),
+        examples: vec![PortableExample {
+            question: "drop it".into(),
+            sql: "DROP TABLE orders; SELECT 1".into(),
+            route: "nl2sql".into(),
+            confidence: 0.95,
+            status: ExampleStatus::Approved,
+            successes: 1,
+            fail_count: 0,
+        }],
+    };
+    let err = node.directory.ask_admin(&acme(), import).await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput { ref field, .. } if field == "examples[0].sql"),
+        "{err}"
+    );
+    assert!(served(&node, "drop it").await.is_empty());
     node.shutdown().await;
 }
 

@@ -307,3 +307,114 @@ async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep()
     assert_eq!(stored(&second).await, 0);
     second.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_before_a_select_is_never_cached_nor_served_even_if_stored_before() {
+    use engram_storage::model::Timestamp;
+    use engram_storage::shared::{SqlEntry, TenantData};
+
+    let dir = TempDir::new().unwrap();
+    let pool = pool().await;
+    let first = node(&dir, &pool).await;
+    let question = "How many orders did we get last week?";
+    for (i, sql) in [
+        "DROP TABLE orders; SELECT 1",
+        "SELECT 1 FROM orders; DROP TABLE orders",
+        "DELETE FROM orders",
+        "SELECT 1 -- ; DROP TABLE orders",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let poison = SqlPut {
+            request_id: format!("p{i}"),
+            question: question.into(),
+            route: "nl2sql".into(),
+            domain: "sales".into(),
+            sql: sql.into(),
+            vector: None,
+        };
+        let err = first
+            .directory
+            .ask_admin(&acme(), poison)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { ref field, ref reason }
+                if field == "sql" && !reason.contains("orders")),
+            "{sql}: {err}"
+        );
+        assert_eq!(hit(&first, question, "sales").await, None, "{sql}");
+    }
+    first.shutdown().await;
+
+    // An entry that storage holds from before (written past the actor) is never served:
+    // neither to the same question nor to a close one.
+    let embedder = support::embedder(&pool);
+    let normalised = "how many orders did we get last week".to_owned();
+    let vector = embedder
+        .questions("acme", std::slice::from_ref(&normalised))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let now = first.clock.now();
+    let entry = SqlEntry {
+        id: "legacy".into(),
+        question: normalised,
+        route: "nl2sql".into(),
+        domain: "sales".into(),
+        sql: "DROP TABLE orders; SELECT 1".into(),
+        tables: vec!["orders".into()],
+        vector,
+        model: embedder.model_name().into(),
+        stored_at: now,
+        expires_at: Timestamp(now.0 + 10 * MINUTE),
+    };
+    first
+        .store
+        .run(move |txn| {
+            TenantData::new(txn, &Keyspace::new("engram"), "acme").put_sql_entry(&entry)
+        })
+        .await
+        .unwrap();
+    drop(first);
+    let second = node(&dir, &pool).await;
+    assert_eq!(hit(&second, question, "sales").await, None);
+    assert_eq!(
+        hit(&second, "how many orders did we receive last week", "sales").await,
+        None
+    );
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_one_tenant_asked_is_a_cache_miss_for_another_tenant() {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let pool = pool().await;
+    let embedder = support::embedder(&pool);
+    let counts = |e: &engram_actors::embed::Embedder| {
+        let m = e.metrics();
+        (m.cache_hits.load(Relaxed), m.cache_misses.load(Relaxed))
+    };
+    let text = "how many orders did globex get last week".to_owned();
+    // Tenant A asks (a lookup's query and a write's question share the cache).
+    embedder.query("acme", &text).await;
+    assert_eq!(counts(&embedder), (0, 1));
+    embedder
+        .questions("acme", std::slice::from_ref(&text))
+        .await
+        .unwrap();
+    assert_eq!(counts(&embedder), (1, 1), "A's second ask hits");
+    // Tenant B's first lookup of the same text is a miss, by either path.
+    embedder.query("globex", &text).await;
+    assert_eq!(counts(&embedder), (1, 2), "B's first lookup misses");
+    embedder
+        .questions("initech", std::slice::from_ref(&text))
+        .await
+        .unwrap();
+    assert_eq!(counts(&embedder), (1, 3), "C's first write misses");
+    embedder.query("globex", &text).await;
+    assert_eq!(counts(&embedder), (2, 3), "B's second lookup hits");
+}

@@ -3,7 +3,8 @@
 //!
 //! Keys `("t", tenant, ...)` ([`crate::keyspace::TenantKeys`]): one value per SQL cache entry and
 //! per few-shot example, each holding its question's embedding (the node-local vector indexes
-//! are rebuilt from them, never loaded from a dump), the idempotency entries of the sets'
+//! are rebuilt from them, never loaded from a dump), per example the distinct key ids that
+//! recorded it successful (what auto-promotion counts), the idempotency entries of the sets'
 //! writes, and the tenant's settings of them. Values are plain postcard (like the tenant's
 //! schema metadata): they hold questions and SQL, never query results or users' memories.
 //!
@@ -36,7 +37,7 @@ pub struct SqlEntry {
     pub domain: String,
     /// The SQL text.
     pub sql: String,
-    /// The tables the SQL names, lower case (what an invalidation matches).
+    /// The tables the SQL reads, as parsed, lower case (what an invalidation matches first).
     pub tables: Vec<String>,
     /// The question's embedding (empty when stored without an encoder).
     pub vector: Vec<f32>,
@@ -122,8 +123,8 @@ pub struct SharedSettings {
     pub sql_ttl_ms: i64,
     /// Per-domain overrides.
     pub domains: BTreeMap<String, DomainSettings>,
-    /// Whether examples that keep succeeding and are near-duplicates of approved ones are
-    /// approved without a reviewer (off by default).
+    /// Whether examples recorded successful by three distinct keys that are near-duplicates
+    /// of approved ones are approved without a reviewer (off by default).
     pub auto_promote: bool,
     /// Whether a cached SQL answers only questions with the same literals (numbers, time
     /// expressions) as its own, however similar (on by default).
@@ -256,9 +257,33 @@ impl<'a> TenantData<'a> {
         )
     }
 
-    /// Removes a few-shot example.
+    /// Removes a few-shot example, and the keys that recorded it.
     pub fn delete_example(&mut self, id: &str) -> Result<()> {
+        self.txn.clear(&self.keys.example_recorders(id))?;
         self.txn.clear(&self.keys.example(id))
+    }
+
+    /// The distinct key ids that recorded the example `id` successful, in the order they
+    /// first did (at most as many as [`TenantData::add_example_recorder`] keeps).
+    pub fn example_recorders(&mut self, id: &str) -> Result<Vec<String>> {
+        Ok(self
+            .get("few-shot recorders", &self.keys.example_recorders(id))?
+            .unwrap_or_default())
+    }
+
+    /// Counts `key_id` among the distinct keys that recorded the example `id` (once however
+    /// often it records), keeping at most `keep` of them: only key ids are stored, never
+    /// what the keys asked. Returns how many distinct keys are counted now.
+    pub fn add_example_recorder(&mut self, id: &str, key_id: &str, keep: usize) -> Result<usize> {
+        let mut keys = self.example_recorders(id)?;
+        if keys.len() < keep && !keys.iter().any(|k| k == key_id) {
+            keys.push(key_id.to_owned());
+            self.txn.set(
+                &self.keys.example_recorders(id),
+                &encode("few-shot recorders", &keys)?,
+            )?;
+        }
+        Ok(keys.len())
     }
 
     /// Up to `limit` few-shot examples in id order, after the key `after`.

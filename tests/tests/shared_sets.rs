@@ -212,6 +212,102 @@ async fn the_shared_sets_over_http_serve_review_export_and_import_as_documented(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_one_read_only_query_is_shared_between_gateways_and_promoted_by_distinct_keys() {
+    let node = Sandbox::new()
+        .node("shared-sql")
+        .set("inference.query-deadline", "60s")
+        .start()
+        .await;
+    let mut gateways = Vec::new();
+    for name in ["gw-1", "gw-2", "gw-3"] {
+        let (key, _) = node.must_make_key("acme", "gateway", name).await;
+        gateways.push(node.client().with_key(&key));
+    }
+    let (admin, _) = node.must_make_key("acme", "admin", "acme-admin").await;
+    let adm = node.client().with_key(&admin);
+    let question = "How many orders did we get last week?";
+
+    // A statement before or after a query is refused, never echoed, and never reaches
+    // another gateway of the tenant.
+    for (i, sql) in [
+        "DROP TABLE orders; SELECT 1",
+        "SELECT 1 FROM orders; DROP TABLE orders",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let body = json!({"request_id": format!("bad{i}"), "question": question,
+                          "route": "nl2sql", "domain": "sales", "sql": sql});
+        let refused = gateways[0]
+            .request(Method::POST, "/v1/sql-cache", Some(&body))
+            .await
+            .unwrap();
+        assert_eq!(
+            refused.status,
+            StatusCode::BAD_REQUEST,
+            "{}",
+            refused.text()
+        );
+        assert_eq!(
+            refused.json()["code"],
+            "invalid_input",
+            "{}",
+            refused.text()
+        );
+        assert!(refused.text().contains("sql"), "{}", refused.text());
+        assert!(!refused.text().contains("DROP"), "{}", refused.text());
+        let other = gateways[1]
+            .must_post("/v1/sql-cache/lookup", &lookup(question))
+            .await;
+        assert!(other["hit"].is_null(), "{sql} served: {other}");
+    }
+
+    // Auto-promotion counts distinct keys: one gateway recording a pair three times does not
+    // promote it; a third key does.
+    let settings = json!({"request_id": "s1", "settings": {"sql_similarity": 0.92,
+                          "sql_ttl_seconds": 900, "auto_promote": true}});
+    let written = adm
+        .request(Method::PUT, "/v1/admin/shared/settings", Some(&settings))
+        .await
+        .unwrap();
+    assert_eq!(written.status, StatusCode::OK, "{}", written.text());
+    let example = |id: &str, question: &str| {
+        json!({"request_id": id, "question": question, "route": "nl2sql", "confidence": 0.95,
+               "sql": ORDERS})
+    };
+    let first = gateways[0]
+        .must_post("/v1/few-shot/examples", &example("r0", question))
+        .await;
+    let approved = first["example"]["example_id"].as_str().unwrap().to_owned();
+    adm.must_post(
+        &format!("/v1/admin/few-shot/examples/{approved}/approve"),
+        &json!({"request_id": "a0"}),
+    )
+    .await;
+    let near = "How many orders did we get last week, please?";
+    for i in 0..3 {
+        let ack = gateways[0]
+            .must_post("/v1/few-shot/examples", &example(&format!("one{i}"), near))
+            .await;
+        assert_eq!(
+            ack["promoted"],
+            false,
+            "success {} of one key: {ack}",
+            i + 1
+        );
+    }
+    let ack = gateways[1]
+        .must_post("/v1/few-shot/examples", &example("two", near))
+        .await;
+    assert_eq!(ack["promoted"], false, "two keys: {ack}");
+    let ack = gateways[2]
+        .must_post("/v1/few-shot/examples", &example("three", near))
+        .await;
+    assert_eq!(ack["promoted"], true, "three keys: {ack}");
+    assert_eq!(ack["example"]["status"], "approved", "{ack}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tenants_actor_is_taken_over_with_its_sets_when_its_node_is_sigkilled() {
     let sandbox = Sandbox::new();
     let spec = |id: &str| {

@@ -4,9 +4,14 @@
 //! question, confidence at least 0.9 and at most three failures, the best three. A failure
 //! report counts; past three failures, or 30 days without use, an example expires.
 //!
+//! Only one read-only SQL query enters the library ([`super::statement`]), and only such a
+//! query is served, whenever it was stored.
+//!
 //! Auto-promotion (off unless the tenant turns it on): a pending example recorded successful
-//! at least three times whose question is at least 0.98 similar to an approved example of the
-//! same route, whose SQL reads the same tables, is approved without a reviewer, and the approval is written to the audit trail
+//! by at least three distinct keys (a key recording it again counts once; the key ids are
+//! stored with the example, so the count survives restarts) whose question is at least 0.98
+//! similar to an approved example of the same route, whose SQL reads the same tables (as
+//! parsed), is approved without a reviewer, and the approval is written to the audit trail
 //! (principal `auto-promotion`) in the same transaction.
 
 use engram_storage::access::AuditEntry;
@@ -19,7 +24,8 @@ use super::api::{
     MAX_EXAMPLES_SERVED, PortableExample, ReviewAction,
 };
 use super::sets::id_of;
-use super::sql::{question, sql_text, tables_of};
+use super::sql::{question, servable_sql, sql_text};
+use super::statement::read_query;
 use super::{EXAMPLE_TTL_MS, MAX_FAILURES, TenantState};
 use crate::error::{Error, Result};
 use crate::front::Reader;
@@ -31,10 +37,13 @@ pub const MAX_EXAMPLES: usize = 50_000;
 pub const SERVE_SIMILARITY: f32 = 0.95;
 /// Least confidence of a served example.
 pub const SERVE_CONFIDENCE: f32 = 0.9;
-/// Successes before an example may be promoted automatically.
+/// Distinct keys that must record an example successful before it may be promoted
+/// automatically.
 pub const PROMOTE_SUCCESSES: u32 = 3;
 /// Least similarity to an approved example for an automatic promotion.
 pub const PROMOTE_SIMILARITY: f32 = 0.98;
+/// Approved examples nearest to a recorded one whose tables auto-promotion compares.
+const PROMOTE_CANDIDATES: usize = 8;
 /// The principal automatic promotions are audited under.
 pub const AUTO_PROMOTION: &str = "auto-promotion";
 
@@ -48,7 +57,8 @@ pub(super) fn expired(example: &Example, now: Timestamp) -> bool {
     example.fail_count > MAX_FAILURES || now.0 - example.last_used_at.0 >= EXAMPLE_TTL_MS
 }
 
-/// Whether `example` may be served.
+/// Whether `example` may be served, but for its SQL (parsed for the examples found only:
+/// [`servable_sql`]).
 fn servable(example: &Example) -> bool {
     example.status == ExampleStatus::Approved
         && example.confidence >= SERVE_CONFIDENCE
@@ -72,7 +82,7 @@ fn shown(mut example: Example) -> Example {
 impl TenantState {
     pub(super) async fn record_example(
         &mut self,
-        _reader: &Reader,
+        reader: &Reader,
         q: ExampleRecord,
     ) -> Result<ExampleAck> {
         let normalised = question(&q.question)?;
@@ -117,17 +127,30 @@ impl TenantState {
                 }
             }
         };
-        let promoted = self.settings.auto_promote
-            && example.status == ExampleStatus::PendingReview
-            && example.successes >= PROMOTE_SUCCESSES
+        // The distinct keys that recorded a pending example are counted in the transaction
+        // (whether auto-promotion is on or not); it is promoted when they reach the bar.
+        let pending = example.status == ExampleStatus::PendingReview;
+        let eligible = self.settings.auto_promote
+            && pending
             && self.near_approved(&example) >= PROMOTE_SIMILARITY;
-        if promoted {
-            example.status = ExampleStatus::Approved;
-            example.reviewed_by = Some(AUTO_PROMOTION.to_owned());
-        }
-        let (stored, tenant) = (example.clone(), self.tenant().to_owned());
+        let (recorded, tenant, key) = (
+            example.clone(),
+            self.tenant().to_owned(),
+            reader.principal.clone(),
+        );
         let written = self
             .write(&q.request_id, move |t, now| {
+                let mut stored = recorded.clone();
+                let keep = PROMOTE_SUCCESSES as usize;
+                let keys = match pending {
+                    true => t.add_example_recorder(&stored.id, &key, keep)?,
+                    false => 0,
+                };
+                let promoted = eligible && keys >= keep;
+                if promoted {
+                    stored.status = ExampleStatus::Approved;
+                    stored.reviewed_by = Some(AUTO_PROMOTION.to_owned());
+                }
                 t.put_example(&stored)?;
                 if promoted {
                     let entry = AuditEntry {
@@ -144,15 +167,20 @@ impl TenantState {
                     t.audit(&entry)?;
                 }
                 Ok(Ok(ExampleAck {
-                    example: Some(shown(stored.clone())),
+                    example: Some(shown(stored)),
                     promoted,
                     removed: false,
                     replayed: false,
                 }))
             })
             .await;
+        let promoted = written.as_ref().is_ok_and(|a| a.promoted && !a.replayed);
+        if promoted {
+            example.status = ExampleStatus::Approved;
+            example.reviewed_by = Some(AUTO_PROMOTION.to_owned());
+        }
         self.settle(&written, example).await;
-        if promoted && written.as_ref().is_ok_and(|a| !a.replayed) {
+        if promoted {
             tracing::info!(tenant = %self.tenant(), "few-shot example approved automatically");
         }
         written
@@ -175,26 +203,35 @@ impl TenantState {
         self.example_ids.get(&key).cloned().unwrap_or(key)
     }
 
-    /// The highest similarity of `example`'s question to an approved example of its route.
+    /// The highest similarity of `example`'s question to an approved example of its route
+    /// whose SQL reads the same tables, among the nearest few approved examples of the route.
     fn near_approved(&self, example: &Example) -> f32 {
+        // Only one read-only query reads tables; anything else never promotes.
+        let Ok(tables) = read_query(&example.sql) else {
+            return 0.0;
+        };
         if example.vector.is_empty() {
             return 0.0;
         }
         // Only approved examples of the route whose SQL reads the same tables: a question
-        // alone must not carry any SQL into the served set.
+        // alone must not carry any SQL into the served set. The index filters on status and
+        // route; the tables are parsed for the few nearest only.
         let examples = &self.examples;
-        let tables = tables_of(&example.sql);
         self.example_index
-            .nearest(&example.vector, 1, |id| {
+            .nearest(&example.vector, PROMOTE_CANDIDATES, |id| {
                 id != example.id
                     && examples.get(id).is_some_and(|e| {
-                        e.status == ExampleStatus::Approved
-                            && e.route == example.route
-                            && tables_of(&e.sql) == tables
+                        e.status == ExampleStatus::Approved && e.route == example.route
                     })
             })
-            .first()
-            .map_or(0.0, |(_, s)| *s)
+            .into_iter()
+            .filter(|(_, similarity)| *similarity >= PROMOTE_SIMILARITY)
+            .find(|(id, _)| {
+                examples
+                    .get(id)
+                    .is_some_and(|e| read_query(&e.sql).is_ok_and(|t| t == tables))
+            })
+            .map_or(0.0, |(_, s)| s)
     }
 
     pub(super) async fn search_examples(&mut self, q: ExampleSearch) -> Result<ExampleSearchReply> {
@@ -249,6 +286,8 @@ impl TenantState {
             same.truncate(q.limit);
             hits = same;
         }
+        // Only a single read-only query is served, whenever it was stored.
+        hits.retain(|(example, _)| servable_sql(&example.sql));
         // Served is used: the cache knows at once, storage at the next flush.
         for (example, _) in &hits {
             if let Some(cached) = self.examples.get_mut(&example.id) {

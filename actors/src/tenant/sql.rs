@@ -13,6 +13,7 @@ use super::api::{
 };
 use super::literals::literals;
 use super::sets::{id_of, normalise_question};
+use super::statement;
 use crate::error::{Error, Result};
 use crate::user::check_id;
 
@@ -40,8 +41,9 @@ pub(super) fn question(text: &str) -> Result<String> {
     Ok(normalised)
 }
 
-/// Checks a SQL text.
-pub(super) fn sql_text(sql: &str) -> Result<()> {
+/// Checks a SQL text the sets would store: exactly one read-only query
+/// ([`statement::read_query`]). Returns the tables it reads.
+pub(super) fn sql_text(sql: &str) -> Result<Vec<String>> {
     if sql.trim().is_empty() {
         return Err(Error::invalid("sql", "must not be empty"));
     }
@@ -51,7 +53,13 @@ pub(super) fn sql_text(sql: &str) -> Result<()> {
             format!("is {} bytes long; at most {MAX_SQL_BYTES}", sql.len()),
         ));
     }
-    Ok(())
+    statement::read_query(sql).map_err(|why| Error::invalid("sql", why.reason()))
+}
+
+/// Whether a stored SQL may be served: one read-only query (an entry stored before the sets
+/// read SQL with a parser may not be).
+pub(super) fn servable_sql(sql: &str) -> bool {
+    statement::read_query(sql).is_ok()
 }
 
 /// Checks settings of the shared sets.
@@ -106,79 +114,13 @@ fn names(id: &str, table: &str) -> bool {
         || (table.contains('.') && !id.contains('.') && id == last(table))
 }
 
-/// The SQL's words and the commas between them.
+/// The SQL's words (identifiers, quoted or not, with their dots).
 fn tokens(sql: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = None;
-    for (i, c) in sql.char_indices() {
-        let part = c.is_alphanumeric() || matches!(c, '_' | '.' | '$' | '"' | '`' | '[' | ']');
-        match (part, start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                out.push(&sql[s..i]);
-                start = None;
-            }
-            _ => {}
-        }
-        if c == ',' {
-            out.push(",");
-        }
-    }
-    if let Some(s) = start {
-        out.push(&sql[s..]);
-    }
-    out
-}
-
-const KEYWORDS: [&str; 12] = [
-    "where", "join", "on", "group", "order", "limit", "left", "right", "inner", "outer", "union",
-    "having",
-];
-
-/// The tables a SQL text reads or writes: the names after `FROM` (and its comma list),
-/// `JOIN`, `UPDATE`, `INTO` and `TABLE`, unquoted and lower case, in order, once each.
-pub fn tables_of(sql: &str) -> Vec<String> {
-    let tokens = tokens(sql);
-    let mut found: Vec<String> = Vec::new();
-    let mut add = |name: &str| {
-        let name = identifier(name);
-        if !name.is_empty() && name != "select" && name != "(" && !found.contains(&name) {
-            found.push(name);
-        }
-    };
-    let mut i = 0;
-    while i < tokens.len() {
-        let word = tokens[i].to_lowercase();
-        if matches!(word.as_str(), "from" | "join" | "update" | "into" | "table") {
-            let list = word == "from";
-            let mut j = i + 1;
-            while let Some(name) = tokens.get(j).filter(|t| **t != ",") {
-                if name.eq_ignore_ascii_case("select") {
-                    break;
-                }
-                add(name);
-                j += 1;
-                // An alias (`orders o`, `orders AS o`) is skipped.
-                let alias_end = j + 2;
-                while j < alias_end
-                    && tokens.get(j).is_some_and(|t| {
-                        *t != "," && !KEYWORDS.contains(&t.to_lowercase().as_str())
-                    })
-                {
-                    j += 1;
-                }
-                if list && tokens.get(j) == Some(&",") {
-                    j += 1;
-                } else {
-                    break;
-                }
-            }
-            i = j;
-        } else {
-            i += 1;
-        }
-    }
-    found
+    sql.split(|c: char| {
+        !(c.is_alphanumeric() || matches!(c, '_' | '.' | '$' | '"' | '`' | '[' | ']'))
+    })
+    .filter(|t| !t.is_empty())
+    .collect()
 }
 
 /// Whether the SQL of `entry` mentions `table` (lower case): among the tables it names, or
@@ -207,7 +149,13 @@ impl TenantState {
         };
         // The same question, normalised, needs no vector.
         let exact = id_of(&[&q.route, &q.domain, &question]);
-        if let Some(entry) = self.sql.get(&exact).filter(|e| live(e)) {
+        // Only a single read-only query is served, whenever it was stored: the SQL of the
+        // entry about to be served is parsed again.
+        if let Some(entry) = self
+            .sql
+            .get(&exact)
+            .filter(|e| live(e) && servable_sql(&e.sql))
+        {
             return Ok(SqlLookupReply {
                 hit: Some(hit(entry, 1.0)),
                 threshold,
@@ -236,9 +184,10 @@ impl TenantState {
             .into_iter()
             .filter(|(_, similarity)| *similarity >= threshold)
             .find(|(id, _)| {
-                wanted
-                    .as_ref()
-                    .is_none_or(|w| sql.get(id).is_some_and(|e| literals(&e.question) == *w))
+                sql.get(id).is_some_and(|e| {
+                    wanted.as_ref().is_none_or(|w| literals(&e.question) == *w)
+                        && servable_sql(&e.sql)
+                })
             });
         Ok(SqlLookupReply {
             hit: best.and_then(|(id, similarity)| sql.get(&id).map(|e| hit(e, similarity))),
@@ -251,13 +200,13 @@ impl TenantState {
         let question = question(&q.question)?;
         check_id("route", &q.route)?;
         check_id("domain", &q.domain)?;
-        sql_text(&q.sql)?;
+        let tables = sql_text(&q.sql)?;
         let id = id_of(&[&q.route, &q.domain, &question]);
         let (vector, model) = self.write_vector(&question, q.vector.clone()).await?;
         let now = self.now();
         let entry = SqlEntry {
             id: id.clone(),
-            tables: tables_of(&q.sql),
+            tables,
             question,
             route: q.route,
             domain: q.domain.clone(),
@@ -403,17 +352,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tables_are_found_after_from_join_update_and_into() {
+    fn only_one_read_only_query_is_taken_and_the_refusal_names_the_field() {
         assert_eq!(
-            tables_of("SELECT a FROM Sales.Orders o JOIN customers AS c ON o.c = c.id"),
+            sql_text("SELECT a FROM Sales.Orders o JOIN customers AS c ON o.c = c.id").unwrap(),
             vec!["sales.orders", "customers"]
         );
-        assert_eq!(
-            tables_of("select * from a, b x, \"C\" where a.id = b.id"),
-            vec!["a", "b", "c"]
-        );
-        assert_eq!(tables_of("UPDATE stock SET n = 1"), vec!["stock"]);
-        assert_eq!(tables_of("insert into `log` values (1)"), vec!["log"]);
+        for sql in [
+            "DROP TABLE orders; SELECT 1",
+            "SELECT 1 FROM sales; DROP TABLE sales",
+        ] {
+            match sql_text(sql) {
+                Err(Error::InvalidInput { field, reason }) => {
+                    assert_eq!(field, "sql");
+                    assert!(
+                        !reason.contains("DROP") && !reason.contains("sales"),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{sql}: {other:?}"),
+            }
+            assert!(!servable_sql(sql));
+        }
     }
 
     fn entry(sql: &str) -> SqlEntry {
@@ -423,7 +382,7 @@ mod tests {
             route: "r".into(),
             domain: "d".into(),
             sql: sql.into(),
-            tables: tables_of(sql),
+            tables: statement::read_query(sql).unwrap_or_default(),
             vector: Vec::new(),
             model: String::new(),
             stored_at: engram_storage::model::Timestamp(0),

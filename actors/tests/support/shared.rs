@@ -1,7 +1,9 @@
 //! Helpers of the suites of the tenant's shared sets: requests to the tenant `acme`'s actor.
 
+use engram_actors::front::Reader;
 use engram_actors::placement::UserKey;
 use engram_actors::tenant::api::*;
+use engram_storage::access::Scope;
 
 use super::Node;
 
@@ -56,6 +58,30 @@ pub async fn record(
         vector: None,
     };
     node.directory.ask_admin(&acme(), record).await.unwrap()
+}
+
+/// Records a success of (question, SQL) as the gateway key `key_id` of `acme`.
+pub async fn record_as(
+    node: &Node,
+    key_id: &str,
+    id: &str,
+    question: &str,
+    sql: &str,
+) -> engram_actors::Result<ExampleAck> {
+    let gateway = Reader {
+        principal: key_id.into(),
+        scope: Scope::Gateway,
+        tenant: "acme".into(),
+    };
+    let record = ExampleRecord {
+        request_id: id.into(),
+        question: question.into(),
+        sql: sql.into(),
+        route: "nl2sql".into(),
+        confidence: 0.95,
+        vector: None,
+    };
+    node.directory.ask_as(&gateway, &acme(), record).await
 }
 
 pub async fn review(node: &Node, id: &str, example: &str, action: ReviewAction) -> ExampleAck {

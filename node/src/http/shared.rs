@@ -124,7 +124,9 @@ pub struct SqlPutBody {
     pub route: String,
     /// The data domain.
     pub domain: String,
-    /// The SQL text (never its results; at most 32 KiB).
+    /// The SQL text (never its results; at most 32 KiB): exactly one read-only query
+    /// (`SELECT`, `WITH`, `VALUES`; no second statement, DDL, DML or comment), else
+    /// 400.
     pub sql: String,
 }
 

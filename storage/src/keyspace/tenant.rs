@@ -36,6 +36,12 @@ impl TenantKeys {
         KeyRange::of(&self.space.subspace(&("fs",)))
     }
 
+    /// The distinct keys that recorded a few-shot example successful (what auto-promotion
+    /// counts).
+    pub fn example_recorders(&self, id: &str) -> Vec<u8> {
+        self.space.pack(&("fsk", id))
+    }
+
     /// The idempotency entry of a write to the shared sets.
     pub fn idempotency(&self, request_id: &str) -> Vec<u8> {
         self.space.pack(&("idem", request_id))

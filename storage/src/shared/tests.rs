@@ -99,3 +99,43 @@ fn pruning_removes_only_old_idempotency_entries() {
     let left = |id: &str| with_tenant(&store, &ks, "acme", |t| t.idempotency(id)).is_some();
     assert!(!left("old1") && !left("old2") && left("new"));
 }
+
+#[test]
+fn recorders_count_distinct_keys_survive_a_new_transaction_and_leave_with_the_example() {
+    let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));
+    // One key recording three times is one recorder.
+    for _ in 0..3 {
+        let n = with_tenant(&store, &ks, "acme", |t| {
+            t.add_example_recorder("ex", "key-a", 3)
+        });
+        assert_eq!(n, 1);
+    }
+    assert_eq!(
+        with_tenant(&store, &ks, "acme", |t| t
+            .add_example_recorder("ex", "key-b", 3)),
+        2
+    );
+    assert_eq!(
+        with_tenant(&store, &ks, "acme", |t| t
+            .add_example_recorder("ex", "key-c", 3)),
+        3
+    );
+    // Past `keep`, nothing more is stored.
+    assert_eq!(
+        with_tenant(&store, &ks, "acme", |t| t
+            .add_example_recorder("ex", "key-d", 3)),
+        3
+    );
+    assert_eq!(
+        with_tenant(&store, &ks, "acme", |t| t.example_recorders("ex")),
+        vec!["key-a", "key-b", "key-c"]
+    );
+    // Per tenant, per example.
+    assert!(with_tenant(&store, &ks, "other", |t| t.example_recorders("ex")).is_empty());
+    assert!(with_tenant(&store, &ks, "acme", |t| t.example_recorders("ex2")).is_empty());
+    // The recorders are not an example of the library's pages.
+    let (page, _) = with_tenant(&store, &ks, "acme", |t| t.example_page(None, 10));
+    assert!(page.is_empty());
+    with_tenant(&store, &ks, "acme", |t| t.delete_example("ex"));
+    assert!(with_tenant(&store, &ks, "acme", |t| t.example_recorders("ex")).is_empty());
+}

@@ -59,7 +59,7 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
     // B's shared sets: a cached SQL and an approved few-shot example.
     let b_sql = json!({"request_id": "b-sql", "question": "what is the vault code",
                        "route": "nl2sql", "domain": "vault",
-                       "sql": "SELECT code FROM b_vault -- SQL-B-5521"});
+                       "sql": "SELECT code FROM b_vault WHERE tag = 'SQL-B-5521'"});
     b.must_post("/v1/sql-cache", &b_sql).await;
     let b_example = b
         .must_post(

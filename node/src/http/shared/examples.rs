@@ -28,7 +28,7 @@ pub struct RecordBody {
     pub request_id: String,
     /// The question as asked.
     pub question: String,
-    /// The SQL that answered it.
+    /// The SQL that answered it: exactly one read-only query, else 400.
     pub sql: String,
     /// The gateway's route.
     pub route: String,

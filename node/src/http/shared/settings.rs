@@ -33,8 +33,8 @@ pub struct SettingsView {
     /// Per-domain overrides, by domain.
     #[serde(default)]
     pub domains: std::collections::BTreeMap<String, DomainSettingsView>,
-    /// Whether examples that keep succeeding and are near-duplicates of approved ones are
-    /// approved automatically (audited); default false.
+    /// Whether examples recorded successful by three distinct keys that are near-duplicates
+    /// of approved ones are approved automatically (audited); default false.
     #[serde(default)]
     pub auto_promote: bool,
     /// Whether a cached SQL answers only questions with the same numbers and time expressions

@@ -520,4 +520,6 @@ pub fn mask_cut_digits(text: &str) -> String {
 mod numbers;
 
 #[cfg(test)]
+mod leaks;
+#[cfg(test)]
 mod tests;

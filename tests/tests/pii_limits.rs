@@ -418,6 +418,17 @@ async fn grouped_split_and_cut_numbers_reach_no_gateway_read_beyond_their_last_f
             x.must_context(user, "s2", "账单 身份证 手机").await,
         ),
     ];
+    for path in [
+        format!("/chat/sessions?user_id={user}"),
+        format!("/chat/sessions/s1/memory?user_id={user}&limit=500"),
+    ] {
+        answers.push(("seed endpoint", x.must_get(&path).await));
+    }
+    answers.push((
+        "prewarm",
+        x.must_post(&format!("/v1/users/{user}/prewarm"), &json!({}))
+            .await,
+    ));
     for mode in ["bm25", "dense", "hybrid"] {
         let found = x
             .must_post(
@@ -450,6 +461,8 @@ async fn grouped_split_and_cut_numbers_reach_no_gateway_read_beyond_their_last_f
         .await
         .to_string();
     assert!(full.contains(id) && full.contains(mobile), "{full}");
+    // The 2,000-character cap leaves the number it would cut out whole.
+    assert!(full.contains("好身份证…\""), "{full}");
 }
 
 /// A resident ID number other than [`ID`] with the same last 4 (`002X`): another birth

@@ -96,8 +96,22 @@ impl Counts {
         policy: Policy,
         now: Timestamp,
     ) -> Verdict {
+        self.count_many(principal, counter, policy, now, 1)
+    }
+
+    /// Counts `events` events of `counter` by `principal` at `now` (a search with several
+    /// identifiers is as many guesses), or refuses them all when they would pass the limit.
+    /// Forgets events that left the window, and principals left with none.
+    pub fn count_many(
+        &mut self,
+        principal: &str,
+        counter: Counter,
+        policy: Policy,
+        now: Timestamp,
+        events: u32,
+    ) -> Verdict {
         let threshold = counter.threshold(policy);
-        if threshold == 0 {
+        if threshold == 0 || events == 0 {
             return Verdict::Allowed;
         }
         let principal = row(principal, counter);
@@ -116,10 +130,13 @@ impl Counts {
         };
         let reads = &mut self.by_principal[at].1;
         let counted = u32::try_from(reads.len()).unwrap_or(u32::MAX);
-        if counted >= threshold {
+        if counted.saturating_add(events) > threshold {
+            if reads.is_empty() {
+                self.by_principal.remove(at);
+            }
             return Verdict::Refused { reads: counted };
         }
-        reads.push(now);
+        reads.extend(std::iter::repeat_n(now, events as usize));
         Verdict::Allowed
     }
 

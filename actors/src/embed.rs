@@ -7,6 +7,9 @@
 //! class of the pool. Every call names the user's tenant, the pool's fairness key: a tenant
 //! holds at most its share of the queue and takes its turn in batches with the others.
 //!
+//! Every text is embedded as a gateway sees it ([`pii::for_gateway`]): ID, card, passport and
+//! mobile numbers masked.
+//!
 //! Queries and topic phrases go through a node-wide cache (bounded LRU keyed by the role and
 //! the SHA-256 of the tenant and the text; the model is the embedder's own) and in the pool's
 //! interactive class. Keyed by the tenant, its hit or miss never tells one tenant whether
@@ -28,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
+use crate::model::pii;
 
 /// Query and topic embeddings a node caches, by default.
 pub const DEFAULT_CACHE_ENTRIES: usize = 10_000;
@@ -306,6 +310,9 @@ impl Embedder {
         expires: Option<Instant>,
     ) -> Result<Vec<Vec<f32>>> {
         let n = texts.len();
+        // A vector is computed from the text as a gateway sees it: no identifier's hidden
+        // digits reach a vector (a search by vector could tell a right guess from a wrong one).
+        let texts = texts.iter().map(|t| pii::for_gateway(t)).collect();
         use engram_inference::Error as E;
         let vectors = match expires {
             Some(at) => {

@@ -9,11 +9,18 @@
 //!   without them); an admin's approval clears the counts of every key;
 //! - end to end: the sixth read of a user's high-PII memories in the window is refused until
 //!   an admin approves; admins read full text, gateways masked text; identity anchors match
-//!   the numbers a user gave; and all of it is in the audit trail.
+//!   the numbers a user gave; and all of it is in the audit trail;
+//! - numbers written in groups, with non-breaking spaces or zero-width characters, and cut
+//!   (a 2,000-character cap, a summary) reach a gateway through no read with more than their
+//!   last 4 characters: turns, summaries, session titles, memories, searches, contexts and
+//!   `/recall` (numbers and keys of intent fields too);
+//! - no search is an oracle: a right guess of a masked number and a wrong one with the same
+//!   last 4 get the same answer, in every mode, and every guess counts like an anchor match,
+//!   found or not.
 
 use engram_tests::harness::{HttpClient, Node, Sandbox, turn};
 use hyper::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const ID: &str = "11010519491231002X";
 const MOBILE: &str = "13812345678";
@@ -304,4 +311,293 @@ async fn anchors_match_sensitive_reads_trip_the_breaker_admins_approve_and_all_i
     // A window of time: nothing before the node started.
     let none = adm.must_get("/v1/admin/audit?from=0&to=1000").await;
     assert!(none["entries"].as_array().unwrap().is_empty());
+}
+
+/// Identifiers as people write them, and what of each must never reach a gateway: the
+/// leading characters, as written and compact.
+const WRITTEN: [(&str, [&str; 2]); 7] = [
+    ("138-1234-5678", ["138-1234", "1381234"]),
+    ("139 8765 4321", ["139 8765", "1398765"]),
+    ("137.1111.2222", ["137.1111", "1371111"]),
+    ("110105 19491231 002X", ["110105", "19491231"]),
+    ("320311770706001", ["320311", "770706"]),
+    (
+        "6222\u{A0}0202\u{A0}0011\u{A0}2233\u{A0}446",
+        ["6222\u{A0}0202", "622202"],
+    ),
+    (
+        "136\u{200B}5555\u{200B}6666",
+        ["136\u{200B}5555", "1365555"],
+    ),
+];
+
+/// Panics if `answer` holds more of any of [`WRITTEN`] than its last 4 characters.
+fn assert_masked(what: &str, answer: &Value) {
+    let text = answer.to_string();
+    for (written, heads) in WRITTEN {
+        for head in heads {
+            assert!(
+                !text.contains(head),
+                "{what} shows {head:?} of {written:?}: {text}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_split_and_cut_numbers_reach_no_gateway_read_beyond_their_last_four() {
+    let (_sandbox, node) = keyed_node("grouped", &[("security.sensitive-read-limit", 0)]).await;
+    let [x, _, admin] = clients(&node).await;
+    let user = "hana";
+    let [mobile, spaced, dotted, id, old_id, card, split] = WRITTEN.map(|(w, _)| w);
+    // The ID number straddles the assistant text's 2,000-character cap.
+    let long_answer = format!("{}身份证{id}", "好".repeat(1_990));
+    let turns = [
+        format!("我的手机{mobile}，身份证{id}"),
+        format!("请帮我查询一下上个月所有的消费记录和账单明细，卡号是{card}"),
+        format!("旧身份证{old_id}，备用号码{spaced}，还有{dotted}"),
+        format!("联系{split}"),
+    ];
+    for (i, text) in turns.iter().enumerate() {
+        let answer = if i == 3 {
+            long_answer.as_str()
+        } else {
+            "好的"
+        };
+        x.must_append_turn(user, &turn(&format!("g{i}"), "s1", text, answer))
+            .await;
+    }
+    // Newer turns push those four out of the raw window: contexts show them summarised.
+    for i in 4..11 {
+        x.must_append_turn(
+            user,
+            &turn(
+                &format!("g{i}"),
+                "s1",
+                &format!("show GMV by region {i}"),
+                "ok",
+            ),
+        )
+        .await;
+    }
+    x.must_post(
+        "/write",
+        &json!({ "user_id": user, "request_id": "w1", "intent_type": "appointment",
+                 "fields": { "target": "dentist", "phone": 13_812_345_678_u64,
+                             "contact": { "13987654321": "mum", "card": [card] } } }),
+    )
+    .await;
+
+    let mut answers = vec![
+        (
+            "session turns",
+            x.must_get(&format!("/v1/users/{user}/sessions/s1/memory?limit=500"))
+                .await,
+        ),
+        (
+            "session titles",
+            x.must_get(&format!("/v1/users/{user}/sessions")).await,
+        ),
+        (
+            "memories",
+            x.must_get(&format!("/v1/users/{user}/memories")).await,
+        ),
+        (
+            "recall",
+            x.must_get(&format!(
+                "/recall?user_id={user}&intent_type=appointment&all=true"
+            ))
+            .await,
+        ),
+        (
+            "context of the session",
+            x.must_context(user, "s1", "账单").await,
+        ),
+        (
+            "context of another session",
+            x.must_context(user, "s2", "账单 身份证 手机").await,
+        ),
+    ];
+    for path in [
+        format!("/chat/sessions?user_id={user}"),
+        format!("/chat/sessions/s1/memory?user_id={user}&limit=500"),
+    ] {
+        answers.push(("seed endpoint", x.must_get(&path).await));
+    }
+    answers.push((
+        "prewarm",
+        x.must_post(&format!("/v1/users/{user}/prewarm"), &json!({}))
+            .await,
+    ));
+    for mode in ["bm25", "dense", "hybrid"] {
+        let found = x
+            .must_post(
+                &format!("/v1/users/{user}/memories/search"),
+                &json!({ "query": "账单 身份证 手机 卡号 联系 好", "mode": mode, "k": 50 }),
+            )
+            .await;
+        answers.push(("search", found));
+    }
+    for (what, answer) in &answers {
+        assert_masked(what, answer);
+    }
+    let recall = &answers[3].1;
+    assert_eq!(
+        recall["intents"][0]["fields"]["phone"], "*******5678",
+        "{recall}"
+    );
+    assert!(
+        recall.to_string().contains("\"*******4321\":\"mum\""),
+        "an object key is masked: {recall}"
+    );
+    let turns = answers[0].1.to_string();
+    assert!(
+        turns.contains("*******5678"),
+        "masked, last 4 shown: {turns}"
+    );
+    // An admin still reads the full text.
+    let full = admin
+        .must_get(&format!("/v1/users/{user}/sessions/s1/memory?limit=500"))
+        .await
+        .to_string();
+    assert!(full.contains(id) && full.contains(mobile), "{full}");
+    // The 2,000-character cap leaves the number it would cut out whole.
+    assert!(full.contains("好身份证…\""), "{full}");
+}
+
+/// A resident ID number other than [`ID`] with the same last 4 (`002X`): another birth
+/// date, the check character still `X`. What a guesser who knows the last 4 tries.
+fn same_last_four(n: usize) -> String {
+    const WEIGHTS: [u32; 17] = [7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2];
+    (0..)
+        .map(|day| {
+            format!(
+                "110105{}{:02}{:02}002",
+                1950 + day / 300,
+                1 + day / 28 % 12,
+                1 + day % 28
+            )
+        })
+        .filter(|body| {
+            let sum: u32 = body
+                .bytes()
+                .zip(WEIGHTS)
+                .map(|(b, w)| u32::from(b - b'0') * w)
+                .sum();
+            sum % 11 == 2 && format!("{body}X") != ID
+        })
+        .map(|body| format!("{body}X"))
+        .nth(n)
+        .unwrap_or_default()
+}
+
+/// Hits of a search as (memory id, score).
+fn hits(found: &Value) -> Vec<(String, String)> {
+    found["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["memory"]["memory_id"].to_string(), h["score"].to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guessed_number_gets_one_answer_right_or_wrong_and_every_guess_is_counted() {
+    let (_sandbox, node) = keyed_node("oracle", &[("security.sensitive-read-limit", 0)]).await;
+    let [x, y, admin] = clients(&node).await;
+    let user = "ivy";
+    x.must_create_memory(
+        user,
+        &json!({ "request_id": "m1", "kind": "profile", "status": "active",
+                 "text": format!("我的手机是{MOBILE}，身份证{ID}") }),
+    )
+    .await;
+    x.must_append_turn(user, &turn("t1", "s1", "联系电话138 1234 5678", "noted"))
+        .await;
+    // The vectors follow the writes: wait for them, so that every search sees the same index.
+    node.client().must_drain_pipeline().await;
+    let search = |client: &HttpClient, mode: &str, query: &str| {
+        let body = json!({ "query": query, "mode": mode, "k": 10 });
+        let client = client.clone();
+        async move {
+            client
+                .post(&format!("/v1/users/{user}/memories/search"), &body)
+                .await
+                .unwrap()
+        }
+    };
+    // A partial guess is no identifier: not counted, and nothing is indexed by those digits.
+    let partial = search(&x, "bm25", "138 1234").await;
+    assert_eq!(partial.status, StatusCode::OK, "{}", partial.text());
+    assert_eq!(hits(&partial.json()), [], "{}", partial.text());
+
+    // Right and wrong guesses sharing the last 4 the gateway sees get the same answer, in
+    // every mode (the hybrid score moves with the clock: its hits are compared).
+    let wrong_mobile = "13900005678";
+    let mut guesses = 0;
+    for mode in ["bm25", "dense", "hybrid"] {
+        let right = search(&x, mode, MOBILE).await;
+        let wrong = search(&x, mode, wrong_mobile).await;
+        guesses += 2;
+        assert_eq!(
+            (right.status, wrong.status),
+            (StatusCode::OK, StatusCode::OK)
+        );
+        let (right, wrong) = (hits(&right.json()), hits(&wrong.json()));
+        if mode == "bm25" {
+            assert!(!right.is_empty(), "found by the last 4 a gateway sees");
+            assert_eq!(right, wrong, "{mode}");
+        } else {
+            let ids =
+                |h: &[(String, String)]| h.iter().map(|(id, _)| id.clone()).collect::<Vec<_>>();
+            assert_eq!(ids(&right), ids(&wrong), "{mode}");
+        }
+    }
+    // Full ID numbers: the right one and wrong ones with the same last 4, answered alike
+    // until the anchor-match limit (10 by default), refused past it, right or wrong.
+    let right = search(&x, "bm25", ID).await;
+    guesses += 1;
+    assert_eq!(right.status, StatusCode::OK);
+    let right = hits(&right.json());
+    let mut answered = 0;
+    for n in 0..20 {
+        let reply = search(&x, "bm25", &same_last_four(n)).await;
+        if reply.status == StatusCode::OK {
+            assert_eq!(hits(&reply.json()), right, "guess {n}");
+            answered += 1;
+        } else {
+            assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text());
+            assert_eq!(reply.json()["code"], "approval_required");
+        }
+    }
+    assert_eq!(guesses + answered, 10, "every guess counted, found or not");
+    let refused = search(&x, "hybrid", ID).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "the right one too");
+    // A context whose question holds a guess past the limit is served, its sensitive
+    // items withheld.
+    let ctx = x
+        .must_context(user, "s2", &format!("身份证{ID}"))
+        .await
+        .to_string();
+    assert!(!ctx.contains("**************002X"), "{ctx}");
+
+    // The reviewer's probe: 300 candidate mobile numbers in one search are 300 guesses.
+    let many: Vec<String> = (0..300).map(|i| format!("139{i:04}{:04}", 5678)).collect();
+    let probe = search(&y, "bm25", &many.join(" ")).await;
+    assert_eq!(probe.status, StatusCode::FORBIDDEN, "{}", probe.text());
+    assert_eq!(probe.json()["code"], "approval_required");
+    // Y's searches without identifiers are not counted.
+    let plain = search(&y, "bm25", "手机").await;
+    assert_eq!(plain.status, StatusCode::OK);
+
+    // Admins are not counted; their approval clears X's 10 guesses (Y's refused probe
+    // counted nothing).
+    let by_admin = search(&admin, "bm25", ID).await;
+    assert_eq!(by_admin.status, StatusCode::OK);
+    let approval = admin
+        .must_post(&format!("/v1/admin/users/{user}/approvals"), &json!({}))
+        .await;
+    assert_eq!(approval["cleared"], 10, "{approval}");
+    let again = search(&x, "bm25", ID).await;
+    assert_eq!(again.status, StatusCode::OK);
 }

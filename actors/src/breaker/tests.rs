@@ -75,3 +75,35 @@ fn anchor_matches_have_their_own_budget() {
     );
     assert_eq!(counts.total(), 5);
 }
+
+#[test]
+fn a_query_with_several_guesses_counts_them_all_or_is_refused_whole() {
+    const M: Counter = Counter::Match;
+    let mut counts = Counts::default();
+    assert_eq!(
+        counts.count_many("a", M, POLICY, Timestamp(10), 2),
+        Verdict::Allowed
+    );
+    assert_eq!(counts.of("a", M), 2);
+    // Two more would pass the limit of 3: refused, and nothing counted.
+    assert_eq!(
+        counts.count_many("a", M, POLICY, Timestamp(11), 2),
+        Verdict::Refused { reads: 2 }
+    );
+    assert_eq!(counts.of("a", M), 2);
+    assert_eq!(
+        counts.count_many("a", M, POLICY, Timestamp(12), 1),
+        Verdict::Allowed
+    );
+    // A fresh principal asking more than the limit at once leaves no row behind.
+    assert_eq!(
+        counts.count_many("b", M, POLICY, Timestamp(13), 300),
+        Verdict::Refused { reads: 0 }
+    );
+    assert_eq!((counts.of("b", M), counts.total()), (0, 3));
+    // Nothing to count is always allowed.
+    assert_eq!(
+        counts.count_many("a", M, POLICY, Timestamp(14), 0),
+        Verdict::Allowed
+    );
+}

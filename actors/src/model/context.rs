@@ -199,8 +199,14 @@ pub fn assemble(
                 .map(|(_, text)| text.as_str());
             let (text, method) = match stored {
                 Some(text) => (text.to_owned(), "model"),
+                // Masked before it is cut: a cut through a number leaves a head that no
+                // longer reads as one.
                 None => (
-                    extractive_summary(&t.user_text, &t.assistant_text, &t.entities),
+                    extractive_summary(
+                        &gateway_text(&t.user_text),
+                        &gateway_text(&t.assistant_text),
+                        &t.entities,
+                    ),
                     "extractive",
                 ),
             };
@@ -284,6 +290,7 @@ pub fn assemble(
             .map(|q| extractor.extract(q))
             .unwrap_or_default(),
     ) {
+        let e = gateway_text(&e);
         if !entities.contains(&e) {
             entities.push(e);
         }
@@ -474,9 +481,10 @@ pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
     ) && record.expires_at.is_none_or(|at| at > now)
 }
 
-/// Text as a gateway may see it: ID, bank card, passport and mobile numbers masked.
+/// Text as a gateway may see it: ID, bank card, passport and mobile numbers masked, and what
+/// is left of a number that a cut went through ([`pii::mask_cut_digits`]).
 pub fn gateway_text(text: &str) -> String {
-    pii::mask(text, PiiLevel::Medium)
+    pii::for_gateway(text)
 }
 
 fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> ContextMemory {

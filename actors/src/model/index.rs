@@ -10,6 +10,12 @@
 //!   words, and the indexed vector mixes in `neighbour_weight` of theirs (both measured on
 //!   LoCoMo-dev: see docs/benchmarks.md).
 //!
+//! Personal data is indexed masked, as a gateway sees it ([`gateway_text`]), and a query's
+//! words are masked the same way: an ID, card, passport or mobile number is found by its
+//! last four characters at most, never by the digits a gateway does not see, so no search
+//! (whatever its mode) tells a right guess of a masked number from a wrong one with the same
+//! last four. Vectors are computed from the masked text too ([`crate::embed`]).
+//!
 //! Derived state only: built from storage when the actor starts, updated after each commit,
 //! and never persisted. It does no I/O and never logs text or vectors.
 //!
@@ -21,7 +27,7 @@ use std::sync::Arc;
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Trigger};
 use engram_storage::vector::VectorError;
 
-use super::context::is_live;
+use super::context::{gateway_text, is_live};
 use super::entities::EntityExtractor;
 use super::policy::kind_policy;
 use super::retrieve::{Analysis, DocFeatures, Query, Retriever, RetrieverParams, SearchMode};
@@ -183,9 +189,10 @@ impl MemoryIndex {
     ) -> Result<(), VectorError> {
         let id = record.memory_id.clone();
         let old = self.sources.get(&id);
-        let text = text
-            .or_else(|| old.map(|s| s.text.clone()))
-            .unwrap_or_else(|| record.summary_text.clone());
+        let text = match text {
+            Some(text) => gateway_text(&text),
+            None => old.map_or_else(|| gateway_text(&record.summary_text), |s| s.text.clone()),
+        };
         let analysis = match old {
             Some(old)
                 if old.text == text
@@ -252,7 +259,9 @@ impl MemoryIndex {
             return Ok(false);
         };
         let current = self.sources.get(memory_id);
-        if record.status == MemoryStatus::Deleted || current.is_none_or(|s| s.text != text) {
+        if record.status == MemoryStatus::Deleted
+            || current.is_none_or(|s| s.text != gateway_text(text))
+        {
             return Ok(false);
         }
         let record = record.clone();
@@ -317,7 +326,9 @@ impl MemoryIndex {
         query: &MemoryQuery<'_>,
     ) -> Result<Vec<(&MemoryRecord, f32)>, VectorError> {
         let keep = |id: &String, _: &DocFeatures| self.found(id, query).is_some();
-        let mut q = Query::new(query.text, query.k, query.mode)
+        // Found by what a gateway sees of it, never by the digits it does not.
+        let words = gateway_text(query.text);
+        let mut q = Query::new(&words, query.k, query.mode)
             .now(query.now)
             .filter(&keep);
         if let Some(vector) = query.vector {

@@ -67,29 +67,42 @@ pub fn priority_of(intent: &Intent) -> Option<Priority> {
 }
 
 /// An intent's fields (JSON text) as a gateway may see them: identifiers masked in every
-/// string of the object, its numbers and structure left as they are (masking the text as a
-/// whole would read a 13-digit timestamp as a card number and break the JSON). Text that is
-/// not JSON is masked whole.
+/// string, every object key and every number of the object, at any depth; a number that is
+/// an identifier (`{"phone":13812345678}`) becomes its mask, a string. Other numbers and the
+/// structure are left as they are (masking the text as a whole would read a 13-digit
+/// timestamp as a card number and break the JSON). Text that is not JSON is masked whole.
 pub fn masked_fields(fields: &str) -> String {
     match serde_json::from_str::<Value>(fields) {
         Ok(mut value) => {
-            mask_strings(&mut value);
+            mask_value(&mut value);
             value.to_string()
         }
-        Err(_) => pii::mask(fields, PiiLevel::Medium),
+        Err(_) => pii::for_gateway(fields),
     }
 }
 
-fn mask_strings(value: &mut Value) {
+fn mask_value(value: &mut Value) {
     match value {
-        Value::String(s) => *s = pii::mask(s, PiiLevel::Medium),
-        Value::Array(items) => items.iter_mut().for_each(mask_strings),
-        Value::Object(map) => map.values_mut().for_each(mask_strings),
-        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        Value::String(s) => *s = pii::for_gateway(s),
+        Value::Number(n) => {
+            if let Some(masked) = pii::mask_number(&n.to_string()) {
+                *value = Value::String(masked);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(mask_value),
+        Value::Object(map) => {
+            let entries = std::mem::take(map);
+            for (key, mut item) in entries {
+                mask_value(&mut item);
+                map.insert(pii::for_gateway(&key), item);
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
     }
 }
 
-/// The highest level of personal data in the strings of an intent's fields.
+/// The highest level of personal data in the strings, object keys and numbers of an
+/// intent's fields.
 pub fn fields_pii(fields: &str) -> PiiLevel {
     let mut strings = Vec::new();
     match serde_json::from_str::<Value>(fields) {
@@ -102,9 +115,20 @@ pub fn fields_pii(fields: &str) -> PiiLevel {
 fn collect_strings(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::String(s) => out.push(s.clone()),
+        Value::Number(n) => {
+            let n = n.to_string();
+            if pii::mask_number(&n).is_some() {
+                out.push(n);
+            }
+        }
         Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
-        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        Value::Object(map) => {
+            for (key, v) in map {
+                out.push(key.clone());
+                collect_strings(v, out);
+            }
+        }
+        Value::Null | Value::Bool(_) => {}
     }
 }
 
@@ -114,10 +138,12 @@ mod tests {
 
     #[test]
     fn masking_fields_masks_identifiers_in_strings_and_keeps_numbers_and_json() {
-        // 4111111111111111 passes the card checksum; a timestamp like it must stay a number.
-        let fields = r#"{"target":"card 4111111111111111","expires_at":4111111111111111,"n":[1]}"#;
+        // 1767225600009 (a time in milliseconds) passes the card checksum: it must stay a
+        // number.
+        let fields = r#"{"target":"card 4111111111111111","expires_at":1767225600009,"n":[1]}"#;
         let masked: Value = serde_json::from_str(&masked_fields(fields)).expect("still JSON");
-        assert_eq!(masked["expires_at"], 4_111_111_111_111_111_i64);
+        assert_eq!(masked["expires_at"], 1_767_225_600_009_i64);
+        assert_eq!(masked["n"], serde_json::json!([1]));
         assert!(
             !masked["target"]
                 .as_str()
@@ -125,9 +151,28 @@ mod tests {
                 .contains("4111111111111111")
         );
         assert_eq!(
-            fields_pii(r#"{"expires_at":4111111111111111}"#),
+            fields_pii(r#"{"expires_at":1767225600009}"#),
             PiiLevel::None
         );
         assert_eq!(fields_pii(fields), PiiLevel::High);
+    }
+
+    #[test]
+    fn identifiers_in_numbers_and_object_keys_are_masked_at_any_depth() {
+        let fields = r#"{"phone":13812345678,"a":{"b":[{"11010519491231002X":1},{"card":4111111111111111}]},"13912345678":"x","id":"110105 19491231 002X"}"#;
+        let masked = masked_fields(fields);
+        let value: Value = serde_json::from_str(&masked).expect("still JSON");
+        assert_eq!(value["phone"], "*******5678");
+        assert_eq!(value["a"]["b"][1]["card"], "************1111");
+        assert_eq!(value["*******5678"], "x");
+        for hidden in ["1381234", "1391234", "411111111111", "110105", "19491231"] {
+            assert!(!masked.contains(hidden), "{hidden} in {masked}");
+        }
+        assert_eq!(fields_pii(r#"{"phone":13812345678}"#), PiiLevel::Medium);
+        assert_eq!(fields_pii(r#"{"13812345678":true}"#), PiiLevel::Medium);
+        assert_eq!(
+            fields_pii(r#"{"x":[{"card":4111111111111111}]}"#),
+            PiiLevel::High
+        );
     }
 }

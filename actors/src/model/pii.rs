@@ -1,20 +1,24 @@
 //! Personal data in text: detection on write and masking on read.
 //!
 //! Detected: Chinese resident ID numbers (18 characters, the ISO 7064 MOD 11-2 check
-//! character verified), mainland mobile numbers (`1[3-9]` and 9 digits, optionally `+86`),
-//! e-mail addresses, bank card numbers (13 to 19 digits, spaces or dashes allowed between
-//! them, Luhn-valid) and passport numbers (Chinese formats: `E`/`G` and 8 digits, or `E`, a
-//! letter and 7 digits).
+//! character verified; or the first generation's 15 digits, with a province code and a date),
+//! mainland mobile numbers (`1[3-9]` and 9 digits, optionally `+86`), e-mail addresses, bank
+//! card numbers (13 to 19 digits, Luhn-valid) and passport numbers (Chinese formats: `E`/`G`
+//! and 8 digits, or `E`, a letter and 7 digits).
 //!
-//! Text is first brought to one width: full-width digits, letters and signs (`１３８`, `Ｅ`,
-//! `＠`) count as their ASCII forms, so `手机１３８...` is found like `手机138...`; offsets
-//! stay those of the text as given. Numbers with a check (ID numbers: MOD 11-2 and a
+//! Numbers are found as people write them: in groups with one space, `-` or `.` between
+//! groups (`138-1234-5678`, `138 1234 5678`, `110105 19491231 002X`, `6222 0202 0011 2233`;
+//! see [`numbers`]). Text is first brought to one form: full-width digits, letters and signs
+//! (`１３８`, `Ｅ`, `＠`) count as their ASCII forms, non-breaking and ideographic spaces
+//! (U+00A0, U+202F, U+3000) as a space, and zero-width characters (U+200B to U+200D, U+2060,
+//! U+FEFF) as nothing, so `手机１３８...` or `138\u{200B}1234...` is found like `手机138...`;
+//! offsets stay those of the text as given. Numbers with a check (ID numbers: MOD 11-2 and a
 //! plausible birth date; card numbers: Luhn) are found inside longer tokens
 //! (`ID11010519491231002X`, `card6222...`), where a card must also have a scheme's prefix
 //! and length; they never touch another digit (a window of a longer number passes a check by
-//! chance too often, so long order numbers stay). Numbers without a check (mobile and
-//! passport numbers) and e-mail addresses must stand alone: no ASCII letter or digit right
-//! before or after them (Chinese text around them is fine).
+//! chance too often, so long order numbers stay). Numbers without a check (mobile, passport
+//! and first-generation ID numbers) and e-mail addresses must stand alone: no ASCII letter or
+//! digit right before or after them (Chinese text around them is fine).
 //!
 //! Levels: ID, bank card and passport numbers are `high`; mobile numbers `medium`; e-mail
 //! addresses `low`. Masks keep at most the last 4 characters, never the leading ones (the
@@ -75,16 +79,14 @@ fn regex(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap_or_else(|e| panic!("pattern {pattern}: {e}"))
 }
 
-static RESIDENT_ID: LazyLock<Regex> = LazyLock::new(|| regex(r"[0-9]{17}[0-9Xx]"));
-static BANK_CARD: LazyLock<Regex> = LazyLock::new(|| regex(r"[0-9](?:[ -]?[0-9]){12,18}"));
-static MOBILE: LazyLock<Regex> = LazyLock::new(|| regex(r"(?:\+86[ -]?)?1[3-9][0-9]{9}"));
 static EMAIL: LazyLock<Regex> =
     LazyLock::new(|| regex(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"));
 static PASSPORT: LazyLock<Regex> = LazyLock::new(|| regex(r"[EeGg][0-9]{8}|[Ee][A-Za-z][0-9]{7}"));
 
 /// `text` with full-width forms (U+FF01 to U+FF5E: digits, letters, `＋`, `－`, `＠`, ...)
-/// and the ideographic space turned into their ASCII counterparts, one character for one,
-/// with the byte offset in `text` of each character of the result (and of its end).
+/// and the non-breaking and ideographic spaces turned into their ASCII counterparts, one
+/// character for one, and zero-width characters left out, with the byte offset in `text` of
+/// each character of the result (and of its end).
 struct Normalised<'a> {
     text: Cow<'a, str>,
     /// `(offset in the result, offset in the original)` of every character, then of the
@@ -92,17 +94,19 @@ struct Normalised<'a> {
     offsets: Vec<(usize, usize)>,
 }
 
-fn ascii_form(c: char) -> char {
+/// The character `c` counts as (`None`: a zero-width character, which counts as nothing).
+fn ascii_form(c: char) -> Option<char> {
     match u32::from(c) {
-        code @ 0xFF01..=0xFF5E => char::from_u32(code - 0xFF01 + 0x21).unwrap_or(c),
-        0x3000 => ' ',
-        _ => c,
+        code @ 0xFF01..=0xFF5E => Some(char::from_u32(code - 0xFF01 + 0x21).unwrap_or(c)),
+        0x3000 | 0x00A0 | 0x202F => Some(' '),
+        0x200B..=0x200D | 0x2060 | 0xFEFF => None,
+        _ => Some(c),
     }
 }
 
 impl<'a> Normalised<'a> {
     fn new(text: &'a str) -> Self {
-        if !text.chars().any(|c| ascii_form(c) != c) {
+        if !text.chars().any(|c| ascii_form(c) != Some(c)) {
             return Normalised {
                 text: Cow::Borrowed(text),
                 offsets: Vec::new(),
@@ -111,8 +115,10 @@ impl<'a> Normalised<'a> {
         let mut out = String::with_capacity(text.len());
         let mut offsets = Vec::with_capacity(text.len() + 1);
         for (at, c) in text.char_indices() {
-            offsets.push((out.len(), at));
-            out.push(ascii_form(c));
+            if let Some(c) = ascii_form(c) {
+                offsets.push((out.len(), at));
+                out.push(c);
+            }
         }
         offsets.push((out.len(), text.len()));
         Normalised {
@@ -139,13 +145,6 @@ fn stands_alone(text: &str, start: usize, end: usize) -> bool {
     let after = text[end..].chars().next();
     !before.is_some_and(|c| c.is_ascii_alphanumeric())
         && !after.is_some_and(|c| c.is_ascii_alphanumeric())
-}
-
-/// No digit right before or after `start..end` (letters may touch it).
-fn digits_end_at(text: &str, start: usize, end: usize) -> bool {
-    let before = text[..start].chars().next_back();
-    let after = text[end..].chars().next();
-    !before.is_some_and(|c| c.is_ascii_digit()) && !after.is_some_and(|c| c.is_ascii_digit())
 }
 
 /// Whether an 18-character resident ID number has the right check character.
@@ -249,38 +248,14 @@ fn find_items(text: &str) -> Vec<Finding> {
             found.push(Finding { kind, start, end });
         }
     };
-    // Numbers with a check character may touch letters (`ID11010519491231002X`), never
-    // other digits: a window of a longer number passes a check by chance too often.
-    for m in RESIDENT_ID.find_iter(text) {
-        let id = m.as_str();
-        if digits_end_at(text, m.start(), m.end())
-            && resident_id_valid(id)
-            && birth_date_plausible(id)
-        {
-            add(PiiKind::ResidentId, m.start(), m.end(), &mut found);
-        }
+    // Numbers, merged where candidates overlap (see [`numbers`]).
+    for c in numbers::merged(&numbers::candidates(text)) {
+        add(c.kind, c.start, c.end, &mut found);
     }
-    for m in BANK_CARD.find_iter(text) {
-        let digits = digits_of(m.as_str());
-        // A card glued to letters must also have an issuer's prefix and length.
-        let alone = stands_alone(text, m.start(), m.end());
-        if (13..=19).contains(&digits.len())
-            && luhn_valid(&digits)
-            && digits_end_at(text, m.start(), m.end())
-            && (alone || issuer_shaped(&digits))
-        {
-            add(PiiKind::BankCard, m.start(), m.end(), &mut found);
-        }
-    }
-    // Numbers without a check must stand alone.
+    // Passport numbers and e-mail addresses must stand alone.
     for m in PASSPORT.find_iter(text) {
         if stands_alone(text, m.start(), m.end()) {
             add(PiiKind::Passport, m.start(), m.end(), &mut found);
-        }
-    }
-    for m in MOBILE.find_iter(text) {
-        if stands_alone(text, m.start(), m.end()) {
-            add(PiiKind::Mobile, m.start(), m.end(), &mut found);
         }
     }
     for m in EMAIL.find_iter(text) {
@@ -313,15 +288,54 @@ fn anchor_kind(kind: PiiKind) -> Option<AnchorKind> {
     }
 }
 
+/// An identifier as it is anchored: its letters and digits alone, upper case; a
+/// first-generation ID number in its 18-character form. `None` if an ID number's finding
+/// holds more than one (overlapping candidates merged).
+fn anchor_value(kind: AnchorKind, item: &str) -> Option<String> {
+    let compact: String = item
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    match (kind, compact.len()) {
+        (AnchorKind::ResidentId, 15) => Some(numbers::second_generation(&compact)),
+        (AnchorKind::ResidentId, 18) | (AnchorKind::Passport, _) => Some(compact),
+        (AnchorKind::ResidentId, _) => None,
+    }
+}
+
 /// The resident ID and passport numbers in `text`, normalised, each once, in order.
 pub fn anchors_in(text: &str) -> Vec<(AnchorKind, String)> {
     let norm = Normalised::new(text);
+    let findings = detect_normalised(&norm.text);
+    let ids: Vec<numbers::Candidate> = if findings.iter().any(|f| f.kind == PiiKind::ResidentId) {
+        numbers::candidates(&norm.text)
+            .into_iter()
+            .filter(|c| c.kind == PiiKind::ResidentId)
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut found: Vec<(AnchorKind, String)> = Vec::new();
-    for f in detect_normalised(&norm.text) {
-        if let Some(kind) = anchor_kind(f.kind) {
-            let anchor = (kind, norm.text[f.start..f.end].to_ascii_uppercase());
-            if !found.contains(&anchor) {
-                found.push(anchor);
+    for f in findings {
+        let Some(kind) = anchor_kind(f.kind) else {
+            continue;
+        };
+        // An ID number's finding may be merged with overlapping numbers: its own candidates.
+        let items: Vec<&str> = if kind == AnchorKind::ResidentId {
+            ids.iter()
+                .filter(|c| f.start <= c.start && c.end <= f.end)
+                .map(|c| &norm.text[c.start..c.end])
+                .collect()
+        } else {
+            vec![&norm.text[f.start..f.end]]
+        };
+        for item in items {
+            if let Some(value) = anchor_value(kind, item) {
+                let anchor = (kind, value);
+                if !found.contains(&anchor) {
+                    found.push(anchor);
+                }
             }
         }
     }
@@ -335,7 +349,8 @@ pub fn anchor_of(value: &str) -> Option<(AnchorKind, String)> {
     let value = norm.text.trim();
     match detect_normalised(value).as_slice() {
         [f] if f.start == 0 && f.end == value.len() => {
-            anchor_kind(f.kind).map(|kind| (kind, value.to_ascii_uppercase()))
+            let kind = anchor_kind(f.kind)?;
+            Some((kind, anchor_value(kind, value)?))
         }
         _ => None,
     }
@@ -374,7 +389,14 @@ fn mask_item(kind: PiiKind, item: &str) -> String {
         out
     };
     match kind {
-        PiiKind::ResidentId => keep(item, 0, 4),
+        PiiKind::ResidentId => keep(
+            &item
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect::<String>(),
+            0,
+            4,
+        ),
         PiiKind::BankCard => keep(&digits_of(item), 0, 4),
         PiiKind::Passport => keep(item, 0, 2),
         PiiKind::Mobile => {
@@ -409,5 +431,95 @@ pub fn mask(text: &str, from: PiiLevel) -> String {
     out
 }
 
+/// `text` as a gateway may see it: ID, bank card, passport and mobile numbers masked, and
+/// what is left of a number that a cut went through ([`mask_cut_digits`]).
+pub fn for_gateway(text: &str) -> String {
+    // What a cut left first: a number's head ending in an item (`110105-19400101003…` holds
+    // a mobile-shaped `19400101003`) is masked whole, not around the item.
+    mask(&mask_cut_digits(text), PiiLevel::Medium)
+}
+
+/// Whether `text` holds an identifier a gateway sees masked (an ID, card, passport or mobile
+/// number): how many, each once.
+pub fn identifiers_in(text: &str) -> usize {
+    let norm = Normalised::new(text);
+    let mut seen: Vec<String> = Vec::new();
+    for f in detect_normalised(&norm.text) {
+        if rank(f.kind.level()) >= rank(PiiLevel::Medium) {
+            let item: String = norm.text[f.start..f.end]
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .map(|c| c.to_ascii_uppercase())
+                .collect();
+            if !seen.contains(&item) {
+                seen.push(item);
+            }
+        }
+    }
+    seen.len()
+}
+
+/// The mask of a number standing alone (a JSON number), if it is an identifier a gateway
+/// sees masked: an ID or mobile number, or a card number with a scheme's prefix and length
+/// (a 13-digit timestamp in milliseconds passes Luhn one time in ten, never a scheme).
+pub fn mask_number(number: &str) -> Option<String> {
+    let found = detect(number);
+    let identifier = found.iter().any(|f| match f.kind {
+        PiiKind::BankCard => issuer_shaped(&digits_of(&number[f.start..f.end])),
+        PiiKind::ResidentId | PiiKind::Passport | PiiKind::Mobile => true,
+        PiiKind::Email => false,
+    });
+    identifier.then(|| mask(number, PiiLevel::Medium))
+}
+
+/// The cut mark of a cut text.
+pub const CUT: char = '…';
+
+/// Digits right before a cut mark: the head of a number a cut went through.
+static HEAD_CUT: LazyLock<Regex> = LazyLock::new(|| regex(r"[0-9](?:[ .\-]?[0-9])*[Xx]?[ .\-]?…"));
+/// More than 4 digits right after a cut mark: the tail of a number a cut went through, longer
+/// than the last four characters a mask keeps.
+static TAIL_CUT: LazyLock<Regex> = LazyLock::new(|| regex(r"…[0-9](?:[ .\-]?[0-9Xx]){4,}"));
+
+/// `text` with what is left of numbers that a cut went through (digits right before `…`,
+/// more than 4 right after it) replaced by `*`: a cut made before masking leaves a number's head (an ID number's
+/// region and birth date, a card's issuer) that no longer reads as a number to mask. Texts
+/// cut now are masked first or cut at an item's edge; this covers texts stored cut before.
+pub fn mask_cut_digits(text: &str) -> String {
+    let norm = Normalised::new(text);
+    if !norm.text.contains(CUT) {
+        return text.to_owned();
+    }
+    let mut spans: Vec<(usize, usize)> = HEAD_CUT
+        .find_iter(&norm.text)
+        .chain(TAIL_CUT.find_iter(&norm.text))
+        .map(|m| (norm.original(m.start()), norm.original(m.end())))
+        .collect();
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in spans {
+        let start = start.max(at);
+        if start >= end {
+            continue;
+        }
+        out.push_str(&text[at..start]);
+        for c in text[start..end].chars() {
+            match ascii_form(c) {
+                Some('0'..='9' | 'X' | 'x') => out.push('*'),
+                Some(_) => out.push(c),
+                None => {}
+            }
+        }
+        at = end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+mod numbers;
+
+#[cfg(test)]
+mod leaks;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::pii;
+
 /// Whether `c` is a CJK character for token counting: ideographs, kana, hangul, and CJK or
 /// full-width punctuation.
 pub fn is_cjk(c: char) -> bool {
@@ -27,7 +29,10 @@ pub fn count_tokens(text: &str) -> usize {
     cjk + other.div_ceil(4)
 }
 
-/// `text` cut to at most `max` characters, with "…" marking a cut.
+/// `text` cut to at most `max` characters, with "…" marking a cut. A cut never goes through
+/// an item of personal data ([`pii::detect`]): one it would cut is left out whole, so no
+/// number's head (an ID number's region and birth date, a card's issuer) is left that no
+/// longer reads as a number to mask.
 pub fn truncate_chars(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
         return text.to_owned();
@@ -35,9 +40,32 @@ pub fn truncate_chars(text: &str, max: usize) -> String {
     if max == 0 {
         return String::new();
     }
-    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
+    let end = byte_at(text, max.saturating_sub(1));
+    let end = safe_end(&pii::detect(text), end);
+    let mut out = text[..end].to_owned();
+    out.push(pii::CUT);
     out
+}
+
+/// The byte offset of character `n` of `text` (its length past the end).
+fn byte_at(text: &str, n: usize) -> usize {
+    text.char_indices().nth(n).map_or(text.len(), |(at, _)| at)
+}
+
+/// `end`, or the start of the item of `found` it falls inside.
+fn safe_end(found: &[pii::Finding], end: usize) -> usize {
+    found
+        .iter()
+        .find(|f| f.start < end && end < f.end)
+        .map_or(end, |f| f.start)
+}
+
+/// `start`, or the end of the item of `found` it falls inside.
+fn safe_start(found: &[pii::Finding], start: usize) -> usize {
+    found
+        .iter()
+        .find(|f| f.start < start && start < f.end)
+        .map_or(start, |f| f.end)
 }
 
 /// Longest summary of one turn, in characters.
@@ -56,7 +84,8 @@ fn clauses(text: &str) -> impl Iterator<Item = &str> {
         .filter(|c| !c.is_empty())
 }
 
-/// At most `max` characters of `clause` around its first digit, "…" marking cuts.
+/// At most `max` characters of `clause` around its first digit, "…" marking cuts (never
+/// through an item of personal data: see [`truncate_chars`]).
 fn around_number(clause: &str, max: usize) -> String {
     let chars: Vec<char> = clause.chars().collect();
     if chars.len() <= max || max < 3 {
@@ -65,13 +94,16 @@ fn around_number(clause: &str, max: usize) -> String {
     let digit = chars.iter().position(char::is_ascii_digit).unwrap_or(0);
     let inner = max - 2;
     let start = digit.saturating_sub(inner / 3).min(chars.len() - inner);
+    let found = pii::detect(clause);
+    let from = safe_start(&found, byte_at(clause, start));
+    let to = safe_end(&found, byte_at(clause, start + inner)).max(from);
     let mut out = String::new();
-    if start > 0 {
-        out.push('…');
+    if from > 0 {
+        out.push(pii::CUT);
     }
-    out.extend(&chars[start..start + inner]);
-    if start + inner < chars.len() {
-        out.push('…');
+    out.push_str(&clause[from..to]);
+    if to < clause.len() {
+        out.push(pii::CUT);
     }
     out
 }

@@ -74,9 +74,17 @@ impl UserState {
             assemble(request, &turns, &self.index, extractor)
                 .map_err(|err| Error::Internal(format!("context ranking: {err}")))
         };
+        // The identifiers in the question count as anchor matches, found or not; past that
+        // limit the context is served with the sensitive items withheld.
+        let guesses = match &query.query {
+            Some(q) => self.count_guesses(reader, q).await?,
+            None => Verdict::Allowed,
+        };
         let mut ctx = ranked(&request)?;
         let sensitive = is_sensitive(&ctx, &turns, &self.index);
-        if self.count_sensitive(reader, sensitive).await? != Verdict::Allowed {
+        if guesses != Verdict::Allowed
+            || self.count_sensitive(reader, sensitive).await? != Verdict::Allowed
+        {
             request.withhold_sensitive = true;
             ctx = ranked(&request)?;
         }

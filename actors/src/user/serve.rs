@@ -7,7 +7,11 @@
 //!   identity-anchor match, is counted by the sensitive-read breaker per (principal, user) in
 //!   a fenced, sealed transaction of this actor; past the limit it is refused with
 //!   [`Error::ApprovalRequired`], except contexts, which are served with those items withheld
-//!   (an LLM call must not fail for it).
+//!   (an LLM call must not fail for it);
+//! - a non-admin search or context whose query holds identifiers (ID, card, passport or
+//!   mobile numbers) is counted like as many anchor matches, found or not, before it runs:
+//!   a guess of a masked number costs what an anchor match costs (past the limit a search is
+//!   refused, a context served with the sensitive items withheld).
 
 use engram_storage::data::UserData;
 use engram_storage::model::{PiiLevel, Turn};
@@ -58,12 +62,16 @@ impl UserState {
                     .note(&session, super::promote::candidates_shown(&ctx), now);
                 UserReply::Context(ctx)
             }
-            UserRequest::Search(query) => match self.search(query).await? {
-                Searched::Done(result) => {
-                    UserReply::Search(self.answer_search(reader, result).await?)
+            UserRequest::Search(query) => {
+                // Every guess counts, found or not, before the index is looked at.
+                self.guard_guesses(reader, &query.query).await?;
+                match self.search(query).await? {
+                    Searched::Done(result) => {
+                        UserReply::Search(self.answer_search(reader, result).await?)
+                    }
+                    Searched::Rerank(pending) => return Ok(Served::Rerank(pending)),
                 }
-                Searched::Rerank(pending) => return Ok(Served::Rerank(pending)),
-            },
+            }
             UserRequest::WriteMemory(req) => {
                 let mut ack = self.write_memory(req).await?;
                 ack.memory = redact::record(reader, ack.memory);
@@ -280,6 +288,25 @@ impl UserState {
         self.guard_counter(reader, sensitive, Counter::Read).await
     }
 
+    /// Counts the identifiers in a non-admin `reader`'s query as anchor matches, or refuses
+    /// the query.
+    async fn guard_guesses(&self, reader: &Reader, query: &str) -> Result<()> {
+        match self.count_guesses(reader, query).await? {
+            Verdict::Allowed => Ok(()),
+            Verdict::Refused { reads } => Err(Error::ApprovalRequired { reads }),
+        }
+    }
+
+    /// The breaker's verdict on the identifiers in a non-admin `reader`'s query, each counted
+    /// as an anchor match (when allowed): a guess of a masked number, found or not.
+    pub(super) async fn count_guesses(&self, reader: &Reader, query: &str) -> Result<Verdict> {
+        if reader.is_admin() {
+            return Ok(Verdict::Allowed);
+        }
+        let guesses = u32::try_from(pii::identifiers_in(query)).unwrap_or(u32::MAX);
+        self.count_events(reader, guesses, Counter::Match).await
+    }
+
     /// Counts an event of `counter` by a non-admin `reader`, or refuses it.
     async fn guard_counter(
         &self,
@@ -306,9 +333,21 @@ impl UserState {
     /// allowed); reads that show nothing sensitive, and admins' reads, are neither counted
     /// nor refused.
     async fn count(&self, reader: &Reader, sensitive: bool, counter: Counter) -> Result<Verdict> {
+        self.count_events(reader, u32::from(sensitive), counter)
+            .await
+    }
+
+    /// The breaker's verdict on `events` more events of `counter` by `reader` (all counted
+    /// when allowed, none when refused).
+    async fn count_events(
+        &self,
+        reader: &Reader,
+        events: u32,
+        counter: Counter,
+    ) -> Result<Verdict> {
         let policy = self.args.services.settings.breaker;
         // A user with no data has nothing to protect, and a read must not give them data.
-        if !sensitive || !self.has_data || reader.is_admin() || counter.threshold(policy) == 0 {
+        if events == 0 || !self.has_data || reader.is_admin() || counter.threshold(policy) == 0 {
             return Ok(Verdict::Allowed);
         }
         let (services, key) = self.scope_parts();
@@ -319,7 +358,7 @@ impl UserState {
             .run(self.lease()?, move |txn| {
                 let mut user = UserData::new(txn, &ks, &key.tenant, &key.user);
                 let mut counts: Counts = user.sensitive_reads()?.unwrap_or_default();
-                let verdict = counts.count(&principal, counter, policy, now);
+                let verdict = counts.count_many(&principal, counter, policy, now, events);
                 if verdict == Verdict::Allowed {
                     user.put_sensitive_reads(&counts)?;
                 }

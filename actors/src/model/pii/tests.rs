@@ -33,7 +33,7 @@ fn each_kind_is_found_with_its_checks() {
     assert_eq!(kinds("card 6222020200112233445"), Vec::<PiiKind>::new());
     assert_eq!(
         kinds("call 13812345678 or +86 139-0000-1111"),
-        [PiiKind::Mobile]
+        [PiiKind::Mobile, PiiKind::Mobile]
     );
     assert_eq!(kinds("电话+8613912345678"), [PiiKind::Mobile]);
     assert_eq!(kinds("mail li.lei@example.com.cn"), [PiiKind::Email]);
@@ -273,4 +273,131 @@ fn text_without_an_at_or_seven_digits_is_not_scanned() {
     assert!(may_hold_items("li@example.com"));
     // Full-width digits count once brought to one width (detect does that first).
     assert_eq!(kinds("手机１３８１２３４５６７８"), [PiiKind::Mobile]);
+}
+
+#[test]
+fn numbers_are_found_in_the_groups_people_write_them_in() {
+    let cases: &[(&str, PiiKind, &str)] = &[
+        ("手机138-1234-5678。", PiiKind::Mobile, "手机*******5678。"),
+        ("手机138 1234 5678。", PiiKind::Mobile, "手机*******5678。"),
+        ("手机138.1234.5678。", PiiKind::Mobile, "手机*******5678。"),
+        (
+            "手机138\u{A0}1234\u{A0}5678",
+            PiiKind::Mobile,
+            "手机*******5678",
+        ),
+        (
+            "call +86 138 1234 5678",
+            PiiKind::Mobile,
+            "call *******5678",
+        ),
+        (
+            "身份证110105 19491231 002X号",
+            PiiKind::ResidentId,
+            "身份证**************002X号",
+        ),
+        (
+            "身份证110105-1949-1231-002x",
+            PiiKind::ResidentId,
+            "身份证**************002x",
+        ),
+        // First generation: 15 digits, the year in two.
+        (
+            "老身份证110105491231002。",
+            PiiKind::ResidentId,
+            "老身份证***********1002。",
+        ),
+        (
+            "卡号6222\u{A0}0202\u{A0}0011\u{A0}2233\u{A0}446",
+            PiiKind::BankCard,
+            "卡号***************3446",
+        ),
+        (
+            "卡号6222\u{202F}0202\u{202F}0011\u{202F}2233\u{202F}446",
+            PiiKind::BankCard,
+            "卡号***************3446",
+        ),
+        (
+            "卡号6222\u{3000}0202\u{3000}0011\u{3000}2233\u{3000}446",
+            PiiKind::BankCard,
+            "卡号***************3446",
+        ),
+        (
+            "手机1\u{200B}38\u{200C}1234\u{200D}56\u{2060}7\u{FEFF}8",
+            PiiKind::Mobile,
+            "手机*******5678",
+        ),
+        (
+            "ID 1101\u{200B}0519491231002X",
+            PiiKind::ResidentId,
+            "ID **************002X",
+        ),
+    ];
+    for (text, kind, masked) in cases {
+        assert_eq!(kinds(text), [*kind], "{text:?}");
+        assert_eq!(mask(text, PiiLevel::Medium), *masked, "{text:?}");
+    }
+    // An ID number after another number is still found (every start is tried).
+    assert_eq!(
+        kinds("ref 123456 110105 19491231 002X"),
+        [PiiKind::ResidentId]
+    );
+    // A first-generation number anchors as its 18-character form.
+    assert_eq!(
+        anchor_of("110105491231002"),
+        Some((AnchorKind::ResidentId, ID.to_owned()))
+    );
+    assert_eq!(
+        anchors_in("身份证110105 19491231 002X"),
+        [(AnchorKind::ResidentId, ID.to_owned())]
+    );
+    // Not identifiers: dates, amounts, versions, 15 digits with no province or date.
+    for text in [
+        "2024-01-15 12:30",
+        "GMV 1 234 567 yuan",
+        "version 1.2.3.4",
+        "order 990105491231002",
+        "order 110105491331002",
+    ] {
+        assert_eq!(kinds(text), Vec::<PiiKind>::new(), "{text}");
+    }
+}
+
+#[test]
+fn queries_count_each_identifier_once() {
+    assert_eq!(identifiers_in("nothing here 2024"), 0);
+    assert_eq!(identifiers_in("li@example.com"), 0, "e-mail is not masked");
+    assert_eq!(
+        identifiers_in("13812345678 138-1234-5678 13912345678 11010519491231002X"),
+        3
+    );
+}
+
+#[test]
+fn what_a_cut_left_of_a_number_is_masked() {
+    assert_eq!(mask_cut_digits("卡号是62220212…"), "卡号是********…");
+    assert_eq!(
+        mask_cut_digits("身份证号1101051949123…"),
+        "身份证号*************…"
+    );
+    assert_eq!(mask_cut_digits("…1231002X end"), "…******** end");
+    assert_eq!(mask_cut_digits("手机138-…"), "手机***-…");
+    assert_eq!(
+        mask_cut_digits("…5678 end"),
+        "…5678 end",
+        "the last four may show"
+    );
+    assert_eq!(mask_cut_digits("no cut 13812345678"), "no cut 13812345678");
+}
+
+#[test]
+fn numbers_in_json_are_masked_only_when_they_are_identifiers() {
+    assert_eq!(mask_number("13812345678").as_deref(), Some("*******5678"));
+    assert_eq!(
+        mask_number("4111111111111111").as_deref(),
+        Some("************1111")
+    );
+    // A time in milliseconds that passes Luhn is no card number.
+    assert_eq!(mask_number("1767225600009"), None);
+    assert_eq!(mask_number("42"), None);
 }

@@ -18,7 +18,6 @@ use engram_actors::user::api::{
     ListSessions, MemoryWrite, SearchQuery, TurnRequest,
 };
 use engram_storage::access::Scope;
-use engram_storage::model::{MemoryKind, MemoryStatus};
 use tempfile::TempDir;
 
 /// A resident ID number with a valid check digit.
@@ -77,24 +76,7 @@ fn turn(request_id: &str) -> TurnRequest {
 }
 
 fn memory(request_id: &str, text: &str) -> MemoryWrite {
-    MemoryWrite {
-        request_id: request_id.into(),
-        memory_id: None,
-        kind: MemoryKind::Profile,
-        text: text.into(),
-        payload: serde_json::json!({}),
-        status: MemoryStatus::Active,
-        namespace: "default".into(),
-        scope: "global".into(),
-        confidence: 0.5,
-        salience: 0.5,
-        valid_from: None,
-        valid_to: None,
-        session_id: None,
-        source_route: None,
-        source_agent: None,
-        trace_id: None,
-    }
+    plain::memory_write(request_id, text)
 }
 
 fn search() -> SearchQuery {

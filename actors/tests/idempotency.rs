@@ -10,7 +10,7 @@ use engram_actors::user::UserMsg;
 use engram_actors::user::api::{MemoryWrite, StatusChange, SweepScope};
 use engram_storage::RangeOptions;
 use engram_storage::access::Scope;
-use engram_storage::model::{MemoryKind, MemoryStatus};
+use engram_storage::model::MemoryStatus;
 
 mod plain;
 
@@ -30,22 +30,8 @@ fn users(node: &Node) -> Users {
 
 fn memory(request_id: &str, text: &str) -> MemoryWrite {
     MemoryWrite {
-        request_id: request_id.into(),
-        memory_id: None,
-        kind: MemoryKind::Profile,
-        text: text.into(),
         payload: serde_json::json!({"note": text}),
-        status: MemoryStatus::Active,
-        namespace: "default".into(),
-        scope: "global".into(),
-        confidence: 0.5,
-        salience: 0.5,
-        valid_from: None,
-        valid_to: None,
-        session_id: None,
-        source_route: None,
-        source_agent: None,
-        trace_id: None,
+        ..plain::memory_write(request_id, text)
     }
 }
 

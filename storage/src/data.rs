@@ -414,23 +414,11 @@ impl<'t> UserData<'t> {
         before: Timestamp,
     ) -> Result<(usize, Option<Vec<u8>>)> {
         let range = self.keys.idempotencies();
-        let begin = match after {
-            Some(after) => [after, &[0u8]].concat(),
-            None => range.begin,
-        };
-        let rows = self
-            .txn
-            .get_range(&begin, &range.end, RangeOptions::first(limit))?;
-        let next = (rows.len() == limit && limit > 0).then(|| rows[rows.len() - 1].0.clone());
-        let mut removed = 0;
-        for (key, value) in rows {
-            let entry: IdempotencyEntry = self.open("idempotency entry", &key, &value)?;
-            if entry.at < before {
-                self.txn.clear(&key)?;
-                removed += 1;
-            }
-        }
-        Ok((removed, next))
+        self.load_data_key(false)?;
+        let (txn, data_key) = (&mut *self.txn, self.data_key.as_ref());
+        crate::idempotency::prune_page(txn, range, after, limit, before, |key, value| {
+            open_with(data_key, "idempotency entry", key, value)
+        })
     }
 
     /// Removes every key of this user, the expiry-index entries that point at them and the
@@ -541,14 +529,8 @@ impl<'t> UserData<'t> {
         if !crate::crypto::is_sealed(bytes) {
             return decode(what, bytes);
         }
-        let Some(data_key) = self.load_data_key(false)? else {
-            return Err(crate::Error::Decode {
-                what,
-                reason: "sealed, and the user has no data key (forgotten, or no key service)"
-                    .into(),
-            });
-        };
-        decode(what, &data_key.open(key, bytes)?)
+        let data_key = self.load_data_key(false)?;
+        open_with(data_key, what, key, bytes)
     }
 
     /// The user's data key: loaded (and unwrapped) once per transaction, created on the first
@@ -637,6 +619,26 @@ pub fn expired(
     limit: usize,
 ) -> Result<Vec<ExpiredRef>> {
     Ok(expired_page(txn, keyspace, now, None, limit)?.0)
+}
+
+/// A stored value of a user's, read with their data key (`None`: the keyspace seals nothing,
+/// or the user has no key) where it is sealed.
+fn open_with<T: serde::de::DeserializeOwned>(
+    data_key: Option<&crate::crypto::DataKey>,
+    what: &'static str,
+    key: &[u8],
+    bytes: &[u8],
+) -> Result<T> {
+    if !crate::crypto::is_sealed(bytes) {
+        return decode(what, bytes);
+    }
+    let Some(data_key) = data_key else {
+        return Err(crate::Error::Decode {
+            what,
+            reason: "sealed, and the user has no data key (forgotten, or no key service)".into(),
+        });
+    };
+    decode(what, &data_key.open(key, bytes)?)
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub mod data;
 mod error;
 #[cfg(feature = "fdb")]
 pub mod fdb;
+mod idempotency;
 pub mod keyspace;
 pub mod kv;
 pub mod model;

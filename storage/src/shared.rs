@@ -321,24 +321,14 @@ impl<'a> TenantData<'a> {
         limit: usize,
         before: Timestamp,
     ) -> Result<(usize, Option<Vec<u8>>)> {
-        let range = self.keys.idempotencies();
-        let begin = match after {
-            Some(after) => [after, &[0u8]].concat(),
-            None => range.begin,
-        };
-        let rows = self
-            .txn
-            .get_range(&begin, &range.end, RangeOptions::first(limit))?;
-        let next = (rows.len() == limit && limit > 0).then(|| rows[rows.len() - 1].0.clone());
-        let mut removed = 0;
-        for (key, value) in rows {
-            let entry: IdempotencyEntry = decode("idempotency entry", &value)?;
-            if entry.at < before {
-                self.txn.clear(&key)?;
-                removed += 1;
-            }
-        }
-        Ok((removed, next))
+        crate::idempotency::prune_page(
+            self.txn,
+            self.keys.idempotencies(),
+            after,
+            limit,
+            before,
+            |_, value| decode("idempotency entry", value),
+        )
     }
 }
 

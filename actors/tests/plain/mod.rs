@@ -12,10 +12,10 @@ use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{
-    ContextQuery, ListMemories, SearchQuery, SearchResult, TurnRequest,
+    ContextQuery, ListMemories, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
 };
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryKind, MemoryRecord, Timestamp};
+use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Keyspace, Store};
 use tempfile::TempDir;
@@ -150,4 +150,26 @@ pub async fn alice_stored(node: &Node, kind: MemoryKind) -> Vec<MemoryRecord> {
         .read(move |txn| UserData::new(txn, &ks, "acme", "alice").records(kind))
         .await
         .unwrap()
+}
+
+/// An active profile memory `text` written with `request_id`.
+pub fn memory_write(request_id: &str, text: &str) -> MemoryWrite {
+    MemoryWrite {
+        request_id: request_id.into(),
+        memory_id: None,
+        kind: MemoryKind::Profile,
+        text: text.into(),
+        payload: serde_json::json!({}),
+        status: MemoryStatus::Active,
+        namespace: "default".into(),
+        scope: "global".into(),
+        confidence: 0.5,
+        salience: 0.5,
+        valid_from: None,
+        valid_to: None,
+        session_id: None,
+        source_route: None,
+        source_agent: None,
+        trace_id: None,
+    }
 }

@@ -39,7 +39,7 @@ async fn clients(node: &Node) -> [HttpClient; 3] {
 async fn keyed_node(name: &str, settings: &[(&str, u32)]) -> (Sandbox, Node) {
     let sandbox = Sandbox::new();
     let keys = sandbox.path().join("master.keys");
-    std::fs::write(&keys, format!("1 {}\n", "3c".repeat(32))).unwrap();
+    engram_tests::harness::write_secret(&keys, &format!("1 {}\n", "3c".repeat(32)));
     let mut spec = sandbox.node(name).set(
         "security.master-key-file",
         keys.to_string_lossy().into_owned(),

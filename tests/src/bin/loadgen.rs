@@ -529,7 +529,7 @@ async fn spawn(args: &Args) -> anyhow::Result<Node> {
     let mut spec = sandbox.node("loadgen");
     if args.sealed {
         let keys = sandbox.path().join("master.keys");
-        std::fs::write(&keys, format!("1 {}\n", "5a".repeat(32))).expect("key file");
+        engram_tests::harness::write_secret(&keys, &format!("1 {}\n", "5a".repeat(32)));
         spec = spec.set(
             "security.master-key-file",
             keys.to_string_lossy().into_owned(),

@@ -1,4 +1,4 @@
-//! The search's reranker (issue 17): a cross-encoder reads the question with each of the
+//! The search's reranker: a cross-encoder reads the question with each of the
 //! first hybrid candidates and scores them; the two orders are fused by reciprocal rank
 //! (`k = 20`, equal weights), which on LoCoMo's checking half beat either order alone
 //! (docs/benchmarks.md, "A cross-encoder reranker"). It is opt-in per search

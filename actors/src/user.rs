@@ -42,8 +42,7 @@ use tokio::time::Instant;
 pub use self::access::FLUSH_AT;
 use self::api::{
     ClearAck, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
-    MemoryAck, MemoryWrite, ResolveAck, StatusChange, SweepReport, SweepScope, TurnAck,
-    TurnRequest,
+    MemoryAck, MemoryWrite, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
 };
 use self::load::load_index;
 use self::ops::{Prepared, TurnTexts, turn_text};
@@ -193,30 +192,6 @@ replayable!(
     DistilAck => "distil"
 );
 
-impl Replayable for MemoryAck {
-    const KIND: &'static str = "memory";
-
-    fn mark_replayed(&mut self) {
-        self.replayed = true;
-    }
-
-    fn records_mut(&mut self) -> Vec<&mut MemoryRecord> {
-        vec![&mut self.memory]
-    }
-}
-
-impl Replayable for ResolveAck {
-    const KIND: &'static str = "resolve-conflict";
-
-    fn mark_replayed(&mut self) {
-        self.replayed = true;
-    }
-
-    fn records_mut(&mut self) -> Vec<&mut MemoryRecord> {
-        self.memories.iter_mut().collect()
-    }
-}
-
 impl Actor for UserActor {
     type Msg = UserMsg;
     type State = UserState;
@@ -247,7 +222,9 @@ impl Actor for UserActor {
             accessed: access::Accessed::default(),
             used: promote::Used::default(),
             caller: String::new(),
-            idempotency_pruned: None,
+            // The first pruning waits an hour: an actor that stops sooner leaves its user's
+            // old entries to the sweeps.
+            idempotency_pruned: Some(Instant::now()),
         };
         state.count_records();
         Ok(state)

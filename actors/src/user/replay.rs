@@ -6,8 +6,33 @@
 use engram_storage::data::UserData;
 use engram_storage::model::{MemoryRecord, MemoryStatus};
 
+use super::api::{MemoryAck, ResolveAck};
 use super::{Replayable, UserState};
 use crate::error::Result;
+
+impl Replayable for MemoryAck {
+    const KIND: &'static str = "memory";
+
+    fn mark_replayed(&mut self) {
+        self.replayed = true;
+    }
+
+    fn records_mut(&mut self) -> Vec<&mut MemoryRecord> {
+        vec![&mut self.memory]
+    }
+}
+
+impl Replayable for ResolveAck {
+    const KIND: &'static str = "resolve-conflict";
+
+    fn mark_replayed(&mut self) {
+        self.replayed = true;
+    }
+
+    fn records_mut(&mut self) -> Vec<&mut MemoryRecord> {
+        self.memories.iter_mut().collect()
+    }
+}
 
 /// `record` without its texts, as an idempotency entry keeps it.
 pub(super) fn withhold(record: &mut MemoryRecord) {
@@ -51,8 +76,9 @@ pub(super) const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_se
 
 impl UserState {
     /// Removes the user's idempotency entries older than the retention
-    /// (`memory.idempotency-retention`), a page a transaction. Run when the actor starts
-    /// ticking, then at most once every [`PRUNE_EVERY`], and by every sweep of the user.
+    /// (`memory.idempotency-retention`), a page a transaction. Run by a live actor at
+    /// most once every [`PRUNE_EVERY`] (the first an hour after it started), and by every
+    /// sweep of the user.
     pub(super) async fn prune_idempotency(&mut self) -> Result<usize> {
         self.idempotency_pruned = Some(tokio::time::Instant::now());
         let (services, key) = self.scope_parts();

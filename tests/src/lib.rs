@@ -8,6 +8,7 @@
 pub mod chaos;
 pub mod harness;
 pub mod load;
+pub mod modules;
 pub mod netns;
 pub mod retrieval;
 pub mod storage_suite;

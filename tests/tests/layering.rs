@@ -1,9 +1,13 @@
-//! The dependency rule of the workspace (DESIGN.md section 2), checked with `cargo metadata`:
+//! The layering of the workspace (docs/architecture.md, "Layering"). Between crates, checked
+//! with `cargo metadata`:
 //! storage and inference depend on no workspace crate, actors on both, node wires everything,
 //! and nothing depends on node.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::process::Command;
+
+use engram_tests::modules::Graph;
 
 fn workspace_deps() -> BTreeMap<String, BTreeSet<String>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -84,4 +88,42 @@ fn crates_depend_only_in_the_allowed_direction() {
     for (name, d) in &deps {
         assert!(!d.contains("engram-node"), "{name} depends on node");
     }
+}
+
+/// Every crate's module graph, read from its sources (`engram_tests::modules`).
+fn graphs() -> Vec<(&'static str, Graph)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    [
+        ("storage", "storage/src/lib.rs"),
+        ("inference", "inference/src/lib.rs"),
+        ("actors", "actors/src/lib.rs"),
+        ("node", "node/src/main.rs"),
+        ("tests", "tests/src/lib.rs"),
+    ]
+    .into_iter()
+    .map(|(name, file)| (name, Graph::read(&root.join(file))))
+    .collect()
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let mut report = String::new();
+    let mut total = 0;
+    for (name, graph) in graphs() {
+        let circles = graph.circles();
+        let files: usize = circles.iter().map(|(m, _)| m.len()).sum();
+        println!(
+            "{name}: {} files, {} imports, {} circles ({} modules in circles)",
+            graph.files.len(),
+            graph.edges.len(),
+            circles.len(),
+            files
+        );
+        total += circles.len();
+        report.push_str(&graph.describe(&circles));
+    }
+    assert_eq!(total, 0, "import circles between modules:\n{report}");
 }

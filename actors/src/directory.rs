@@ -20,8 +20,9 @@ use ractor::{Actor, ActorId, ActorRef, RpcReplyPort};
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::front::{Ask, Reader, UserReply, UserRequest};
 use crate::placement::UserKey;
+use crate::request::{Ask, Reader, UserReply, UserRequest};
+use crate::roster::Roster;
 use crate::services::Services;
 use crate::supervisor::{ShardSupervisor, SupervisorArgs, SupervisorMsg};
 use crate::user::{EVICTABLE_AFTER, UserMsg};
@@ -148,7 +149,7 @@ impl Directory {
         key: &UserKey,
         request: R,
     ) -> Result<R::Reply> {
-        crate::front::typed::<R>(self.serve(reader, key, request.into()).await?)
+        crate::request::typed::<R>(self.serve(reader, key, request.into()).await?)
     }
 
     /// Sends a message without waiting (fault injection, fire-and-forget).
@@ -178,7 +179,7 @@ impl Directory {
 
     /// Whether `key`'s actor, sent [`UserMsg::Evict`], may stop: it was not used within
     /// [`EVICTABLE_AFTER`] since it was chosen. If it was, it stays and may be chosen again.
-    pub(crate) fn evictable(&self, key: &UserKey) -> bool {
+    fn evictable(&self, key: &UserKey) -> bool {
         let actors = self.actors.read();
         let Some(entry) = actors.get(key) else {
             return true;
@@ -336,12 +337,26 @@ impl Directory {
         let args = SupervisorArgs {
             shard,
             services: self.services.clone(),
-            directory,
+            roster: directory,
         };
         let (supervisor, _) = Actor::spawn(None, ShardSupervisor, args)
             .await
             .map_err(|e| Error::Unavailable(format!("cannot start shard supervisor: {e}")))?;
         supervisors.insert(shard, supervisor.clone());
         Ok(supervisor)
+    }
+}
+
+impl Roster for Directory {
+    fn evictable(&self, key: &UserKey) -> bool {
+        Directory::evictable(self, key)
+    }
+
+    fn left(&self, key: &UserKey, id: ActorId) {
+        self.remove(key, id);
+    }
+
+    fn restarted(&self, key: UserKey, actor: ractor::ActorCell) {
+        self.register(key, actor.into());
     }
 }

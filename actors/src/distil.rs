@@ -87,7 +87,7 @@ pub struct DistillationMetrics {
 
 impl DistillationMetrics {
     /// Counts a version the gate wrote.
-    pub fn count_written(&self, ack: &crate::user::api::IntentAck) {
+    pub fn count_written(&self, ack: &crate::request::user::IntentAck) {
         use std::sync::atomic::Ordering::Relaxed;
         self.written.fetch_add(1, Relaxed);
         for (yes, counter) in [

@@ -27,7 +27,6 @@ use std::time::{Duration, Instant};
 use engram_inference::{EmbeddingPool, ModelKind, Priority, TextRole};
 use lru::LruCache;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -36,28 +35,7 @@ use crate::model::pii;
 /// Query and topic embeddings a node caches, by default.
 pub const DEFAULT_CACHE_ENTRIES: usize = 10_000;
 
-/// Why a read ranked without its query's vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fallback {
-    /// The embedding did not come within the query deadline.
-    Deadline,
-    /// The pool refused the query (its queue, or the tenant's share, was full).
-    Overloaded,
-    /// The pool is closed or failed.
-    Unavailable,
-}
-
-impl Fallback {
-    /// The name used in responses and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fallback::Deadline => "deadline",
-            Fallback::Overloaded => "overloaded",
-            Fallback::Unavailable => "unavailable",
-        }
-    }
-}
+pub use crate::model::retrieve::Fallback;
 
 /// A query's embedding, or why the read goes on without it.
 #[derive(Debug, Clone, PartialEq)]

@@ -16,8 +16,8 @@ use engram_storage::keyspace::ExpiryTarget;
 
 use crate::directory::Directory;
 use crate::placement::UserKey;
+use crate::request::user::SweepScope;
 use crate::user::UserMsg;
-use crate::user::api::SweepScope;
 
 /// Entries read from the expiry index per transaction.
 const PAGE: usize = 1_000;

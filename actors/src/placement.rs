@@ -13,6 +13,9 @@
 
 use engram_storage::access::user_pseudonym;
 
+/// The user id the tenant's actor is placed under (not a valid user id).
+pub const SHARED_USER: &str = "#shared";
+
 /// A user, as (tenant, user id).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct UserKey {
@@ -32,14 +35,14 @@ impl UserKey {
     }
 
     /// The key of `tenant`'s actor of shared sets ([`crate::tenant`]): placed, supervised and
-    /// fenced like a user under the reserved id [`crate::tenant::SHARED_USER`].
+    /// fenced like a user under the reserved id [`SHARED_USER`].
     pub fn shared(tenant: impl Into<String>) -> Self {
-        UserKey::new(tenant, crate::tenant::SHARED_USER)
+        UserKey::new(tenant, SHARED_USER)
     }
 
     /// Whether this is the key of a tenant's actor of shared sets.
     pub fn is_shared(&self) -> bool {
-        self.user == crate::tenant::SHARED_USER
+        self.user == SHARED_USER
     }
 
     /// A stable 64-bit hash of the user, for placement.

@@ -12,9 +12,9 @@ use ractor::{
 };
 use tokio::time::Instant;
 
-use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::placement::UserKey;
+use crate::roster::Roster;
 use crate::services::Services;
 use crate::tenant::TenantActor;
 use crate::user::{UserActor, UserArgs, UserMsg};
@@ -40,8 +40,8 @@ pub struct SupervisorArgs {
     pub shard: u32,
     /// Shared handles.
     pub services: Services,
-    /// The node's directory.
-    pub directory: Arc<Directory>,
+    /// The node's table of live actors.
+    pub roster: Arc<dyn Roster>,
 }
 
 /// The supervisor's state: its children by user and by actor id, and recent restarts.
@@ -61,7 +61,7 @@ impl SupervisorState {
         let args = UserArgs {
             key: key.clone(),
             services: self.args.services.clone(),
-            directory: self.args.directory.clone(),
+            roster: Arc::clone(&self.args.roster),
         };
         let spawned = if key.is_shared() {
             Actor::spawn_linked(None, TenantActor, args, myself.get_cell()).await
@@ -80,7 +80,7 @@ impl SupervisorState {
         if self.children.get(&key).is_some_and(|a| a.get_id() == id) {
             self.children.remove(&key);
         }
-        self.args.directory.remove(&key, id);
+        self.args.roster.left(&key, id);
         Some(key)
     }
 
@@ -170,7 +170,7 @@ impl Actor for ShardSupervisor {
                 match state.start(&myself, key.clone()).await {
                     Ok(actor) => {
                         metrics.restarts.fetch_add(1, Ordering::Relaxed);
-                        state.args.directory.register(key, actor);
+                        state.args.roster.restarted(key, actor.get_cell());
                     }
                     Err(err) => {
                         tracing::warn!(shard, user = %state.args.services.log_id(&key), %err, "restart failed")

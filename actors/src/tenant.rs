@@ -14,7 +14,8 @@
 //! actor's tick removes expired SQL entries, examples unused for [`EXAMPLE_TTL_MS`], and
 //! idempotency entries older than a day.
 
-pub mod api;
+/// The payloads of a tenant's requests ([`crate::request::tenant`]).
+pub use crate::request::tenant as api;
 mod examples;
 pub mod literals;
 mod sets;
@@ -30,14 +31,13 @@ use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 
-use self::api::{ExampleAck, ImportAck, InvalidateAck, SettingsAck, SqlPutAck};
 use self::sets::SetIndex;
 use crate::error::{Error, Result};
-use crate::front::{Reader, UserReply, UserRequest};
+use crate::request::tenant::{ExampleAck, ImportAck, InvalidateAck, SettingsAck, SqlPutAck};
+use crate::request::{Reader, UserReply, UserRequest};
 use crate::user::{Replayable, UserArgs, UserMsg};
 
-/// The user id the tenant's actor is placed under (not a valid user id).
-pub const SHARED_USER: &str = "#shared";
+pub use crate::placement::SHARED_USER;
 /// An example not served or recorded for this long expires (30 days).
 pub const EXAMPLE_TTL_MS: i64 = 30 * 24 * 3_600_000;
 /// Failures after which an example is removed (more than three).
@@ -171,7 +171,7 @@ impl Actor for TenantActor {
                 let _ = reply.send(result);
             }
             UserMsg::Evict => {
-                if state.args.directory.evictable(&state.args.key) {
+                if state.args.roster.evictable(&state.args.key) {
                     let _ = state.flush_used().await;
                     state.leave(&myself, "evicted");
                 }
@@ -200,12 +200,16 @@ pub async fn embed_question(
     services: &crate::services::Services,
     tenant: &str,
     question: &str,
-) -> Option<api::QuestionVector> {
+) -> Option<crate::request::tenant::QuestionVector> {
     let embedder = services.embedder.as_ref()?;
     let normalised = sql::question(question).ok()?;
     Some(match embedder.query(tenant, &normalised).await {
-        crate::embed::QueryVector::Embedded(v) => api::QuestionVector::Embedded(v.to_vec()),
-        crate::embed::QueryVector::Fallback(why) => api::QuestionVector::Fallback(why),
+        crate::embed::QueryVector::Embedded(v) => {
+            crate::request::tenant::QuestionVector::Embedded(v.to_vec())
+        }
+        crate::embed::QueryVector::Fallback(why) => {
+            crate::request::tenant::QuestionVector::Fallback(why)
+        }
     })
 }
 
@@ -243,11 +247,11 @@ impl TenantState {
     async fn vector_of(
         &self,
         normalised: &str,
-        given: Option<api::QuestionVector>,
+        given: Option<crate::request::tenant::QuestionVector>,
     ) -> std::result::Result<Option<Vec<f32>>, crate::embed::Fallback> {
         match given {
-            Some(api::QuestionVector::Embedded(v)) => Ok(Some(v)),
-            Some(api::QuestionVector::Fallback(why)) => Err(why),
+            Some(crate::request::tenant::QuestionVector::Embedded(v)) => Ok(Some(v)),
+            Some(crate::request::tenant::QuestionVector::Fallback(why)) => Err(why),
             None => match &self.args.services.embedder {
                 None => Ok(None),
                 Some(embedder) => match embedder.query(self.tenant(), normalised).await {
@@ -259,7 +263,7 @@ impl TenantState {
     }
 
     fn leave(&mut self, myself: &ActorRef<UserMsg>, why: &str) {
-        self.args.directory.remove(&self.args.key, myself.get_id());
+        self.args.roster.left(&self.args.key, myself.get_id());
         myself.stop(Some(why.to_owned()));
     }
 
@@ -439,7 +443,10 @@ impl TenantState {
         })
     }
 
-    async fn write_settings(&mut self, req: api::WriteSettings) -> Result<SettingsAck> {
+    async fn write_settings(
+        &mut self,
+        req: crate::request::tenant::WriteSettings,
+    ) -> Result<SettingsAck> {
         sql::check_settings(&req.settings)?;
         let settings = req.settings.clone();
         let ack = self

@@ -10,7 +10,8 @@
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
 mod access;
-pub mod api;
+/// The payloads of a user's requests ([`crate::request::user`]).
+pub use crate::request::user as api;
 mod distil;
 pub mod intents;
 mod load;
@@ -40,10 +41,6 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 pub use self::access::FLUSH_AT;
-use self::api::{
-    ClearAck, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
-    MemoryAck, MemoryWrite, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
-};
 use self::load::load_index;
 use self::ops::{Prepared, TurnTexts, turn_text};
 use self::reads::{PendingRerank, Reranked};
@@ -51,13 +48,17 @@ use self::serve::Served;
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
-use crate::directory::Directory;
 use crate::error::{Error, Result};
-use crate::front::{Reader, UserReply, UserRequest};
 use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::MemoryIndex;
 use crate::model::pii;
 use crate::placement::UserKey;
+use crate::request::user::{
+    ClearAck, DistilAck, FeedbackAck, FeedbackRequest, ForgetAck, IntentAck, IntentWrite,
+    MemoryAck, MemoryWrite, StatusChange, SweepReport, SweepScope, TurnAck, TurnRequest,
+};
+use crate::request::{Reader, UserReply, UserRequest};
+use crate::roster::Roster;
 use crate::services::Services;
 
 /// An actor used this recently is not evicted to make room for another user.
@@ -126,8 +127,8 @@ pub struct UserArgs {
     pub key: UserKey,
     /// Shared handles.
     pub services: Services,
-    /// The node's directory, to leave it when passivating.
-    pub directory: Arc<Directory>,
+    /// The node's table of live actors: may it stop to make room, and that it stopped.
+    pub roster: Arc<dyn Roster>,
 }
 
 /// The actor's state: a cache of the user's records and their index.
@@ -298,7 +299,7 @@ impl Actor for UserActor {
             UserMsg::Evict => {
                 // Chosen as the least recently used when the node was full; a request that
                 // came in since keeps it.
-                if state.args.directory.evictable(&state.args.key) {
+                if state.args.roster.evictable(&state.args.key) {
                     state.flush_access().await;
                     state
                         .args
@@ -377,7 +378,7 @@ fn rerank_off_the_actor(
 impl UserState {
     /// Leaves the directory and stops (after the message being handled).
     fn leave(&mut self, myself: &ActorRef<UserMsg>, why: &str) {
-        self.args.directory.remove(&self.args.key, myself.get_id());
+        self.args.roster.left(&self.args.key, myself.get_id());
         myself.stop(Some(why.to_owned()));
     }
 

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::policy::Route;
 use crate::model::retrieve::SearchMode;
-use crate::user::api::Clarification;
+use crate::request::user::*;
 
 fn reader() -> Reader {
     Reader {

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use super::entities::EntityExtractor;
 use super::index::{MemoryIndex, MemoryQuery};
-use super::pii;
+pub use super::pii::gateway_text;
+pub use super::policy::is_live;
+
 use super::policy::{RAW_TURNS, Route};
 use super::retrieve::SearchMode;
 use super::text::{count_tokens, extractive_summary, truncate_chars};
@@ -155,7 +157,7 @@ pub struct MemoryContext {
     pub query_embedded: bool,
     /// Why a query was ranked without its vector (by words and priors), if it was.
     #[serde(default)]
-    pub fallback: Option<crate::embed::Fallback>,
+    pub fallback: Option<super::retrieve::Fallback>,
     /// nl2sql contexts: the tenant's cached metadata of the tables the query or the session
     /// mentions.
     #[serde(default)]
@@ -471,20 +473,6 @@ pub fn is_sensitive(ctx: &MemoryContext, turns: &[Turn], index: &MemoryIndex) ->
                     .get(&m.memory_id)
                     .is_some_and(|r| r.pii_level == PiiLevel::High)
             })
-}
-
-/// Whether a record may appear in a context at `now`.
-pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
-    matches!(
-        record.status,
-        MemoryStatus::Active | MemoryStatus::Candidate
-    ) && record.expires_at.is_none_or(|at| at > now)
-}
-
-/// Text as a gateway may see it: ID, bank card, passport and mobile numbers masked, and what
-/// is left of a number that a cut went through ([`pii::mask_cut_digits`]).
-pub fn gateway_text(text: &str) -> String {
-    pii::for_gateway(text)
 }
 
 fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> ContextMemory {

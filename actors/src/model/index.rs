@@ -27,8 +27,9 @@ use std::sync::Arc;
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Trigger};
 use engram_storage::vector::VectorError;
 
-use super::context::{gateway_text, is_live};
 use super::entities::EntityExtractor;
+use super::pii::gateway_text;
+use super::policy::is_live;
 use super::policy::kind_policy;
 use super::retrieve::{Analysis, DocFeatures, Query, Retriever, RetrieverParams, SearchMode};
 

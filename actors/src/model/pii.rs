@@ -519,6 +519,12 @@ pub fn mask_cut_digits(text: &str) -> String {
 
 mod numbers;
 
+/// Text as a gateway may see it: ID, bank card, passport and mobile numbers masked, and what
+/// is left of a number that a cut went through ([`mask_cut_digits`]).
+pub fn gateway_text(text: &str) -> String {
+    for_gateway(text)
+}
+
 #[cfg(test)]
 mod leaks;
 #[cfg(test)]

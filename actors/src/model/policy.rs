@@ -1,7 +1,7 @@
 //! The fixed policies of the memory model (DESIGN.md section 1): TTLs and salience decay per
 //! layer, the per-route slot budgets of the context, and the working-memory limits.
 
-use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
+use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 
 /// One day in milliseconds.
 pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;
@@ -155,6 +155,14 @@ impl Route {
             correction,
         }
     }
+}
+
+/// Whether a record may appear in a context at `now`.
+pub fn is_live(record: &MemoryRecord, now: Timestamp) -> bool {
+    matches!(
+        record.status,
+        MemoryStatus::Active | MemoryStatus::Candidate
+    ) && record.expires_at.is_none_or(|at| at > now)
 }
 
 #[cfg(test)]

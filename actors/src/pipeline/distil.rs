@@ -29,7 +29,7 @@ use super::{PipelineConfig, PipelineMetrics};
 use crate::directory::Directory;
 use crate::distil::Distillation;
 use crate::error::Error;
-use crate::user::api::IntentAck;
+use crate::request::user::IntentAck;
 use crate::user::intents::{Source, Verdict, gate};
 use crate::user::summaries;
 

@@ -18,17 +18,17 @@ use engram_storage::access::AuditEntry;
 use engram_storage::model::Timestamp;
 use engram_storage::shared::{Example, ExampleStatus};
 
-use super::api::{
-    ExampleAck, ExampleExport, ExampleFailure, ExampleHit, ExampleImport, ExampleList,
-    ExampleRecord, ExampleReview, ExampleSearch, ExampleSearchReply, ImportAck, MAX_EXAMPLE_PAGE,
-    MAX_EXAMPLES_SERVED, PortableExample, ReviewAction,
-};
 use super::sets::id_of;
 use super::sql::{question, servable_sql, sql_text};
 use super::statement::read_query;
 use super::{EXAMPLE_TTL_MS, MAX_FAILURES, TenantState};
 use crate::error::{Error, Result};
-use crate::front::Reader;
+use crate::request::Reader;
+use crate::request::tenant::{
+    ExampleAck, ExampleExport, ExampleFailure, ExampleHit, ExampleImport, ExampleList,
+    ExampleRecord, ExampleReview, ExampleSearch, ExampleSearchReply, ImportAck, MAX_EXAMPLE_PAGE,
+    MAX_EXAMPLES_SERVED, PortableExample, ReviewAction,
+};
 use crate::user::check_id;
 
 /// Examples a tenant's library holds at most.

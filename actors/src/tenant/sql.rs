@@ -7,14 +7,14 @@
 use engram_storage::shared::{SharedSettings, SqlEntry};
 
 use super::TenantState;
-use super::api::{
-    InvalidateAck, MAX_QUESTION_CHARS, MAX_SQL_BYTES, SqlHit, SqlInvalidate, SqlLookup,
-    SqlLookupReply, SqlPut, SqlPutAck,
-};
 use super::literals::literals;
 use super::sets::{id_of, normalise_question};
 use super::statement;
 use crate::error::{Error, Result};
+use crate::request::tenant::{
+    InvalidateAck, MAX_QUESTION_CHARS, MAX_SQL_BYTES, SqlHit, SqlInvalidate, SqlLookup,
+    SqlLookupReply, SqlPut, SqlPutAck,
+};
 use crate::user::check_id;
 
 /// Candidates above the threshold a lookup checks for the question's literals.

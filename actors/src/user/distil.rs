@@ -2,10 +2,10 @@
 //! result, whether the model follows), a message written without a turn (the seed's
 //! `/write`), and the counts of what the rules wrote.
 
-use super::api::{DistilAck, IntentAck, MessageWrite};
 use super::ops::Prepared;
 use super::{UserState, intents, validate};
 use crate::error::{Error, Result};
+use crate::request::user::{DistilAck, IntentAck, MessageWrite};
 
 impl UserState {
     /// What a write of `message` distils at once (`None`: the node does not distil).

@@ -25,9 +25,9 @@ use engram_storage::data::UserData;
 use engram_storage::model::{Intent, PiiLevel, Timestamp};
 use serde_json::{Value, json};
 
-use super::api::IntentAck;
 pub use crate::model::intent::{KEY_INTENT_TYPES, is_current, target_matches, target_of};
 use crate::model::pii;
+use crate::request::user::IntentAck;
 
 /// The gate's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

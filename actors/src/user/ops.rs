@@ -15,20 +15,20 @@ use engram_storage::model::{
 };
 use serde_json::json;
 
-use super::api::{
-    ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
-    MemoryWrite, TurnAck, TurnRequest,
-};
+use super::prepare::choice_preference;
 pub use super::prepare::{Prepared, TurnTexts, topic_phrase};
 use crate::error::Error;
 use crate::model::conflict::{Resolution, resolve};
 use crate::model::formation::{
-    Feedback, NewMemory, Preference, from_clarification, from_feedback, from_turn,
-    normalise_preference, profile,
+    Feedback, NewMemory, from_clarification, from_feedback, from_turn, profile,
 };
 use crate::model::pii;
 use crate::model::policy::{
     DAY_MS, REPEATED_CHOICE_THRESHOLD, SESSION_IDLE_MS, SESSION_MAX_TURNS, expiry,
+};
+use crate::request::user::{
+    ClearAck, FeedbackAck, FeedbackRequest, IntentAck, IntentWrite, MemoryAck, MemoryChange,
+    MemoryWrite, TurnAck, TurnRequest,
 };
 
 /// The stream a turn goes to when the gateway names no session.
@@ -165,22 +165,6 @@ pub fn append_turn(
         replayed: false,
     };
     Ok(Ok((ack, changed)))
-}
-
-/// The preference a choice counts towards: its topic as given (or one found in its value
-/// when the topic is empty) and its value.
-pub fn choice_preference(topic: &str, value: &str) -> Preference {
-    let phrase = format!("{topic}: {value}");
-    let (topic, value) = if topic.is_empty() {
-        normalise_preference(value)
-    } else {
-        (topic.to_owned(), value.to_owned())
-    };
-    Preference {
-        topic,
-        value,
-        phrase,
-    }
 }
 
 /// Records feedback on a turn: a dislike with a corrected SQL and a comment forms a

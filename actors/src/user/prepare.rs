@@ -14,16 +14,17 @@ use engram_storage::model::{
 };
 
 use super::UserState;
-use super::api::TurnRequest;
-use super::ops::choice_preference;
 use crate::embed::{Fallback, QueryVector};
 use crate::error::Result;
 use crate::model::conflict::record_topic;
 use crate::model::entities::EntityExtractor;
-use crate::model::formation::{TurnForm, clarification_text, profile};
+use crate::model::formation::{
+    Preference, TurnForm, clarification_text, normalise_preference, profile,
+};
 use crate::model::pii;
 use crate::model::policy::{ASSISTANT_TEXT_CAP, REPEATED_CHOICE_THRESHOLD};
 use crate::model::text::truncate_chars;
+use crate::request::user::TurnRequest;
 
 /// What a write computed before its transaction: embeddings of the texts it may store and of
 /// the topics it may compare. Empty when the node does not embed.
@@ -287,6 +288,22 @@ pub(super) fn split(
         Some(QueryVector::Embedded(v)) => (Some(v), None),
         Some(QueryVector::Fallback(why)) => (None, Some(why)),
         None => (None, None),
+    }
+}
+
+/// The preference a choice counts towards: its topic as given (or one found in its value
+/// when the topic is empty) and its value.
+pub fn choice_preference(topic: &str, value: &str) -> Preference {
+    let phrase = format!("{topic}: {value}");
+    let (topic, value) = if topic.is_empty() {
+        normalise_preference(value)
+    } else {
+        (topic.to_owned(), value.to_owned())
+    };
+    Preference {
+        topic,
+        value,
+        phrase,
     }
 }
 

@@ -14,10 +14,10 @@ use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 
-use super::api::MemoryChange;
 use super::ops::WriteScope;
 use crate::model::context::{MemoryContext, is_live};
 use crate::model::policy::{SESSION_IDLE_MS, expiry};
+use crate::request::user::MemoryChange;
 
 /// Sessions whose last context is remembered, at most (the least recently served is
 /// forgotten first).

@@ -12,13 +12,13 @@ use std::sync::atomic::Ordering;
 use engram_storage::model::{AnchorKind, ArchiveMode, TurnDigest};
 
 use super::UserState;
-use super::api::{
-    AnchorMatch, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchivePage, ArchiveQuery,
-    MAX_ARCHIVE_PAGE, MAX_MATCH_TEXT,
-};
 use super::validate::check_id;
 use crate::error::{Error, Result};
 use crate::model::pii;
+use crate::request::user::{
+    AnchorMatch, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchivePage, ArchiveQuery,
+    MAX_ARCHIVE_PAGE, MAX_MATCH_TEXT,
+};
 
 impl UserState {
     /// The anchors a write may record: all of them with a key service, none (counted)

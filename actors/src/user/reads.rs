@@ -3,17 +3,17 @@
 //! behind the context's slots. Both embed their question within the read deadline and
 //! otherwise rank by words and priors, saying so. Writes are in `user.rs` and [`super::ops`].
 
-use super::api::{ContextQuery, SearchHit, SearchQuery, SearchResult};
 use super::ops::DEFAULT_SESSION;
 use super::{UserState, intents, prepare, summaries, validate};
 use crate::breaker::Verdict;
 use crate::embed::Fallback;
 use crate::error::{Error, Result};
-use crate::front::Reader;
 use crate::model::context::{ContextRequest, MemoryContext, assemble, is_sensitive};
 use crate::model::index::MemoryQuery;
 use crate::model::policy::Route;
 use crate::model::retrieve::SearchMode;
+use crate::request::Reader;
+use crate::request::user::{ContextQuery, SearchHit, SearchQuery, SearchResult};
 use crate::rerank::{RerankFallback, RerankService};
 use engram_storage::model::Timestamp;
 

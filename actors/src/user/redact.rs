@@ -5,8 +5,8 @@
 
 use engram_storage::model::{MemoryRecord, RedactionLevel, Turn};
 
-use crate::front::Reader;
 use crate::model::context::gateway_text;
+use crate::request::Reader;
 
 /// The text of a record whose redaction level withholds it from non-admins.
 pub const WITHHELD: &str = "[withheld: personal data]";

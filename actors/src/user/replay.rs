@@ -6,9 +6,9 @@
 use engram_storage::data::UserData;
 use engram_storage::model::{MemoryRecord, MemoryStatus};
 
-use super::api::{MemoryAck, ResolveAck};
 use super::{Replayable, UserState};
 use crate::error::Result;
+use crate::request::user::{MemoryAck, ResolveAck};
 
 impl Replayable for MemoryAck {
     const KIND: &'static str = "memory";

@@ -7,11 +7,11 @@ use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::model::{MemoryRecord, MemoryStatus, Timestamp};
 
-use super::api::{ConflictChoice, MemoryAck, ResolveAck, ResolveConflict, StatusChange};
 use super::ops::{Outcome, PURGE_GRACE_MS, Prepared, WriteScope, find_record};
 use super::{UserState, validate};
 use crate::error::{Error, Result};
 use crate::model::policy::expiry;
+use crate::request::user::{ConflictChoice, MemoryAck, ResolveAck, ResolveConflict, StatusChange};
 
 /// Activates, suppresses or deletes a memory. Deleted memories are purged after a grace
 /// period; their embedding goes at once.

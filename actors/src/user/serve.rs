@@ -16,19 +16,19 @@
 use engram_storage::data::UserData;
 use engram_storage::model::{PiiLevel, Turn};
 
-use super::api::{
-    ApprovalAck, MAX_INTENT_PAGE, SearchHit, SearchResult, SessionListing, SessionMemory,
-    TITLE_CHARS,
-};
 use super::ops::{self, Prepared};
 use super::reads::{PendingRerank, Reranked, Searched};
 use super::validate::check_id;
 use super::{UserState, access, intents, redact};
 use crate::breaker::{Counter, Counts, Verdict};
 use crate::error::{Error, Result};
-use crate::front::{Reader, UserReply, UserRequest};
 use crate::model::pii;
 use crate::model::text::truncate_chars;
+use crate::request::user::{
+    ApprovalAck, MAX_INTENT_PAGE, SearchHit, SearchResult, SessionListing, SessionMemory,
+    TITLE_CHARS,
+};
+use crate::request::{Reader, UserReply, UserRequest};
 
 /// What serving a request gives.
 // Returned and matched at once, never stored: boxing every reply would cost an allocation a

@@ -14,10 +14,10 @@ use engram_storage::data::archive::RetentionRule;
 use engram_storage::model::{MemoryRecord, MemoryStatus, Timestamp};
 
 use super::UserState;
-use super::api::{SweepReport, SweepScope};
 use super::ops::{PURGE_GRACE_MS, Prepared, WriteScope, session_rule};
 use super::txn::written_under;
 use crate::error::Result;
+use crate::request::user::{SweepReport, SweepScope};
 
 /// Bytes of archived turns one sweep transaction writes at most (FoundationDB advises
 /// transactions under 1 MB).

@@ -3,12 +3,12 @@
 
 use engram_storage::model::{MemoryKind, MemoryStatus};
 
-use super::api::{
+use crate::error::{Error, Result};
+use crate::model::context::MIN_TOKEN_BUDGET;
+use crate::request::user::{
     ContextQuery, FeedbackRequest, IntentWrite, MemoryWrite, MessageWrite, ResolveConflict,
     SearchQuery, StatusChange, TurnRequest,
 };
-use crate::error::{Error, Result};
-use crate::model::context::MIN_TOKEN_BUDGET;
 
 /// Longest id (request, session, memory, tenant, user), in bytes.
 pub const MAX_ID_LEN: usize = 128;
@@ -260,7 +260,7 @@ pub(super) fn context(query: &ContextQuery) -> Result<()> {
 mod tests {
     use super::{MAX_BUDGET, MIN_TOKEN_BUDGET, check_id, context};
     use crate::model::policy::Route;
-    use crate::user::api::ContextQuery;
+    use crate::request::user::ContextQuery;
 
     #[test]
     fn a_token_budget_too_small_to_hold_a_context_is_refused_with_the_range() {

@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use serde_json::Value;
 
-use crate::model::context::gateway_text;
+use super::gateway_text;
 use crate::model::intent::masked_fields;
 use crate::model::text::{extractive_summary, truncate_chars};
 

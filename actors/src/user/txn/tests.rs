@@ -1,7 +1,7 @@
 //! Tests of the stored replies of retried requests.
 
 use super::*;
-use crate::user::api::{ClearAck, FeedbackAck, TurnAck};
+use crate::request::user::{ClearAck, FeedbackAck, TurnAck};
 
 fn turn_ack() -> TurnAck {
     TurnAck {

@@ -6,7 +6,13 @@
 //! cargo bench -p engram-actors --bench temporal
 //! ```
 //!
-//! `ENGRAM_BENCH_TEXTS` (default 5,000): texts of each language timed.
+//! `ENGRAM_BENCH_TEXTS` (default 5,000): texts of each language timed. `ENGRAM_EVAL_DATA`: the
+//! evaluation data directory (`locomo-dev.json`, `memdaily-dev/`), default `../shared/data`
+//! beside the repository. The sets stay outside the repository: they are public data sets under
+//! their own licences (LoCoMo, from snap-research/LoCoMo, is CC BY-NC 4.0; MemDaily comes from
+//! nuster1128/MemSim), used unchanged as their authors publish them (docs/architecture.md,
+//! "Evaluation data"). A relative path is read from the directory the bench runs in, which
+//! `cargo bench` makes this crate's.
 
 use std::time::Instant;
 
@@ -38,14 +44,34 @@ fn texts(paths: &[std::path::PathBuf], limit: usize) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// The evaluation data directory: `ENGRAM_EVAL_DATA`, else `../shared/data` beside the
+/// repository; one that is not there is an error naming the variable.
+fn eval_data() -> Result<std::path::PathBuf> {
+    let (data, from) = match std::env::var_os("ENGRAM_EVAL_DATA").filter(|v| !v.is_empty()) {
+        Some(dir) => (std::path::PathBuf::from(dir), "ENGRAM_EVAL_DATA"),
+        None => (
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
+            "the default, ../shared/data beside the repository",
+        ),
+    };
+    anyhow::ensure!(
+        data.is_dir(),
+        "the evaluation data directory {} ({from}) is not there: set ENGRAM_EVAL_DATA to the \
+         directory holding locomo-dev.json and memdaily-dev/ (the sets are public data kept \
+         outside the repository)",
+        data.display()
+    );
+    Ok(data)
+}
+
 fn main() -> Result<()> {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
+    let data = eval_data()?;
     let limit: usize = std::env::var("ENGRAM_BENCH_TEXTS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
     let mut memdaily: Vec<_> = std::fs::read_dir(data.join("memdaily-dev"))
-        .context("shared/data/memdaily-dev")?
+        .with_context(|| format!("listing {}/memdaily-dev", data.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     memdaily.sort();

@@ -1,7 +1,7 @@
 //! The lease round: heartbeats in the membership table, the live member set read from
 //! storage, rendezvous placement of shards over it, and taking, handing off and dropping shard
-//! leases with epochs (DESIGN.md section 4). What a write reads is in [`crate::ownership`],
-//! which this module fills in; that module does not know this one.
+//! leases with epochs (docs/architecture.md, "Leases and fencing"). What a write reads is in
+//! [`crate::ownership`], which this module fills in; that module does not know this one.
 //!
 //! How it works:
 //! - Each node runs a [`LeaseManager`] round every heartbeat interval: it writes its heartbeat

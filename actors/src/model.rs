@@ -1,5 +1,6 @@
-//! The memory model (DESIGN.md section 1) as pure functions over stored types: policies,
-//! entity extraction, text measures, formation, conflict resolution and context assembly.
+//! The memory model (docs/architecture.md, "Memory model") as pure functions over stored
+//! types: policies, entity extraction, text measures, formation, conflict resolution and
+//! context assembly.
 //!
 //! Nothing here does I/O or reads a clock: the user actor loads what it needs, calls these
 //! functions with the current time, and writes the outcome in one transaction.

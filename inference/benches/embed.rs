@@ -6,7 +6,9 @@
 //! Part 2: the [`EmbeddingPool`] under 1, 8 and 32 concurrent
 //! callers each sending one text per call, against the same callers taking turns on one
 //! direct encoder (unbatched calls), measured in the same run: throughput, p50/p99 latency
-//! and the throughput ratio. Texts are the conversation turns of `shared/data/locomo-dev.json`.
+//! and the throughput ratio. Texts are the conversation turns of `locomo-dev.json` in the
+//! evaluation data directory (`ENGRAM_EVAL_DATA`, default `../shared/data` beside the
+//! repository, where the public sets stay: `common::eval_data`).
 //!
 //! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench embed`
 //! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5; `ENGRAM_BENCH_DEVICE=cuda`

@@ -2,7 +2,9 @@
 //! score one question against 10, 30 and 50 candidate passages, as the retrieval program's
 //! `--rerank N` does, for float32, float16 and int8 linear layers taking turns in the same
 //! rounds (medians), and how far the packed precisions' scores are from float32's.
-//! Questions and passages are conversation turns of `shared/data/locomo-dev.json`.
+//! Questions and passages are conversation turns of `locomo-dev.json` in the evaluation data
+//! directory (`ENGRAM_EVAL_DATA`, default `../shared/data` beside the repository, where the
+//! public sets stay: `common::eval_data`).
 //!
 //! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench rerank`
 //! (`ENGRAM_BENCH_SECS` sets each measurement's length, default 5).

@@ -66,10 +66,11 @@ impl ModelKind {
     /// The cosine above which two short topic phrases ("chart type", "chart style") embedded
     /// as passages name the same topic, for the conflict rule of the memory model.
     ///
-    /// DESIGN.md's 0.85 suits MiniLM, whose cosines spread over the whole range. E5's are
-    /// compressed: unrelated topic phrases score 0.78-0.89 and paraphrases 0.93-0.98 (measured
-    /// on [`SAME_TOPIC`] and [`OTHER_TOPICS`]), so its threshold is 0.925. bge-small-en-v1.5
-    /// puts those paraphrases at 0.77-0.96 and the unrelated phrases at 0.48-0.70: 0.75.
+    /// The memory model's 0.85 (docs/architecture.md, "Memory model") suits MiniLM, whose
+    /// cosines spread over the whole range. E5's are compressed: unrelated topic phrases score
+    /// 0.78-0.89 and paraphrases 0.93-0.98 (measured on [`SAME_TOPIC`] and [`OTHER_TOPICS`]),
+    /// so its threshold is 0.925. bge-small-en-v1.5 puts those paraphrases at 0.77-0.96 and
+    /// the unrelated phrases at 0.48-0.70: 0.75.
     pub fn same_topic_threshold(self) -> f32 {
         match self {
             ModelKind::MultilingualE5Small => 0.925,

@@ -1,5 +1,5 @@
 //! The generation pool: the Qwen2 decoder behind a bounded, fair queue, with continuous
-//! batching (DESIGN.md section 5, the generative half).
+//! batching (docs/architecture.md, "Models", the generative model).
 //!
 //! Shape: one thread owns the model (one copy per node; the default 1.5B in half precision
 //! peaked at 5.6 GB resident in the distillation benchmark) and loads it first, so that a

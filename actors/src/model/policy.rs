@@ -1,5 +1,6 @@
-//! The fixed policies of the memory model (DESIGN.md section 1): TTLs and salience decay per
-//! layer, the per-route slot budgets of the context, and the working-memory limits.
+//! The fixed policies of the memory model (docs/architecture.md, "Memory model"): TTLs and
+//! salience decay per layer, the per-route slot budgets of the context, and the working-memory
+//! limits.
 
 use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 

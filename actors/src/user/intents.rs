@@ -1,5 +1,5 @@
 //! Distilled intents in storage: versions, and the validation gate every distilled result
-//! passes before it is written (seed design 004; DESIGN.md section 1).
+//! passes before it is written (seed design 004; docs/architecture.md, "Memory model").
 //!
 //! Versions are keyed by (type, version time) and never overwritten; the newest is the
 //! active one. [`write_version`] is the one place a version is written: by the gateway

@@ -1,10 +1,10 @@
-//! The model's summaries of older turns (DESIGN.md section 1, working memory): once a
-//! session's window holds more turns than the context shows raw ([`RAW_TURNS`]), the write
-//! that pushed a turn out of the raw part queues the session for the distillation lane
-//! ([`DistilTask::Summaries`], one entry per session however many writes queue it); the lane
-//! summarises its older turns that have no summary yet, at most [`SUMMARY_BATCH`] a round,
-//! each in 20 to 60 characters, and stores each once. Contexts show a stored summary, and
-//! the extractive one until it is stored (or when the model failed).
+//! The model's summaries of older turns (docs/architecture.md, "Memory model", working
+//! memory): once a session's window holds more turns than the context shows raw
+//! ([`RAW_TURNS`]), the write that pushed a turn out of the raw part queues the session for the
+//! distillation lane ([`DistilTask::Summaries`], one entry per session however many writes
+//! queue it); the lane summarises its older turns that have no summary yet, at most
+//! [`SUMMARY_BATCH`] a round, each in 20 to 60 characters, and stores each once. Contexts show
+//! a stored summary, and the extractive one until it is stored (or when the model failed).
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;

@@ -7,9 +7,34 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-/// Conversation turns of every LoCoMo sample, in file order.
+/// The directory of the evaluation sets: the one `ENGRAM_EVAL_DATA` names, else
+/// `../shared/data` beside the repository. The sets stay outside the repository: they are
+/// public data sets under their own licences (LoCoMo, from snap-research/LoCoMo, is
+/// CC BY-NC 4.0), used unchanged as their authors publish them (docs/architecture.md,
+/// "Evaluation data"). A relative path is read from the directory the bench runs in, which
+/// `cargo bench` makes this crate's. A directory that is not there is an error naming the
+/// variable.
+pub fn eval_data() -> Result<PathBuf> {
+    let (data, from) = match std::env::var_os("ENGRAM_EVAL_DATA").filter(|v| !v.is_empty()) {
+        Some(dir) => (PathBuf::from(dir), "ENGRAM_EVAL_DATA"),
+        None => (
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
+            "the default, ../shared/data beside the repository",
+        ),
+    };
+    anyhow::ensure!(
+        data.is_dir(),
+        "the evaluation data directory {} ({from}) is not there: set ENGRAM_EVAL_DATA to the \
+         directory holding locomo-dev.json (the sets are public data kept outside the repository)",
+        data.display()
+    );
+    Ok(data)
+}
+
+/// Conversation turns of every LoCoMo sample of `locomo-dev.json` in [`eval_data`], in file
+/// order.
 pub fn locomo_turns() -> Result<Vec<String>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/locomo-dev.json");
+    let path = eval_data()?.join("locomo-dev.json");
     let raw = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
     let samples: serde_json::Value = serde_json::from_slice(&raw)?;
     let mut turns = Vec::new();

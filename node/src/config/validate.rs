@@ -15,7 +15,7 @@ use super::{Backend, Config, ConfigError, Problem};
 
 mod inference;
 
-/// Shards each node should hold at least (DESIGN.md section 4).
+/// Shards each node should hold at least (docs/architecture.md, "Leases and fencing").
 const MIN_SHARDS_PER_NODE: u32 = 10;
 
 /// FoundationDB ends every transaction after this long.

@@ -1,4 +1,4 @@
-//! The seed-compatible endpoints (DESIGN.md section 7), kept for gateways built against the
+//! The seed-compatible endpoints (docs/api.md), kept for gateways built against the
 //! design this product follows: sessions and their memory by `user_id` query parameter, and
 //! `/write` + `/recall` of distilled intents. They call the same actors as `/v1`.
 

@@ -1,5 +1,5 @@
-//! Pending inference: the durable queue of texts awaiting their embeddings (DESIGN.md section
-//! 5, "inference follows the writes").
+//! Pending inference: the durable queue of texts awaiting their embeddings
+//! (docs/architecture.md, "Memory model": embeddings follow the writes).
 //!
 //! A write that gives a record a text it has no vector for stores a [`PendingInference`] entry
 //! at `("u", tenant, user, "pend", memory_id)` in the same transaction, sealed like every value

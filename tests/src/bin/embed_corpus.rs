@@ -8,8 +8,10 @@
 //! cargo bench -p engram-storage --bench vector -- --data file:target/bench-data/e5-corpus-3000.f32
 //! ```
 //!
-//! The corpus is made of distinct texts of the evaluation data (shared/data: LoCoMo, then the
-//! MemDaily files in name order), in tiers, each tier over every session (a LoCoMo session, a
+//! The corpus is made of distinct texts of the evaluation data (LoCoMo, then the MemDaily
+//! files in name order, from `--data DIR`, else `ENGRAM_EVAL_DATA`, else `../shared/data`
+//! beside the repository: public sets under their own licences, kept outside the repository,
+//! `engram_tests::retrieval::dataset`), in tiers, each tier over every session (a LoCoMo session, a
 //! MemDaily trajectory) in file order, until `--count` plus [`HELD_OUT`] texts are reached:
 //! 1. every turn or message as the retrieval benchmark stores it (`[date] speaker: text`, with
 //!    a shared photo's caption);
@@ -81,6 +83,10 @@ struct Args {
     /// Print what the corpus is made of, and stop before loading the model.
     #[arg(long)]
     dry_run: bool,
+    /// The evaluation data directory (default: `ENGRAM_EVAL_DATA`, else `../shared/data`
+    /// beside the repository).
+    #[arg(long)]
+    data: Option<PathBuf>,
 }
 
 /// One session's turns, as stored (with dates) and plain (without).
@@ -332,7 +338,7 @@ fn main() -> Result<()> {
             .join(format!("e5-corpus-{}.f32", args.count))
     });
 
-    let files = dataset::default_files()?;
+    let files = dataset::default_files(&dataset::data_dir(args.data.as_deref())?)?;
     let (sessions, all_questions) = load(&files)?;
     let turns: usize = sessions.iter().map(|s| s.plain.len()).sum();
     let (texts, tiers) = derive(&sessions, args.count + HELD_OUT);

@@ -1,4 +1,4 @@
-//! `retrieval`: the retrieval benchmark. Loads LoCoMo and MemDaily files (shared/data), writes
+//! `retrieval`: the retrieval benchmark. Loads LoCoMo and MemDaily files, writes
 //! every conversation into a fresh user through the user actors (the gateway's write path:
 //! one turn a passage, stored in a temporary SQLite file, embedded by the pipeline after the
 //! commit), waits for the pipeline to drain (and prints how long that took), asks every
@@ -12,8 +12,14 @@
 //! half only, and the checking half shows how far they carry; `--whole` reports sets whole,
 //! `--half tuning` (or `checking`) one half only.
 //!
+//! The files are those named, or every file of the evaluation data directory: `--data DIR`,
+//! else `ENGRAM_EVAL_DATA`, else `../shared/data` beside the repository. The sets stay outside
+//! the repository because they are public data sets under their own licences (LoCoMo is
+//! CC BY-NC 4.0), used as their authors publish them (`engram_tests::retrieval::dataset`).
+//!
 //! ```text
-//! cargo run --release -p engram-tests --bin retrieval                       # all shared data
+//! cargo run --release -p engram-tests --bin retrieval                       # all the data
+//! retrieval --data /srv/eval-data                                           # elsewhere
 //! retrieval ../shared/data/locomo-dev.json --max-conversations 2            # a subset
 //! retrieval --fusion weighted --neighbour-weight 0 --neighbour-text false   # variants
 //! retrieval ../shared/data/memdaily-dev/*.json --pool                       # one user a file
@@ -74,8 +80,12 @@ enum ModelArg {
 #[derive(Debug, Parser)]
 #[command(name = "retrieval", about)]
 struct Args {
-    /// LoCoMo or MemDaily files (default: everything under shared/data).
+    /// LoCoMo or MemDaily files (default: every file of the evaluation data directory).
     files: Vec<PathBuf>,
+    /// The evaluation data directory, when no files are named (default: `ENGRAM_EVAL_DATA`,
+    /// else `../shared/data` beside the repository).
+    #[arg(long, conflicts_with = "files")]
+    data: Option<PathBuf>,
     /// Only the first N conversations (trajectories) of each file.
     #[arg(long)]
     max_conversations: Option<usize>,
@@ -167,7 +177,7 @@ fn main() -> Result<()> {
     let args = Args::parse();
     let command: Vec<String> = std::env::args().collect();
     let files = if args.files.is_empty() {
-        dataset::default_files()?
+        dataset::default_files(&dataset::data_dir(args.data.as_deref())?)?
     } else {
         args.files.clone()
     };

@@ -1,5 +1,12 @@
-//! Loading the evaluation sets (shared/data/README.md) into one shape: conversations of
-//! passages with questions whose evidence is a set of passage positions.
+//! Loading the evaluation sets into one shape: conversations of passages with questions whose
+//! evidence is a set of passage positions.
+//!
+//! The sets stay outside the repository, in a directory of their own ([`data_dir`]: `--data`,
+//! else `ENGRAM_EVAL_DATA`, else `../shared/data` beside the repository; its README.md says
+//! where each file comes from): they are public data sets under their own terms (LoCoMo, from
+//! snap-research/LoCoMo, is CC BY-NC 4.0; MemDaily comes from nuster1128/MemSim), kept
+//! unchanged as their authors publish them rather than redistributed with Engram
+//! (docs/architecture.md, "Evaluation data").
 //!
 //! LoCoMo: every turn is a passage (`dia_id`), category 5 (adversarial, no evidence) is
 //! skipped and malformed evidence lists ("D8:6; D9:17") are split. MemDaily: every message
@@ -176,10 +183,37 @@ fn dia_ids(evidence: &str) -> Vec<String> {
     out
 }
 
-/// Every evaluation file under shared/data: `locomo-dev.json`, then `memdaily-dev/*.json` in
-/// name order.
-pub fn default_files() -> Result<Vec<PathBuf>> {
-    let data = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data");
+/// The environment variable naming the directory of the evaluation sets.
+pub const DATA_ENV: &str = "ENGRAM_EVAL_DATA";
+
+/// The directory of the evaluation sets: `given` (a program's `--data`), else the directory
+/// `ENGRAM_EVAL_DATA` names, else `../shared/data` beside the repository (the sets are public
+/// data under their own licences, kept outside the repository: the module's documentation).
+/// A relative path is read from the directory the program runs in. A directory that is not
+/// there is an error naming `--data` and `ENGRAM_EVAL_DATA`.
+pub fn data_dir(given: Option<&Path>) -> Result<PathBuf> {
+    let (data, from) = match (given, std::env::var_os(DATA_ENV).filter(|v| !v.is_empty())) {
+        (Some(dir), _) => (dir.to_path_buf(), "--data"),
+        (None, Some(dir)) => (PathBuf::from(dir), DATA_ENV),
+        (None, None) => (
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"),
+            "the default, ../shared/data beside the repository",
+        ),
+    };
+    if !data.is_dir() {
+        bail!(
+            "the evaluation data directory {} ({from}) is not there: pass --data DIR or set \
+             {DATA_ENV} to the directory holding locomo-dev.json and memdaily-dev/ (the sets \
+             are public data kept outside the repository)",
+            data.display()
+        );
+    }
+    Ok(data)
+}
+
+/// Every evaluation file under `data` ([`data_dir`]): `locomo-dev.json`, then
+/// `memdaily-dev/*.json` in name order.
+pub fn default_files(data: &Path) -> Result<Vec<PathBuf>> {
     let mut files = vec![data.join("locomo-dev.json")];
     let mut memdaily: Vec<PathBuf> = std::fs::read_dir(data.join("memdaily-dev"))
         .with_context(|| format!("listing {}/memdaily-dev", data.display()))?

@@ -19,7 +19,17 @@ use engram_inference::distil::shots::ShotLibrary;
 use engram_storage::WorkQueue;
 
 use crate::pipeline::{Pipeline, PipelineConfig};
-use crate::user::intents::GateRules;
+
+/// The gate's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateRules {
+    /// How long a version is served (ms).
+    pub ttl_ms: i64,
+    /// A result of the same type within this long replaces the earlier version (ms).
+    pub replace_within_ms: i64,
+    /// Versions kept per type.
+    pub max_versions: usize,
+}
 
 /// The distillation settings (the node's `[distillation]`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,6 +24,7 @@ pub mod breaker;
 pub mod clock;
 pub mod cluster;
 pub mod directory;
+pub mod dispatch;
 pub mod distil;
 pub mod embed;
 mod error;

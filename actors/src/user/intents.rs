@@ -25,20 +25,10 @@ use engram_storage::data::UserData;
 use engram_storage::model::{Intent, PiiLevel, Timestamp};
 use serde_json::{Value, json};
 
+use crate::distil::GateRules;
 pub use crate::model::intent::{KEY_INTENT_TYPES, is_current, target_matches, target_of};
 use crate::model::pii;
 use crate::request::user::IntentAck;
-
-/// The gate's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GateRules {
-    /// How long a version is served (ms).
-    pub ttl_ms: i64,
-    /// A result of the same type within this long replaces the earlier version (ms).
-    pub replace_within_ms: i64,
-    /// Versions kept per type.
-    pub max_versions: usize,
-}
 
 /// Where a distilled result comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,11 +24,11 @@ use engram_storage::WorkQueue;
 use engram_storage::model::{DistilTask, PendingDistillation, TurnSummary};
 use tokio::task::JoinSet;
 
-use super::round::{Part, RoundOutcome, fenced, leased, read};
-use super::{PipelineConfig, PipelineMetrics};
+use super::embedding::{Part, RoundOutcome, fenced, leased, read};
 use crate::directory::Directory;
 use crate::distil::Distillation;
 use crate::error::Error;
+use crate::pipeline::{PipelineConfig, PipelineMetrics};
 use crate::request::user::IntentAck;
 use crate::user::intents::{Source, Verdict, gate};
 use crate::user::summaries;

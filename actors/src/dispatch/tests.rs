@@ -11,11 +11,12 @@ use engram_storage::model::{MemoryKind, PendingInference, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::{Keyspace, Store};
 
-use super::round::{embed, read, store};
+use super::embedding::{embed, read, store};
 use super::*;
 use crate::clock::{ManualClock, SharedClock};
 use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
+use crate::pipeline::PipelineConfig;
 use crate::services::{Metrics, Settings};
 
 fn record(id: &str, text: &str) -> engram_storage::model::MemoryRecord {

@@ -11,10 +11,10 @@ use engram_storage::data::pending::{Completion, Pending};
 use engram_storage::model::{Embedding, PendingInference, Timestamp};
 use tokio::task::JoinSet;
 
-use super::{PipelineConfig, PipelineMetrics};
 use crate::directory::Directory;
 use crate::error::{Error, Result};
 use crate::ownership::{fenced_write, fenced_write_each};
+use crate::pipeline::{PipelineConfig, PipelineMetrics};
 use crate::placement::UserKey;
 use crate::user::{EmbeddedText, UserMsg};
 

@@ -127,3 +127,114 @@ fn no_module_imports_a_module_that_imports_it_back() {
     }
     assert_eq!(total, 0, "import circles between modules:\n{report}");
 }
+
+/// The files of `krate` whose module is `prefix` or below it.
+fn under<'a>(
+    graph: &'a Graph,
+    prefix: &str,
+) -> impl Iterator<Item = &'a engram_tests::modules::File> {
+    let nested = format!("{prefix}::");
+    graph
+        .files
+        .iter()
+        .filter(move |(name, _)| *name == prefix || name.starts_with(&nested))
+        .map(|(_, file)| file)
+}
+
+/// The imports from modules at or under `from` of modules at or under any of `to`, as lines
+/// for a failure message.
+fn imports(graph: &Graph, from: &str, to: &[&str]) -> Vec<String> {
+    let inside =
+        |module: &str, prefix: &str| module == prefix || module.starts_with(&format!("{prefix}::"));
+    graph
+        .edges
+        .iter()
+        .filter(|e| inside(&e.from, from) && to.iter().any(|t| inside(&e.to, t)))
+        .map(|e| format!("{} -> {}::{} (line {})", e.from, e.to, e.name, e.line))
+        .collect()
+}
+
+fn graph(name: &str) -> Graph {
+    graphs()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, g)| g)
+        .unwrap()
+}
+
+/// A user's or a tenant's actor is reached through the router and the directory, and never
+/// reaches back up: it holds only the narrow roster handle (whether it may stop, that it
+/// stopped), so a change to an actor never touches the router, the directory or the
+/// dispatcher that delivers vectors to it.
+#[test]
+fn user_and_tenant_actors_never_import_the_router_the_directory_or_the_dispatcher() {
+    let actors = graph("actors");
+    for actor in ["user", "tenant", "supervisor"] {
+        let found = imports(&actors, actor, &["front", "directory", "dispatch"]);
+        assert!(
+            found.is_empty(),
+            "{actor} reaches up:\n{}",
+            found.join("\n")
+        );
+    }
+}
+
+/// What can be asked is a leaf: the requests, their payloads and replies, and the reader
+/// import no actor, router, directory or service, so a node and its peers agree on them
+/// without either side's internals.
+#[test]
+fn requests_import_no_actor_router_or_service() {
+    let actors = graph("actors");
+    let above = [
+        "user",
+        "tenant",
+        "supervisor",
+        "directory",
+        "front",
+        "services",
+        "pipeline",
+        "dispatch",
+        "distil",
+        "jobs",
+        "cluster",
+    ];
+    let found = imports(&actors, "request", &above);
+    assert!(found.is_empty(), "request imports:\n{}", found.join("\n"));
+}
+
+/// The memory model (formation, conflicts, retrieval, context assembly, personal data) is
+/// plain functions over data: no actor runtime, no async runtime, so it is tested and
+/// benchmarked without either.
+#[test]
+fn the_memory_model_uses_neither_ractor_nor_tokio() {
+    let actors = graph("actors");
+    for file in under(&actors, "model") {
+        for runtime in ["ractor", "tokio"] {
+            assert!(
+                !file.externs.contains(runtime),
+                "{} uses {runtime}",
+                file.path.display()
+            );
+        }
+    }
+}
+
+/// Storage and inference know nothing of each other's or the actors' runtime roles: storage
+/// never starts an actor, and the storage crate's data layer never names a backend.
+#[test]
+fn storage_data_layer_names_no_backend() {
+    let storage = graph("storage");
+    let found = imports(&storage, "data", &["sqlite", "fdb"]);
+    assert!(
+        found.is_empty(),
+        "data names a backend:\n{}",
+        found.join("\n")
+    );
+    for file in storage.files.values() {
+        assert!(
+            !file.externs.contains("ractor"),
+            "{} uses ractor",
+            file.path.display()
+        );
+    }
+}

@@ -48,7 +48,8 @@ use serde::de::DeserializeOwned;
 
 pub use self::error::ApiError;
 use crate::audit::AuditLog;
-use crate::auth::{Authenticator, Caller};
+use crate::auth::Authenticator;
+use crate::caller::Caller;
 use crate::metrics::NodeMetrics;
 
 /// What every handler shares.

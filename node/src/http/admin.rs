@@ -21,7 +21,7 @@ use super::wire::admin::{
     RotateBody, UserView, UsersQuery, UsersResponse,
 };
 use super::{ApiError, ApiJson, AppState, ok, optional_json, page_limit, user_key};
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::keys;
 use engram_actors::user::api::{
     AnchorMatch, AnchorQuery, ApproveReads, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchiveQuery,

@@ -13,7 +13,7 @@ use utoipa::ToSchema;
 
 use super::wire::ErrorBody;
 use super::{ApiError, ApiJson, AppState, ok};
-use crate::auth::Caller;
+use crate::caller::Caller;
 
 /// Longest metadata entry, in bytes of JSON.
 pub const MAX_CONTENT_BYTES: usize = 16 * 1024;

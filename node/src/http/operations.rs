@@ -161,9 +161,11 @@ pub async fn drain(
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]
 /// Prometheus metrics.
 pub async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s
-        .metrics
-        .render_with(&s.users, &s.auth, s.cluster.as_deref());
+    let text = s.metrics.render_with(
+        &s.users,
+        s.auth.lookups(),
+        s.cluster.as_deref().map(|t| t.metrics.counts()),
+    );
     (
         [(
             axum::http::header::CONTENT_TYPE,

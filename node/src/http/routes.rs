@@ -24,7 +24,7 @@ use super::wire::{
     parse_route, parse_status, ts,
 };
 use super::{ApiError, ApiJson, AppState, ok, user_key};
-use crate::auth::Caller;
+use crate::caller::Caller;
 
 /// Longest accepted `limit` of a session's memory.
 pub const MAX_LIMIT: usize = 500;

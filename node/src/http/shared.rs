@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 
 use super::wire::ErrorBody;
 use super::{ApiError, ApiJson, AppState, ok};
-use crate::auth::Caller;
+use crate::caller::Caller;
 
 pub mod examples;
 pub mod settings;

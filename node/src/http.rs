@@ -46,7 +46,7 @@ use engram_actors::placement::UserKey;
 use engram_actors::user::check_id;
 use serde::de::DeserializeOwned;
 
-pub use self::error::ApiError;
+pub use self::error::{ApiError, ErrorBody};
 use crate::audit::AuditLog;
 use crate::auth::Authenticator;
 use crate::caller::Caller;

@@ -11,8 +11,7 @@ use engram_storage::schema::{self, MAX_ENTRIES, SchemaEntry};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::wire::ErrorBody;
-use super::{ApiError, ApiJson, AppState, ok};
+use super::{ApiError, ApiJson, AppState, ErrorBody, ok};
 use crate::caller::Caller;
 
 /// Longest metadata entry, in bytes of JSON.

@@ -4,10 +4,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::wire::{
-    ClusterStatus, DrainBody, DrainResponse, ErrorBody, LeaseView, MemberView, PipelineStatus,
-};
-use super::{ApiError, AppState, ok, optional_json};
+use super::wire::{ClusterStatus, DrainBody, DrainResponse, LeaseView, MemberView, PipelineStatus};
+use super::{ApiError, AppState, ErrorBody, ok, optional_json};
 
 #[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "The process is up")))]
 /// Liveness: the process answers.

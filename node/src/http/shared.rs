@@ -15,8 +15,7 @@ use engram_actors::tenant::api::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::wire::ErrorBody;
-use super::{ApiError, ApiJson, AppState, ok};
+use super::{ApiError, ApiJson, AppState, ErrorBody, ok};
 use crate::caller::Caller;
 
 pub mod examples;

@@ -7,8 +7,7 @@ use engram_storage::shared::{DomainSettings, SharedSettings};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::super::wire::ErrorBody;
-use super::super::{ApiError, ApiJson, AppState, ok};
+use super::super::{ApiError, ApiJson, AppState, ErrorBody, ok};
 use super::shared;
 use crate::caller::Caller;
 

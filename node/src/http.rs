@@ -23,6 +23,7 @@ pub mod middleware;
 mod openapi;
 mod operations;
 mod routes;
+mod rules;
 #[cfg(test)]
 mod security_tests;
 mod seed;

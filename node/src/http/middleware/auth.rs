@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::auth::{Access, Checked, DEFAULT_TENANT, Denied, TENANT_HEADER};
 use crate::caller::Caller;
-use crate::http::table::Rules;
+use crate::http::rules::Rules;
 use crate::http::{ApiError, AppState, ClientAddr};
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {

@@ -12,9 +12,10 @@
 //!
 //! This module knows no HTTP: the middleware that records each request
 //! (`http/middleware/audit.rs`) builds the entries; the user an entry names is the one the
-//! request's handler named ([`AuditedUser`]), never one parsed out of a query or a body here.
+//! request's handler named ([`AuditedUser`](crate::caller::AuditedUser)), never one parsed
+//! out of a query or a body here.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use engram_actors::clock::SharedClock;
@@ -22,7 +23,7 @@ use engram_storage::access::{self, AuditEntry, Scope};
 use engram_storage::{Keyspace, Store};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::metrics::NodeMetrics;
 
 /// Entries waiting for the writer, at most.
@@ -223,29 +224,3 @@ async fn write_loop(
 /// response extension.
 #[derive(Debug, Clone, Default)]
 pub struct AuditIds(pub Vec<String>);
-
-/// The user a request asked about, as its handler named it: the handler knows where a request
-/// names its user (the path, or the seed API's query string or body), the audit middleware
-/// does not. One slot per request, shared by the clones of the request's [`Caller`]; the
-/// middleware reads it after the handler ran.
-#[derive(Clone, Default)]
-pub struct AuditedUser(Arc<Mutex<Option<String>>>);
-
-impl AuditedUser {
-    /// Records that the request asks about `user` (the last one named wins).
-    pub fn set(&self, user: &str) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(user.to_owned());
-    }
-
-    /// The user the handler named, if it named one.
-    pub fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-impl std::fmt::Debug for AuditedUser {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // A user id is never printed; the trail holds its pseudonym.
-        f.write_str("AuditedUser(..)")
-    }
-}

@@ -15,17 +15,18 @@
 //! and `/v1/cluster` accepts only the root and operator keys so made (an operator key a
 //! tenant admin made before this rule is refused there).
 //!
-//! The result of authentication travels with the request as a [`Caller`] extension; the
-//! handler asks the user's actor through the front door with the caller's reader (key id,
-//! scope, tenant), which travels with the typed request to the owner, never as a header a
-//! client could set, together with the client's token: the owner authenticates it again and
-//! serves the request only for the reader it proves ([`PeerCallers`]).
+//! The result of authentication travels with the request as a
+//! [`Caller`](crate::caller::Caller) extension; the handler asks the user's actor through the
+//! front door with the caller's reader (key id, scope, tenant), which travels with the typed
+//! request to the owner, never as a header a client could set, together with the client's
+//! token: the owner authenticates it again and serves the request only for the reader it
+//! proves ([`PeerCallers`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use engram_actors::front::Credential;
 use engram_storage::access::{self, ApiKey, Scope};
 use engram_storage::model::Timestamp;
 use engram_storage::{Keyspace, Store};
@@ -33,10 +34,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 pub use self::limiter::RateLimiter;
-pub use self::lookup::LookupLimits;
 use self::lookup::{KeyList, LookupStats, MAX_SECRET_LEN, NegativeCache};
 pub use self::peers::PeerCallers;
-use crate::audit::AuditedUser;
+use crate::config::LookupLimits;
+use crate::metrics::KeyLookups;
 
 mod limiter;
 pub mod lookup;
@@ -52,33 +53,11 @@ pub const CLI: &str = "cli";
 pub const TENANT_HEADER: &str = "x-engram-tenant";
 /// Tenant the root key acts for when it names none.
 pub const DEFAULT_TENANT: &str = "default";
-/// Shortest accepted configured admin key.
-pub const MIN_ADMIN_KEY_LEN: usize = 32;
 /// How long a key row read from storage is trusted before it is read again (a revocation
 /// made on another node takes effect within this; on the node that made it, at once).
 const CACHE_TTL: Duration = Duration::from_secs(2);
 /// Key rows cached before stale ones are dropped.
 const MAX_CACHED_KEYS: usize = 100_000;
-
-/// Who is calling: a key (or the root), its scope, and the tenant it acts for.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    /// Key id (`root` for the configured admin key).
-    pub principal: String,
-    /// The key's scope.
-    pub scope: Scope,
-    /// Whether this is the configured admin key (admin of every tenant, and operator).
-    pub root: bool,
-    /// The tenant the request acts for.
-    pub tenant: String,
-    /// The client's address, as the node that accepted the connection saw it.
-    pub client: Option<String>,
-    /// The user the request asks about, once its handler names it (for its audit entry).
-    pub audited: AuditedUser,
-    /// The bearer token the client presented, which travels with a request to the user's
-    /// owner on another node, for it to authenticate the caller itself.
-    pub credential: Option<Credential>,
-}
 
 /// What a route needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -226,6 +205,19 @@ impl Authenticator {
     /// Negative answers held.
     pub fn unknown_ids_cached(&self) -> usize {
         self.unknown.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Its key lookups so far, for the node's metrics.
+    pub fn lookups(&self) -> KeyLookups {
+        let s = &self.stats;
+        KeyLookups {
+            unknown_cached: self.unknown_ids_cached(),
+            storage_reads: s.storage_reads.load(Ordering::Relaxed),
+            negative_hits: s.negative_hits.load(Ordering::Relaxed),
+            refused_by_address: s.refused_by_address.load(Ordering::Relaxed),
+            malformed: s.malformed.load(Ordering::Relaxed),
+            list_reads: s.list_reads.load(Ordering::Relaxed),
+        }
     }
 
     /// The key a bearer token stands for, from `client` (its address; storage reads of key

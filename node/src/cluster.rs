@@ -52,6 +52,7 @@ use std::time::Instant;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::metrics::LinkCounts;
 use crate::tls::ClusterTls;
 
 mod links;
@@ -108,6 +109,17 @@ pub struct TransportMetrics {
     /// Inbound links that did not complete their TLS handshake, or authenticate their
     /// session, within `cluster.handshake-timeout`.
     pub handshake_timeouts: AtomicU64,
+}
+
+impl TransportMetrics {
+    /// The counters so far, for the node's metrics.
+    pub fn counts(&self) -> LinkCounts {
+        LinkCounts {
+            dials: self.dials.load(Ordering::Relaxed),
+            handshake_failures: self.handshake_failures.load(Ordering::Relaxed),
+            handshake_timeouts: self.handshake_timeouts.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The shard-region actor.

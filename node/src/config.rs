@@ -32,7 +32,7 @@ mod validate;
 pub use distillation::DistillationSection;
 pub use inference::InferenceConfig;
 pub use reranker::RerankerSection;
-pub use security::{ADMIN_KEY_ENV, AuditReads, SecurityConfig};
+pub use security::{ADMIN_KEY_ENV, AuditReads, LookupLimits, SecurityConfig};
 
 pub use error::{ConfigError, Problem};
 

@@ -23,6 +23,7 @@ pub mod middleware;
 mod openapi;
 mod operations;
 mod routes;
+mod rules;
 #[cfg(test)]
 mod security_tests;
 mod seed;
@@ -46,9 +47,10 @@ use engram_actors::placement::UserKey;
 use engram_actors::user::check_id;
 use serde::de::DeserializeOwned;
 
-pub use self::error::ApiError;
+pub use self::error::{ApiError, ErrorBody};
 use crate::audit::AuditLog;
-use crate::auth::{Authenticator, Caller};
+use crate::auth::Authenticator;
+use crate::caller::Caller;
 use crate::metrics::NodeMetrics;
 
 /// What every handler shares.

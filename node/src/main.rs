@@ -43,6 +43,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod audit;
 mod auth;
+mod caller;
 mod cluster;
 mod config;
 mod error;
@@ -54,6 +55,7 @@ mod logging;
 mod mcp;
 mod metrics;
 mod operate;
+mod schedule;
 mod secret;
 mod store;
 mod tls;

@@ -5,6 +5,7 @@
 
 mod distillation;
 mod inference;
+mod reported;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,8 +14,8 @@ use engram_actors::ownership::Ownership;
 
 use self::distillation::render_distillation;
 use self::inference::{render_pipeline, render_pool, render_queries, render_rerank};
-use crate::auth::Authenticator;
-use crate::cluster::Transport;
+pub use self::reported::{KeyLookups, LinkCounts};
+use self::reported::{render_links, render_lookups};
 use engram_actors::directory::Directory;
 use engram_actors::front::Users;
 use prometheus::{
@@ -350,114 +351,20 @@ impl NodeMetrics {
         text
     }
 
-    /// [`NodeMetrics::render`] plus the key lookups of `auth`, the front door's and the
-    /// cluster transport's counters.
+    /// [`NodeMetrics::render`] plus the authenticator's key `lookups` and, on a node with a
+    /// cluster transport, the front door's and the transport's (`links`) counters.
     pub fn render_with(
         &self,
         users: &Users,
-        auth: &Authenticator,
-        transport: Option<&Transport>,
+        lookups: KeyLookups,
+        links: Option<LinkCounts>,
     ) -> String {
         let mut text = self.render(users.directory());
-        render_lookups(&mut text, auth);
-        if let Some(transport) = transport {
-            use std::fmt::Write;
-            let (f, m) = (&users.metrics, &transport.metrics);
-            for (name, help, value) in [
-                (
-                    "requests_forwarded",
-                    "Requests this node sent to their user's owner (each counted once)",
-                    &f.forwarded,
-                ),
-                (
-                    "requests_served_for_peers",
-                    "Requests served for peers",
-                    &f.served_for_peers,
-                ),
-                (
-                    "forward_failures",
-                    "Attempts at an owner that failed and were retried or refused",
-                    &f.forward_failures,
-                ),
-                (
-                    "bad_frames",
-                    "Malformed front-door frames received from peers",
-                    &f.bad_frames,
-                ),
-                (
-                    "peer_callers_refused",
-                    "Requests from peers refused because the forwarded credential did not prove their caller",
-                    &f.refused_callers,
-                ),
-                ("peer_dials", "Dials of peers", &m.dials),
-                (
-                    "link_handshake_failures",
-                    "Inbound cluster links whose TLS handshake failed",
-                    &m.handshake_failures,
-                ),
-                (
-                    "link_handshake_timeouts",
-                    "Inbound cluster links that did not finish their TLS handshake, or authenticate, in time",
-                    &m.handshake_timeouts,
-                ),
-            ] {
-                let _ = write!(
-                    text,
-                    "# HELP engram_{name}_total {help}\n# TYPE engram_{name}_total counter\nengram_{name}_total {}\n",
-                    value.load(Ordering::Relaxed)
-                );
-            }
+        render_lookups(&mut text, &lookups);
+        if let Some(links) = links {
+            render_links(&mut text, &users.metrics, &links);
         }
         text
-    }
-}
-
-/// Key lookups: storage reads of key rows, answers from the negative cache, lookups refused
-/// by the per-address limit, malformed tokens, and the negative cache's size.
-fn render_lookups(text: &mut String, auth: &Authenticator) {
-    use std::fmt::Write;
-    let s = &auth.stats;
-    let _ = write!(
-        text,
-        "# HELP engram_key_unknown_cached Unknown key ids remembered (a fixed-size cache)
-\
-         # TYPE engram_key_unknown_cached gauge
-engram_key_unknown_cached {}
-",
-        auth.unknown_ids_cached()
-    );
-    for (name, help, value) in [
-        (
-            "key_lookups",
-            "Key rows read from storage to authenticate a request",
-            &s.storage_reads,
-        ),
-        (
-            "key_lookups_negative_cached",
-            "Unknown key ids answered from the negative cache (no storage read)",
-            &s.negative_hits,
-        ),
-        (
-            "key_lookups_refused",
-            "Key lookups refused by the per-address limit (security.key-lookup-rate)",
-            &s.refused_by_address,
-        ),
-        (
-            "key_tokens_malformed",
-            "Bearer tokens refused as malformed (no storage read)",
-            &s.malformed,
-        ),
-        (
-            "key_list_reads",
-            "Reads of the list of key ids, for an address over its key-lookup budget",
-            &s.list_reads,
-        ),
-    ] {
-        let _ = write!(
-            text,
-            "# HELP engram_{name}_total {help}\n# TYPE engram_{name}_total counter\nengram_{name}_total {}\n",
-            value.load(Ordering::Relaxed)
-        );
     }
 }
 

@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 
 /// The fewest characters a cookie may have.
 pub const MIN_COOKIE_LEN: usize = 16;
+/// The fewest characters the configured (root) admin key may have.
+pub const MIN_ADMIN_KEY_LEN: usize = 32;
 
 /// The bytes of the secret file `path`, named by setting `key`.
 ///
@@ -50,8 +52,8 @@ pub fn read(key: &'static str, path: &Path) -> Result<Vec<u8>> {
 }
 
 /// The root admin key, from `ENGRAM_ADMIN_KEY` or else `security.admin-key-file` (a secret
-/// file: owner-only, as [`read`] requires), at least
-/// [`MIN_ADMIN_KEY_LEN`](crate::auth::MIN_ADMIN_KEY_LEN) characters without spaces.
+/// file: owner-only, as [`read`] requires), at least [`MIN_ADMIN_KEY_LEN`] characters without
+/// spaces.
 ///
 /// # Errors
 /// As [`read`], and [`Error::Secret`] when there is no key or it is too short.
@@ -71,15 +73,15 @@ pub fn admin_key(config: &Config) -> Result<String> {
             return Err(Error::Secret(format!(
                 "no admin key: set {KEY} or {ADMIN_KEY_ENV} (a secret of at least {} \
                  characters, e.g. `openssl rand -hex 32`)",
-                crate::auth::MIN_ADMIN_KEY_LEN
+                MIN_ADMIN_KEY_LEN
             )));
         }
     };
     let key = key.trim().to_owned();
-    if key.len() < crate::auth::MIN_ADMIN_KEY_LEN || key.chars().any(char::is_whitespace) {
+    if key.len() < MIN_ADMIN_KEY_LEN || key.chars().any(char::is_whitespace) {
         return Err(Error::Secret(format!(
             "the admin key must be at least {} characters without spaces",
-            crate::auth::MIN_ADMIN_KEY_LEN
+            MIN_ADMIN_KEY_LEN
         )));
     }
     Ok(key)

@@ -19,8 +19,6 @@ use std::time::{Duration, Instant};
 pub const MAX_KEY_ID_LEN: usize = 32;
 /// Longest secret accepted (secrets this build makes are 64 hex digits).
 pub const MAX_SECRET_LEN: usize = 128;
-/// Negative answers remembered by default.
-pub const NEGATIVE_ENTRIES: usize = 10_000;
 /// The least time between two reads of the list of key ids.
 pub const LIST_REFRESH: Duration = Duration::from_secs(1);
 
@@ -31,27 +29,6 @@ pub fn well_formed_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-/// Bounds of key lookups.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LookupLimits {
-    /// Negative answers remembered.
-    pub negative_entries: usize,
-    /// Storage reads of key rows a client address may cause a second (0: unlimited).
-    pub per_address_rate: u32,
-    /// Such reads in a burst above the rate.
-    pub per_address_burst: u32,
-}
-
-impl Default for LookupLimits {
-    fn default() -> Self {
-        LookupLimits {
-            negative_entries: NEGATIVE_ENTRIES,
-            per_address_rate: 20,
-            per_address_burst: 100,
-        }
-    }
 }
 
 /// Counters of key lookups.

@@ -100,7 +100,8 @@ mod tests {
     use engram_storage::{Keyspace, Store};
 
     use super::*;
-    use crate::auth::{LookupLimits, RateLimiter, hash_secret};
+    use crate::auth::{RateLimiter, hash_secret};
+    use crate::config::LookupLimits;
 
     const ROOT: &str = "root-key-of-the-peer-tests-0123456789abcdef";
     const ACME_GATEWAY: &str = "egk_00000000000000a1_acme-gateway-secret";

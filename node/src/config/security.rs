@@ -76,8 +76,8 @@ impl Default for SecurityConfig {
             admin_key_file: None,
             rate_limit: 1_000,
             rate_burst: 2_000,
-            key_lookup_rate: crate::auth::LookupLimits::default().per_address_rate,
-            key_lookup_burst: crate::auth::LookupLimits::default().per_address_burst,
+            key_lookup_rate: LookupLimits::default().per_address_rate,
+            key_lookup_burst: LookupLimits::default().per_address_burst,
             audit: true,
             audit_retention: Duration::from_secs(400 * 24 * 3_600),
             sensitive_read_limit: engram_actors::breaker::Policy::default().threshold,
@@ -93,13 +93,38 @@ impl Default for SecurityConfig {
 /// Environment variable holding the root admin key (wins over `security.admin-key-file`).
 pub const ADMIN_KEY_ENV: &str = "ENGRAM_ADMIN_KEY";
 
+/// Negative answers of key lookups remembered by default.
+pub const NEGATIVE_ENTRIES: usize = 10_000;
+
+/// Bounds of API key lookups (`key-lookup-rate`, `key-lookup-burst`), which the
+/// authenticator ([`crate::auth`]) applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LookupLimits {
+    /// Negative answers remembered.
+    pub negative_entries: usize,
+    /// Storage reads of key rows a client address may cause a second (0: unlimited).
+    pub per_address_rate: u32,
+    /// Such reads in a burst above the rate.
+    pub per_address_burst: u32,
+}
+
+impl Default for LookupLimits {
+    fn default() -> Self {
+        LookupLimits {
+            negative_entries: NEGATIVE_ENTRIES,
+            per_address_rate: 20,
+            per_address_burst: 100,
+        }
+    }
+}
+
 impl SecurityConfig {
     /// The bounds of API key lookups.
-    pub fn key_lookups(&self) -> crate::auth::LookupLimits {
-        crate::auth::LookupLimits {
+    pub fn key_lookups(&self) -> LookupLimits {
+        LookupLimits {
             per_address_rate: self.key_lookup_rate,
             per_address_burst: self.key_lookup_burst,
-            ..crate::auth::LookupLimits::default()
+            ..LookupLimits::default()
         }
     }
 

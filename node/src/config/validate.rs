@@ -289,7 +289,7 @@ impl Config {
 
     /// `[jobs]`: the time zone and the cron schedules.
     fn check_jobs(&self, p: &mut Problems) {
-        if let Err(err) = crate::jobs::parse_time_zone(&self.jobs.time_zone) {
+        if let Err(err) = crate::schedule::parse_time_zone(&self.jobs.time_zone) {
             p.add("jobs.time-zone", err);
         }
         for (key, schedule) in [
@@ -297,7 +297,7 @@ impl Config {
             ("jobs.retention", &self.jobs.retention),
             ("jobs.session-cleanup", &self.jobs.session_cleanup),
         ] {
-            if let Err(err) = crate::jobs::parse_schedule(schedule) {
+            if let Err(err) = crate::schedule::parse_schedule(schedule) {
                 p.add(key, format!("{schedule:?} is not a cron schedule: {err}"));
             }
         }

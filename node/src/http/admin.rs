@@ -13,15 +13,14 @@ use axum::response::{IntoResponse, Response};
 use engram_storage::access::{self, Scope};
 use engram_storage::model::Timestamp;
 
-use super::wire::ErrorBody;
 use super::wire::admin::{
     AnchorBody, AnchorResponse, ApprovalResponse, ArchiveKindParam, ArchiveMatchBody,
     ArchiveMatchResponse, ArchiveNext, ArchiveParams, ArchiveResponse, ArchivedDigestView,
     ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, MatchRole, NewKeyResponse,
     RotateBody, UserView, UsersQuery, UsersResponse,
 };
-use super::{ApiError, ApiJson, AppState, ok, optional_json, page_limit, user_key};
-use crate::auth::Caller;
+use super::{ApiError, ApiJson, AppState, ErrorBody, ok, optional_json, page_limit, user_key};
+use crate::caller::Caller;
 use crate::keys;
 use engram_actors::user::api::{
     AnchorMatch, AnchorQuery, ApproveReads, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchiveQuery,

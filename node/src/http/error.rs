@@ -12,7 +12,18 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use super::wire::ErrorBody;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// An error: a stable code and a message saying what was wrong.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable, machine-readable code (`invalid_input`, `invalid_json`, `not_found`,
+    /// `payload_too_large`, `overloaded`, `unavailable`, `internal`).
+    pub code: String,
+    /// What was wrong, for people.
+    pub message: String,
+}
 
 /// An error answered to a client.
 #[derive(Debug)]

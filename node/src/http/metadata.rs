@@ -11,9 +11,8 @@ use engram_storage::schema::{self, MAX_ENTRIES, SchemaEntry};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::wire::ErrorBody;
-use super::{ApiError, ApiJson, AppState, ok};
-use crate::auth::Caller;
+use super::{ApiError, ApiJson, AppState, ErrorBody, ok};
+use crate::caller::Caller;
 
 /// Longest metadata entry, in bytes of JSON.
 pub const MAX_CONTENT_BYTES: usize = 16 * 1024;

@@ -4,10 +4,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::wire::{
-    ClusterStatus, DrainBody, DrainResponse, ErrorBody, LeaseView, MemberView, PipelineStatus,
-};
-use super::{ApiError, AppState, ok, optional_json};
+use super::wire::{ClusterStatus, DrainBody, DrainResponse, LeaseView, MemberView, PipelineStatus};
+use super::{ApiError, AppState, ErrorBody, ok, optional_json};
 
 #[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "The process is up")))]
 /// Liveness: the process answers.
@@ -161,9 +159,11 @@ pub async fn drain(
 #[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text format")))]
 /// Prometheus metrics.
 pub async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s
-        .metrics
-        .render_with(&s.users, &s.auth, s.cluster.as_deref());
+    let text = s.metrics.render_with(
+        &s.users,
+        s.auth.lookups(),
+        s.cluster.as_deref().map(|t| t.metrics.counts()),
+    );
     (
         [(
             axum::http::header::CONTENT_TYPE,

@@ -17,14 +17,14 @@ use utoipa::IntoParams;
 
 use super::wire::TurnView;
 use super::wire::{
-    ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, ErrorBody, FeedbackBody,
+    ConflictsResponse, ContextBody, ContextResponse, DeletedResponse, FeedbackBody,
     FeedbackResponse, ForgetResponse, MemoriesResponse, MemoryBody, MemoryResponse, MemoryView,
     ResolveBody, ResolveResponse, SearchBody, SearchHitView, SearchResponse, SessionMemoryResponse,
     SessionsResponse, StatusBody, TurnBody, TurnResponse, parse_kind, parse_mode, parse_resolution,
     parse_route, parse_status, ts,
 };
-use super::{ApiError, ApiJson, AppState, ok, user_key};
-use crate::auth::Caller;
+use super::{ApiError, ApiJson, AppState, ErrorBody, ok, user_key};
+use crate::caller::Caller;
 
 /// Longest accepted `limit` of a session's memory.
 pub const MAX_LIMIT: usize = 500;

@@ -427,7 +427,7 @@ async fn a_flood_of_unknown_key_ids_is_rate_limited_and_its_storage_reads_and_ca
     let (rate, burst, negative) = (5, 40, 16);
     let app = super::tests::app_with(
         &dir,
-        crate::auth::LookupLimits {
+        crate::config::LookupLimits {
             negative_entries: negative,
             per_address_rate: rate,
             per_address_burst: burst,
@@ -497,7 +497,7 @@ async fn a_valid_key_is_never_refused_by_the_lookup_limit_of_an_address_flooding
     // from the same (unknown) address, as every client of one MCP server does.
     let app = super::tests::app_with(
         &dir,
-        crate::auth::LookupLimits {
+        crate::config::LookupLimits {
             negative_entries: 1_000,
             per_address_rate: 1,
             per_address_burst: 5,

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::routes::{clear_session_of, sensitive_if, session_memory_of};
-use super::wire::{DeletedResponse, ErrorBody, IntentVersionView};
-use super::{ApiError, ApiJson, AppState, ok, user_key};
-use crate::auth::Caller;
+use super::wire::{DeletedResponse, IntentVersionView};
+use super::{ApiError, ApiJson, AppState, ErrorBody, ok, user_key};
+use crate::caller::Caller;
 
 /// `?user_id=`.
 #[derive(Debug, Deserialize, IntoParams)]

@@ -15,9 +15,8 @@ use engram_actors::tenant::api::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::wire::ErrorBody;
-use super::{ApiError, ApiJson, AppState, ok};
-use crate::auth::Caller;
+use super::{ApiError, ApiJson, AppState, ErrorBody, ok};
+use crate::caller::Caller;
 
 pub mod examples;
 pub mod settings;

@@ -7,7 +7,6 @@
 //! This module does not say what a scope may do ([`crate::auth`]), how a request is
 //! authenticated or audited ([`super::middleware`]), nor what a handler does.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::http::Method;
@@ -22,6 +21,7 @@ use utoipa::openapi::{RefOr, schema::Schema};
 use utoipa_axum::router::UtoipaMethodRouter;
 use utoipa_axum::routes;
 
+use super::rules::{Rule, Rules};
 use super::{
     ApiError, AppState, Limits, admin, console, metadata, openapi, operations, routes as v1, seed,
     shared,
@@ -148,15 +148,6 @@ pub fn table() -> Vec<Route> {
     ]
 }
 
-/// What a route needs, and the action its audit entries record (`None`: not audited).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule {
-    /// The keys that may use it.
-    pub access: Access,
-    /// The action of its audit entries; every route but the public ones is audited.
-    pub action: Option<&'static str>,
-}
-
 /// One entry of the table: a handler, as its annotation documents it, and its rule.
 pub struct Route {
     /// The handler's documented path and method(s) with its operation.
@@ -233,11 +224,6 @@ impl Route {
     }
 }
 
-/// The rules of the table's routes, by route template and method: what authentication
-/// looks up for the route a request matched.
-#[derive(Debug, Default)]
-pub struct Rules(HashMap<String, Vec<(Method, Rule)>>);
-
 impl Rules {
     /// The rules of `table`, and those of the document and the console's files (public).
     pub fn of(table: &[Route]) -> Rules {
@@ -255,23 +241,6 @@ impl Rules {
             }
         }
         rules
-    }
-
-    fn insert(&mut self, method: Method, path: &str, rule: Rule) {
-        self.0
-            .entry(path.to_owned())
-            .or_default()
-            .push((method, rule));
-    }
-
-    /// The rule of `method` on the route template `route`; `None` for a route without one,
-    /// which is then refused.
-    pub fn get(&self, method: &Method, route: &str) -> Option<Rule> {
-        self.0
-            .get(route)?
-            .iter()
-            .find(|(m, _)| m == method)
-            .map(|(_, rule)| *rule)
     }
 }
 

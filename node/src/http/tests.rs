@@ -35,13 +35,13 @@ pub(super) const GATEWAY_KEY: &str = "egk_0123456789abcdef_gateway-secret-of-the
 /// The router over real actors and an SQLite file in `dir`, with a root key and a gateway
 /// key ([`GATEWAY_KEY`]) of tenant `default`.
 pub(super) async fn app(dir: &tempfile::TempDir) -> Router {
-    app_with(dir, crate::auth::LookupLimits::default()).await
+    app_with(dir, crate::config::LookupLimits::default()).await
 }
 
 /// [`app`] with these bounds of key lookups.
 pub(super) async fn app_with(
     dir: &tempfile::TempDir,
-    lookups: crate::auth::LookupLimits,
+    lookups: crate::config::LookupLimits,
 ) -> Router {
     let store = Store::sqlite(&dir.path().join("engram.sqlite"), SqliteOptions::default()).unwrap();
     let keyspace = Keyspace::new("engram");

@@ -62,16 +62,6 @@ pub fn parse_status(status: &str) -> Result<MemoryStatus, Error> {
     }
 }
 
-/// An error: a stable code and a message saying what was wrong.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    /// Stable, machine-readable code (`invalid_input`, `invalid_json`, `not_found`,
-    /// `payload_too_large`, `overloaded`, `unavailable`, `internal`).
-    pub code: String,
-    /// What was wrong, for people.
-    pub message: String,
-}
-
 /// A choice the user made in a turn (counted towards preferences: three identical choices
 /// form a profile candidate).
 #[derive(Debug, Clone, Deserialize, ToSchema)]

@@ -25,7 +25,7 @@ use super::connector::Connector;
 use crate::auth::TENANT_HEADER;
 use crate::config::{ConfigError, Problem};
 use crate::error::{Error, Result};
-use crate::http::wire::ErrorBody;
+use crate::http::ErrorBody;
 
 /// How long one call to the node may take, answer included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);

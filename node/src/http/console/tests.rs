@@ -78,7 +78,7 @@ async fn the_console_is_served_without_a_key_with_strict_security_headers() {
     // Other paths under /console are not served, and the page needs no rule but its own.
     let (status, _, _) = fetch(&app, "/console/other.js").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    let rules = crate::http::table::Rules::of(&crate::http::table::table());
+    let rules = crate::http::rules::Rules::of(&crate::http::table::table());
     for path in PATHS {
         let rule = rules.get(&Method::GET, path).unwrap();
         assert_eq!(

@@ -13,7 +13,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::audit::{AuditIds, SensitiveRead};
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::http::{ApiError, AppState};
 
 /// The ids a request names in its path (memory, session, key, review flag), never content.
@@ -29,7 +29,7 @@ fn path_ids(params: &HashMap<String, String>) -> Vec<String> {
 /// masked gateway reads that showed nothing sensitive when reads are batched: those are
 /// queued and answered at once.
 ///
-/// The entry names the user the handler named ([`crate::audit::AuditedUser`]); a request
+/// The entry names the user the handler named ([`crate::caller::AuditedUser`]); a request
 /// refused before its handler ran (a body or query that does not decode) names the `{user}`
 /// of its path, if it has one.
 pub async fn record(

@@ -12,8 +12,9 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::auth::{Access, Caller, Checked, DEFAULT_TENANT, Denied, TENANT_HEADER};
-use crate::http::table::Rules;
+use crate::auth::{Access, Checked, DEFAULT_TENANT, Denied, TENANT_HEADER};
+use crate::caller::Caller;
+use crate::http::rules::Rules;
 use crate::http::{ApiError, AppState, ClientAddr};
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {

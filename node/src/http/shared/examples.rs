@@ -15,10 +15,9 @@ use engram_storage::shared::{Example, ExampleStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::super::wire::ErrorBody;
-use super::super::{ApiError, ApiJson, AppState, ok};
+use super::super::{ApiError, ApiJson, AppState, ErrorBody, ok};
 use super::{observe, question_vector, search_outcome, shared, write_vector};
-use crate::auth::Caller;
+use crate::caller::Caller;
 
 /// A question whose SQL succeeded (`record_success`).
 #[derive(Debug, Clone, Deserialize, ToSchema)]

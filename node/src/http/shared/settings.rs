@@ -7,10 +7,9 @@ use engram_storage::shared::{DomainSettings, SharedSettings};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::super::wire::ErrorBody;
-use super::super::{ApiError, ApiJson, AppState, ok};
+use super::super::{ApiError, ApiJson, AppState, ErrorBody, ok};
 use super::shared;
-use crate::auth::Caller;
+use crate::caller::Caller;
 
 /// One domain's SQL cache settings, where they differ from the tenant's.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]

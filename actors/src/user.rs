@@ -280,7 +280,7 @@ impl Actor for UserActor {
                     state.accessed.clear();
                     state.used.clear();
                 } else if state.accessed.len() >= access::FLUSH_AT {
-                    state.flush_access_behind().await;
+                    state.flush_access(false).await;
                 }
                 if forgotten {
                     // Nothing of the user may stay cached: leave the directory and stop.
@@ -292,7 +292,7 @@ impl Actor for UserActor {
                 }
             }
             UserMsg::Sweep(what, reply) => {
-                state.flush_access().await;
+                state.flush_access(true).await;
                 let result = state.sweep(what).await;
                 let _ = reply.send(result);
             }
@@ -300,7 +300,7 @@ impl Actor for UserActor {
                 // Chosen as the least recently used when the node was full; a request that
                 // came in since keeps it.
                 if state.args.roster.evictable(&state.args.key) {
-                    state.flush_access().await;
+                    state.flush_access(true).await;
                     state
                         .args
                         .services
@@ -324,7 +324,7 @@ impl Actor for UserActor {
             } => {
                 let _ = reply.send(state.serve_reranked(&reader, *done).await);
                 if state.accessed.len() >= access::FLUSH_AT {
-                    state.flush_access_behind().await;
+                    state.flush_access(false).await;
                 }
             }
             UserMsg::Tick => {
@@ -335,9 +335,9 @@ impl Actor for UserActor {
                     tracing::warn!(user = %state.args.services.log_id(&state.args.key), error = %err, "pruning idempotency entries failed");
                 }
                 if state.last_active.elapsed() < state.args.services.settings.idle_timeout {
-                    state.flush_access_behind().await;
+                    state.flush_access(false).await;
                 } else {
-                    state.flush_access().await;
+                    state.flush_access(true).await;
                     state
                         .args
                         .services
@@ -376,6 +376,22 @@ fn rerank_off_the_actor(
 }
 
 impl UserState {
+    /// Writes the access times waiting: in a task of its own while the actor goes on
+    /// serving, or (`wait`) waiting for it and the one already running.
+    async fn flush_access(&mut self, wait: bool) {
+        let args = &self.args;
+        let target = || access::Target {
+            services: args.services.clone(),
+            key: args.key.clone(),
+            lease: txn::lease_of(args),
+        };
+        if wait {
+            self.accessed.flush(&mut self.index, target).await;
+        } else {
+            self.accessed.flush_behind(&mut self.index, target).await;
+        }
+    }
+
     /// Leaves the directory and stops (after the message being handled).
     fn leave(&mut self, myself: &ActorRef<UserMsg>, why: &str) {
         self.args.roster.left(&self.args.key, myself.get_id());

@@ -13,9 +13,13 @@ use engram_storage::data::UserData;
 use engram_storage::model::{MemoryKind, Timestamp};
 use tokio::task::JoinHandle;
 
-use super::UserState;
 use super::txn::run_fenced;
+use crate::error::Result;
 use crate::model::context::MemoryContext;
+use crate::model::index::MemoryIndex;
+use crate::ownership::Lease;
+use crate::placement::UserKey;
+use crate::services::Services;
 
 /// Served memories waiting that make the actor flush at once.
 pub const FLUSH_AT: usize = 256;
@@ -67,62 +71,76 @@ pub fn shown_in(ctx: &MemoryContext) -> impl Iterator<Item = &str> {
         .map(|m| m.memory_id.as_str())
 }
 
-impl UserState {
+/// Whose access times a flush writes: the services it writes through, the user, and the
+/// lease that fences the write (or why this node may not write the user now).
+pub struct Target {
+    /// The node's services.
+    pub services: Services,
+    /// The user.
+    pub key: UserKey,
+    /// The user's shard's lease.
+    pub lease: Result<Option<Lease>>,
+}
+
+impl Accessed {
     /// Starts writing the access times waiting in a task of its own, so that the actor goes
     /// on serving while it commits. One flush runs at a time: while one does, what is served
-    /// meanwhile waits for the next.
-    pub(super) async fn flush_access_behind(&mut self) {
-        self.settle_access(false).await;
-        if self.accessed.flight.is_none()
-            && let Some(write) = self.access_write()
+    /// meanwhile waits for the next. `index` is the user's cache, marked as the times commit.
+    pub async fn flush_behind(
+        &mut self,
+        index: &mut MemoryIndex,
+        mut target: impl FnMut() -> Target,
+    ) {
+        self.settle(index, false).await;
+        if self.flight.is_none()
+            && let Some(write) = self.write(index, &mut target)
         {
-            self.accessed.flight = Some(tokio::spawn(write));
+            self.flight = Some(tokio::spawn(write));
         }
     }
 
     /// Writes the access times waiting and waits for the write, after the flush already
     /// running, if one is.
-    pub(super) async fn flush_access(&mut self) {
-        self.settle_access(true).await;
-        if let Some(write) = self.access_write() {
+    pub async fn flush(&mut self, index: &mut MemoryIndex, mut target: impl FnMut() -> Target) {
+        self.settle(index, true).await;
+        if let Some(write) = self.write(index, &mut target) {
             let written = write.await;
-            self.mark_written(written);
+            mark_written(index, written);
         }
     }
 
     /// Takes the times of the flush running off the actor into the cache once it has
     /// committed: if it has finished, or after waiting for it if `wait`.
-    async fn settle_access(&mut self, wait: bool) {
-        let Some(flight) = self.accessed.flight.take_if(|f| wait || f.is_finished()) else {
+    async fn settle(&mut self, index: &mut MemoryIndex, wait: bool) {
+        let Some(flight) = self.flight.take_if(|f| wait || f.is_finished()) else {
             return;
         };
         // A flush whose task failed wrote nothing to mark.
         let written = flight.await.ok().flatten();
-        self.mark_written(written);
-    }
-
-    fn mark_written(&mut self, written: Option<Times>) {
-        for (id, at) in written.into_iter().flatten() {
-            self.index.mark_accessed(&id, at);
-        }
+        mark_written(index, written);
     }
 
     /// The write of the access times waiting, in one fenced transaction (a record gone or
     /// accessed later meanwhile is left as it is), yielding them once committed; `None` if
     /// none wait or the user's shard is not held.
-    fn access_write(
+    fn write(
         &mut self,
+        index: &MemoryIndex,
+        target: &mut dyn FnMut() -> Target,
     ) -> Option<impl Future<Output = Option<Times>> + Send + 'static + use<>> {
-        if self.accessed.is_empty() {
+        if self.is_empty() {
             return None;
         }
-        let waiting: Vec<(MemoryKind, String, Timestamp)> =
-            std::mem::take(&mut self.accessed.waiting)
-                .into_iter()
-                .filter_map(|(id, at)| self.index.get(&id).map(|r| (r.kind, id, at)))
-                .collect();
-        let (services, key) = self.scope_parts();
-        let lease = match self.lease() {
+        let waiting: Vec<(MemoryKind, String, Timestamp)> = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .filter_map(|(id, at)| index.get(&id).map(|r| (r.kind, id, at)))
+            .collect();
+        let Target {
+            services,
+            key,
+            lease,
+        } = target();
+        let lease = match lease {
             Ok(lease) => lease,
             Err(err) => {
                 tracing::debug!(user = %services.log_id(&key), %err, "access times not written");
@@ -153,5 +171,11 @@ impl UserState {
                 }
             }
         })
+    }
+}
+
+fn mark_written(index: &mut MemoryIndex, written: Option<Times>) {
+    for (id, at) in written.into_iter().flatten() {
+        index.mark_accessed(&id, at);
     }
 }

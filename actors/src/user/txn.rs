@@ -8,7 +8,7 @@ use engram_storage::data::UserData;
 use engram_storage::model::{IdempotencyEntry, MemoryKind, MemoryRecord, WrittenUnder};
 
 use super::ops::{Outcome, Prepared, WriteScope, session_rule};
-use super::{Replayable, UserState};
+use super::{Replayable, UserArgs, UserState};
 use crate::error::{Error, Result};
 use crate::ownership::fenced_write;
 use crate::placement::UserKey;
@@ -142,12 +142,7 @@ impl UserState {
 
     /// The lease this node holds on the user's shard now (`None` without leases).
     pub(super) fn lease(&self) -> Result<Option<Lease>> {
-        let services = &self.args.services;
-        let shard = self.args.key.shard(services.settings.shards);
-        Ok(match &services.ownership {
-            Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
-            None => None,
-        })
+        lease_of(&self.args)
     }
 
     /// Runs a write transaction of this user, fenced: it first checks that this node still
@@ -261,6 +256,17 @@ pub(crate) fn replayed<T: Replayable>(bytes: &[u8]) -> Result<T> {
         }),
         Err(_) => serde_json::from_slice(bytes).map_err(|_| reused()),
     }
+}
+
+/// The lease of `args`' user's shard, if this node holds it (`None` where no ownership
+/// fences the writes).
+pub(super) fn lease_of(args: &UserArgs) -> Result<Option<Lease>> {
+    let services = &args.services;
+    let shard = args.key.shard(services.settings.shards);
+    Ok(match &services.ownership {
+        Some(ownership) => Some((Arc::clone(ownership), ownership.lease(shard)?)),
+        None => None,
+    })
 }
 
 #[cfg(test)]

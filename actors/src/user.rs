@@ -13,6 +13,7 @@ mod access;
 /// The payloads of a user's requests ([`crate::request::user`]).
 pub use crate::request::user as api;
 mod distil;
+mod guard;
 pub mod intents;
 mod load;
 pub mod ops;
@@ -376,6 +377,11 @@ fn rerank_off_the_actor(
 }
 
 impl UserState {
+    /// The sensitive-read breaker of this user.
+    fn breaker(&self) -> guard::Breaker<'_> {
+        guard::Breaker::new(&self.args, self.has_data)
+    }
+
     /// Writes the access times waiting: in a task of its own while the actor goes on
     /// serving, or (`wait`) waiting for it and the one already running.
     async fn flush_access(&mut self, wait: bool) {

@@ -77,13 +77,13 @@ impl UserState {
         // The identifiers in the question count as anchor matches, found or not; past that
         // limit the context is served with the sensitive items withheld.
         let guesses = match &query.query {
-            Some(q) => self.count_guesses(reader, q).await?,
+            Some(q) => self.breaker().count_guesses(reader, q).await?,
             None => Verdict::Allowed,
         };
         let mut ctx = ranked(&request)?;
         let sensitive = is_sensitive(&ctx, &turns, &self.index);
         if guesses != Verdict::Allowed
-            || self.count_sensitive(reader, sensitive).await? != Verdict::Allowed
+            || self.breaker().count_sensitive(reader, sensitive).await? != Verdict::Allowed
         {
             request.withhold_sensitive = true;
             ctx = ranked(&request)?;

@@ -13,20 +13,18 @@
 //!   a guess of a masked number costs what an anchor match costs (past the limit a search is
 //!   refused, a context served with the sensitive items withheld).
 
-use engram_storage::data::UserData;
 use engram_storage::model::{PiiLevel, Turn};
 
 use super::ops::{self, Prepared};
 use super::reads::{PendingRerank, Reranked, Searched};
 use super::validate::check_id;
 use super::{UserState, access, intents, redact};
-use crate::breaker::{Counter, Counts, Verdict};
+use crate::breaker::Counter;
 use crate::error::{Error, Result};
 use crate::model::pii;
 use crate::model::text::truncate_chars;
 use crate::request::user::{
-    ApprovalAck, MAX_INTENT_PAGE, SearchHit, SearchResult, SessionListing, SessionMemory,
-    TITLE_CHARS,
+    MAX_INTENT_PAGE, SearchHit, SearchResult, SessionListing, SessionMemory, TITLE_CHARS,
 };
 use crate::request::{Reader, UserReply, UserRequest};
 
@@ -64,7 +62,7 @@ impl UserState {
             }
             UserRequest::Search(query) => {
                 // Every guess counts, found or not, before the index is looked at.
-                self.guard_guesses(reader, &query.query).await?;
+                self.breaker().guard_guesses(reader, &query.query).await?;
                 match self.search(query).await? {
                     Searched::Done(result) => {
                         UserReply::Search(self.answer_search(reader, result).await?)
@@ -89,11 +87,12 @@ impl UserState {
                     .filter(|r| query.kind.is_none_or(|k| r.kind == k))
                     .cloned()
                     .collect();
-                self.guard(
-                    reader,
-                    records.iter().any(|r| r.pii_level == PiiLevel::High),
-                )
-                .await?;
+                self.breaker()
+                    .guard(
+                        reader,
+                        records.iter().any(|r| r.pii_level == PiiLevel::High),
+                    )
+                    .await?;
                 UserReply::ListMemories(
                     records
                         .into_iter()
@@ -114,7 +113,7 @@ impl UserState {
                     })
                     .await?;
                 let firsts: Vec<Turn> = listed.iter().filter_map(|(_, t)| t.clone()).collect();
-                self.guard(reader, any_high(&firsts)).await?;
+                self.breaker().guard(reader, any_high(&firsts)).await?;
                 UserReply::ListSessions(
                     listed
                         .into_iter()
@@ -132,7 +131,9 @@ impl UserState {
             }
             UserRequest::SessionMemory(query) => {
                 let memory = self.session_memory(query.session, query.limit).await?;
-                self.guard(reader, any_high(&memory.turns)).await?;
+                self.breaker()
+                    .guard(reader, any_high(&memory.turns))
+                    .await?;
                 UserReply::SessionMemory(SessionMemory {
                     session: memory.session,
                     turns: memory
@@ -203,7 +204,9 @@ impl UserState {
                 // Every well-formed attempt counts, found or not (a brute force of the hidden
                 // digits is a run of misses), before the anchors are looked at.
                 if pii::anchor_of(&query.value).is_some() {
-                    self.guard_counter(reader, true, Counter::Match).await?;
+                    self.breaker()
+                        .guard_counter(reader, true, Counter::Match)
+                        .await?;
                 }
                 UserReply::MatchAnchor(self.match_anchor(&query.value).await?)
             }
@@ -213,7 +216,9 @@ impl UserState {
             UserRequest::MatchArchive(query) => {
                 UserReply::MatchArchive(self.match_archive(query).await?)
             }
-            UserRequest::ApproveReads(_) => UserReply::ApproveReads(self.approve_reads().await?),
+            UserRequest::ApproveReads(_) => {
+                UserReply::ApproveReads(self.breaker().approve_reads().await?)
+            }
             shared @ (UserRequest::SqlLookup(_)
             | UserRequest::SqlPut(_)
             | UserRequest::SqlInvalidate(_)
@@ -255,7 +260,7 @@ impl UserState {
             .hits
             .iter()
             .any(|h| h.memory.pii_level == PiiLevel::High);
-        self.guard(reader, sensitive).await?;
+        self.breaker().guard(reader, sensitive).await?;
         // Served (not refused by the breaker): their access times follow in a batch.
         let now = self.args.services.clock.now();
         self.accessed
@@ -282,112 +287,6 @@ impl UserState {
         );
         reader.admit(&self.args.key.tenant, "the user's", request, admin_only)
     }
-
-    /// Counts a sensitive read by a non-admin `reader`, or refuses it.
-    pub(super) async fn guard(&self, reader: &Reader, sensitive: bool) -> Result<()> {
-        self.guard_counter(reader, sensitive, Counter::Read).await
-    }
-
-    /// Counts the identifiers in a non-admin `reader`'s query as anchor matches, or refuses
-    /// the query.
-    async fn guard_guesses(&self, reader: &Reader, query: &str) -> Result<()> {
-        match self.count_guesses(reader, query).await? {
-            Verdict::Allowed => Ok(()),
-            Verdict::Refused { reads } => Err(Error::ApprovalRequired { reads }),
-        }
-    }
-
-    /// The breaker's verdict on the identifiers in a non-admin `reader`'s query, each counted
-    /// as an anchor match (when allowed): a guess of a masked number, found or not.
-    pub(super) async fn count_guesses(&self, reader: &Reader, query: &str) -> Result<Verdict> {
-        if reader.is_admin() {
-            return Ok(Verdict::Allowed);
-        }
-        let guesses = u32::try_from(pii::identifiers_in(query)).unwrap_or(u32::MAX);
-        self.count_events(reader, guesses, Counter::Match).await
-    }
-
-    /// Counts an event of `counter` by a non-admin `reader`, or refuses it.
-    async fn guard_counter(
-        &self,
-        reader: &Reader,
-        sensitive: bool,
-        counter: Counter,
-    ) -> Result<()> {
-        match self.count(reader, sensitive, counter).await? {
-            Verdict::Allowed => Ok(()),
-            Verdict::Refused { reads } => Err(Error::ApprovalRequired { reads }),
-        }
-    }
-
-    /// The breaker's verdict on one more sensitive read by `reader` (counted when allowed).
-    pub(super) async fn count_sensitive(
-        &self,
-        reader: &Reader,
-        sensitive: bool,
-    ) -> Result<Verdict> {
-        self.count(reader, sensitive, Counter::Read).await
-    }
-
-    /// The breaker's verdict on one more event of `counter` by `reader` (counted when
-    /// allowed); reads that show nothing sensitive, and admins' reads, are neither counted
-    /// nor refused.
-    async fn count(&self, reader: &Reader, sensitive: bool, counter: Counter) -> Result<Verdict> {
-        self.count_events(reader, u32::from(sensitive), counter)
-            .await
-    }
-
-    /// The breaker's verdict on `events` more events of `counter` by `reader` (all counted
-    /// when allowed, none when refused).
-    async fn count_events(
-        &self,
-        reader: &Reader,
-        events: u32,
-        counter: Counter,
-    ) -> Result<Verdict> {
-        let policy = self.args.services.settings.breaker;
-        // A user with no data has nothing to protect, and a read must not give them data.
-        if events == 0 || !self.has_data || reader.is_admin() || counter.threshold(policy) == 0 {
-            return Ok(Verdict::Allowed);
-        }
-        let (services, key) = self.scope_parts();
-        let ks = services.keyspace.clone();
-        let now = services.clock.now();
-        let principal = reader.principal.clone();
-        let verdict = self
-            .run(self.lease()?, move |txn| {
-                let mut user = UserData::new(txn, &ks, &key.tenant, &key.user);
-                let mut counts: Counts = user.sensitive_reads()?.unwrap_or_default();
-                let verdict = counts.count_many(&principal, counter, policy, now, events);
-                if verdict == Verdict::Allowed {
-                    user.put_sensitive_reads(&counts)?;
-                }
-                Ok(verdict)
-            })
-            .await?;
-        if verdict != Verdict::Allowed {
-            services
-                .metrics
-                .sensitive_refusals
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(verdict)
-    }
-
-    /// An admin's approval: clears every principal's count of this user.
-    async fn approve_reads(&self) -> Result<ApprovalAck> {
-        let (services, key) = self.scope_parts();
-        let ks = services.keyspace.clone();
-        let cleared = self
-            .run(self.lease()?, move |txn| {
-                let mut user = UserData::new(txn, &ks, &key.tenant, &key.user);
-                let counts: Counts = user.sensitive_reads()?.unwrap_or_default();
-                user.clear_sensitive_reads()?;
-                Ok(counts.total())
-            })
-            .await?;
-        Ok(ApprovalAck { cleared })
-    }
 }
 
 fn any_high(turns: &[Turn]) -> bool {
@@ -406,7 +305,7 @@ impl UserState {
         let sensitive = intents
             .iter()
             .any(|i| crate::model::intent::fields_pii(&i.fields) == PiiLevel::High);
-        self.guard(reader, sensitive).await?;
+        self.breaker().guard(reader, sensitive).await?;
         for intent in &mut intents {
             intent.fields = crate::model::intent::masked_fields(&intent.fields);
         }

@@ -287,13 +287,7 @@ impl UserState {
         );
         reader.admit(&self.args.key.tenant, "the user's", request, admin_only)
     }
-}
 
-fn any_high(turns: &[Turn]) -> bool {
-    turns.iter().any(|t| t.pii_level == PiiLevel::High)
-}
-
-impl UserState {
     /// Intent versions as `reader` may see them: counted by the sensitive-read breaker when
     /// they hold high-level personal data, and their fields masked for every reader, admins
     /// included.
@@ -311,9 +305,6 @@ impl UserState {
         }
         Ok(intents)
     }
-}
-
-impl UserState {
     /// A session's newest `limit` turns with their stored summaries.
     pub(super) async fn session_memory(
         &self,
@@ -345,4 +336,8 @@ impl UserState {
             what: format!("session {session}"),
         })
     }
+}
+
+fn any_high(turns: &[Turn]) -> bool {
+    turns.iter().any(|t| t.pii_level == PiiLevel::High)
 }

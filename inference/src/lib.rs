@@ -39,6 +39,7 @@ mod pool;
 pub mod qwen2;
 mod reader;
 mod rerank;
+pub mod sample;
 pub mod schema;
 mod tokenize;
 

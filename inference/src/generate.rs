@@ -11,7 +11,7 @@
 //! running sequence at once ([`Qwen2::step`]: every weight is read once per step however
 //! many sequences share it), so a request that arrives while others decode joins them at the
 //! next step instead of waiting for the batch to end. Every answer is decoded under its
-//! JSON schema ([`crate::schema`]): it is valid or it is not returned.
+//! JSON schema ([`crate::constrain`]): it is valid or it is not returned.
 //!
 //! Admission: at most `queue-capacity` requests wait, each key at most
 //! `tenant-share-percent` of them; more are refused with [`Error::Overloaded`]. A request
@@ -42,6 +42,7 @@ use tch::Device;
 
 use self::load::{Loading, load_and_run};
 use crate::config::{DeviceChoice, default_model_dir};
+use crate::constrain::Schema;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::linear::Precision;
@@ -50,7 +51,6 @@ use crate::pool::fair::{Lanes, Queued, Shares};
 #[cfg(doc)]
 use crate::qwen2::Qwen2;
 pub use crate::sample::pick;
-use crate::schema::Schema;
 
 /// Where `.ci/models` installs the default generative model, under the model directory:
 /// Qwen2.5-Coder-1.5B-Instruct, the more accurate distiller of the two it installs (91% of

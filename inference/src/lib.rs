@@ -28,6 +28,7 @@
 
 mod bert;
 mod config;
+pub mod constrain;
 pub mod distil;
 mod encoder;
 mod error;
@@ -40,7 +41,6 @@ pub mod qwen2;
 mod reader;
 mod rerank;
 pub mod sample;
-pub mod schema;
 mod tokenize;
 
 pub use config::{

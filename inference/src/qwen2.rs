@@ -17,10 +17,10 @@ use tch::{Device, Kind, Tensor};
 
 use tokenizers::Tokenizer;
 
+use crate::constrain::Schema;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::linear::{Linear, Precision};
-use crate::schema::Schema;
 
 /// The hyper-parameters the decoder reads from `qwen2.*`.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 
 use tch::Tensor;
 
-use crate::schema::{self, Matcher};
+use crate::constrain::{self, Matcher};
 
 /// Tokens tried in logit order before the whole vocabulary is sorted (almost always one of
 /// the first few fits the schema).
@@ -26,6 +26,6 @@ pub fn pick<'v>(
     };
     let k = TOP_TRIED.min(logits.size()[0]);
     let (_, top) = logits.topk(k, -1, true, true);
-    schema::pick(matcher, ids(top), vocab)
-        .or_else(|| schema::pick(matcher, ids(logits.argsort(-1, true)), vocab))
+    constrain::pick(matcher, ids(top), vocab)
+        .or_else(|| constrain::pick(matcher, ids(logits.argsort(-1, true)), vocab))
 }

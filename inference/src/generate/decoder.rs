@@ -11,11 +11,11 @@ use tch::Tensor;
 use tokenizers::Tokenizer;
 
 use super::{PREFIXES_KEPT, Request, Shared};
+use crate::constrain::Matcher;
 use crate::error::{Error, Result};
 use crate::pool::rest::{Load, Rest, busy_pause};
 use crate::qwen2::{KvCache, Qwen2};
 use crate::sample::pick;
-use crate::schema::Matcher;
 
 /// A running sequence.
 struct Sequence {

@@ -10,9 +10,9 @@
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use engram_inference::constrain::Schema;
 use engram_inference::gguf::Gguf;
 use engram_inference::qwen2::{KvCache, Qwen2, chat_prompt, token_bytes};
-use engram_inference::schema::Schema;
 use engram_inference::{Precision, default_model_dir};
 use tch::{Device, Tensor};
 

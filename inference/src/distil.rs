@@ -14,7 +14,7 @@ pub mod shots;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::schema::Schema;
+use crate::constrain::Schema;
 
 /// The intent types of a tenant that configures none (the seed's).
 pub const DEFAULT_INTENT_TYPES: [&str; 4] = [

@@ -11,7 +11,7 @@
 //! running sequence at once ([`Qwen2::step`]: every weight is read once per step however
 //! many sequences share it), so a request that arrives while others decode joins them at the
 //! next step instead of waiting for the batch to end. Every answer is decoded under its
-//! JSON schema ([`crate::schema`]): it is valid or it is not returned.
+//! JSON schema ([`crate::constrain`]): it is valid or it is not returned.
 //!
 //! Admission: at most `queue-capacity` requests wait, each key at most
 //! `tenant-share-percent` of them; more are refused with [`Error::Overloaded`]. A request
@@ -38,10 +38,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tch::{Device, Tensor};
+use tch::Device;
 
 use self::load::{Loading, load_and_run};
 use crate::config::{DeviceChoice, default_model_dir};
+use crate::constrain::Schema;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::linear::Precision;
@@ -49,7 +50,7 @@ use crate::pool::BackgroundPriority;
 use crate::pool::fair::{Lanes, Queued, Shares};
 #[cfg(doc)]
 use crate::qwen2::Qwen2;
-use crate::schema::{self, Matcher, Schema};
+pub use crate::sample::pick;
 
 /// Where `.ci/models` installs the default generative model, under the model directory:
 /// Qwen2.5-Coder-1.5B-Instruct, the more accurate distiller of the two it installs (91% of
@@ -60,10 +61,6 @@ pub const DEFAULT_GENERATIVE_MODEL: &str = "qwen2.5-coder-1.5b-instruct/model-q4
 /// Distinct system prompts whose keys and values are kept (a tenant's intent prompt, the
 /// summary prompt).
 const PREFIXES_KEPT: usize = 16;
-
-/// Tokens tried in logit order before the whole vocabulary is sorted (almost always one of
-/// the first few fits the schema).
-const TOP_TRIED: i64 = 64;
 
 /// The generation pool's configuration (the node's `[inference.generation]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -478,26 +475,6 @@ impl GenerationPool {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
-}
-
-/// The most likely token of `logits` (`[vocab]`) that keeps `matcher`'s output a valid
-/// prefix: the top few first, the whole vocabulary in order only when none of them fits.
-pub fn pick<'v>(
-    matcher: &Matcher,
-    logits: &Tensor,
-    vocab: &'v [Option<Vec<u8>>],
-) -> Option<(usize, Matcher, &'v [u8])> {
-    let ids = |t: Tensor| -> Vec<usize> {
-        Vec::<i64>::try_from(t)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|id| usize::try_from(id).ok())
-            .collect()
-    };
-    let k = TOP_TRIED.min(logits.size()[0]);
-    let (_, top) = logits.topk(k, -1, true, true);
-    schema::pick(matcher, ids(top), vocab)
-        .or_else(|| schema::pick(matcher, ids(logits.argsort(-1, true)), vocab))
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@
 
 mod bert;
 mod config;
+pub mod constrain;
 pub mod distil;
 mod encoder;
 mod error;
@@ -39,7 +40,7 @@ mod pool;
 pub mod qwen2;
 mod reader;
 mod rerank;
-pub mod schema;
+pub mod sample;
 mod tokenize;
 
 pub use config::{

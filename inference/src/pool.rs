@@ -32,6 +32,7 @@
 
 pub(crate) mod fair;
 pub(crate) mod lanes;
+mod message;
 pub(crate) mod rest;
 mod router;
 mod stats;
@@ -48,7 +49,8 @@ use tokio::task::JoinHandle;
 use self::fair::Shares;
 use self::lanes::Threads;
 pub use self::lanes::{BackgroundPriority, exit_without_teardown, leave_idle_class};
-use self::router::{Request, Router, RouterArgs, RouterMsg};
+use self::message::{Request, RouterMsg};
+use self::router::{Router, RouterArgs};
 use self::stats::Metrics;
 pub use self::stats::{BATCH_BUCKETS, PoolStats};
 use crate::config::{EncoderConfig, TextRole};

@@ -17,10 +17,10 @@ use tch::{Device, Kind, Tensor};
 
 use tokenizers::Tokenizer;
 
+use crate::constrain::Schema;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::linear::{Linear, Precision};
-use crate::schema::Schema;
 
 /// The hyper-parameters the decoder reads from `qwen2.*`.
 #[derive(Debug, Clone, PartialEq)]
@@ -423,7 +423,7 @@ impl Qwen2 {
 
 impl Qwen2 {
     /// Greedy decoding constrained by `schema`: at each step the most likely token that keeps
-    /// the output a valid prefix of what the schema allows ([`crate::generate::pick`]); stops when the object is whole. `vocab` is
+    /// the output a valid prefix of what the schema allows ([`crate::sample::pick`]); stops when the object is whole. `vocab` is
     /// [`token_bytes`] of the model's tokenizer. `None` when `max_new` tokens did not close
     /// the object.
     pub fn generate_json(
@@ -439,7 +439,7 @@ impl Qwen2 {
         let mut feed = prompt.to_vec();
         for _ in 0..max_new {
             let logits = self.next_logits(&Tensor::from_slice(&feed).unsqueeze(0), &mut cache);
-            let (next, tried, bytes) = crate::generate::pick(&matcher, &logits.get(0), vocab)?;
+            let (next, tried, bytes) = crate::sample::pick(&matcher, &logits.get(0), vocab)?;
             matcher = tried;
             out.extend_from_slice(bytes);
             if matcher.is_complete() {

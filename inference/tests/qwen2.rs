@@ -12,9 +12,9 @@
 //! The node's default generative model, the 1.5B, is checked in its default precision
 //! (float16) against its own reference logits, with the same bounds.
 
+use engram_inference::constrain::Schema;
 use engram_inference::gguf::Gguf;
 use engram_inference::qwen2::{KvCache, Qwen2, chat_prompt, token_bytes};
-use engram_inference::schema::Schema;
 use engram_inference::{DEFAULT_GENERATIVE_MODEL, Precision, default_model_dir};
 use serde_json::Value;
 use tch::{Device, Kind, Tensor};

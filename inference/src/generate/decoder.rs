@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use tch::Tensor;
 use tokenizers::Tokenizer;
 
-use super::{PREFIXES_KEPT, Request, Shared, pick};
+use super::{PREFIXES_KEPT, Request, Shared};
+use crate::constrain::Matcher;
 use crate::error::{Error, Result};
 use crate::pool::rest::{Load, Rest, busy_pause};
 use crate::qwen2::{KvCache, Qwen2};
-use crate::schema::Matcher;
+use crate::sample::pick;
 
 /// A running sequence.
 struct Sequence {

@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::router::Request;
+use super::message::Request;
 use crate::pool::Priority;
 
 /// Texts waiting per key, shared by the pool's handles (which admit) and its router (which

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::lanes::{BackgroundPriority, Lane, Threads};
+use super::message::{Request, RouterMsg};
 use super::rest::{Load, Rest, busy_pause};
-use super::router::{Request, RouterMsg};
 use super::stats::Metrics;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, ValueEnum};
-use engram_inference::schema::Schema;
+use engram_inference::constrain::Schema;
 use engram_inference::{BackgroundPriority, Generation, GenerationConfig, GenerationPool};
 use engram_tests::retrieval::dataset::{self, Half, PassageStyle};
 use engram_tests::retrieval::facts;

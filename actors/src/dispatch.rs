@@ -6,7 +6,7 @@
 //! tenant, so the pool's shares and rotation apply), and store the round's vectors in one
 //! transaction that fences each user's shard on its own, only for entries that still hold the
 //! embedded text; then each user's actor, if it runs, indexes them. On the distillation queue
-//! ([`WorkQueue::Distillation`]) a round ([`distillation`]) runs the generative model on
+//! ([`WorkQueue::Distillation`]) a round ([`generation`]) runs the generative model on
 //! queued messages and writes its results through the intent gate.
 //!
 //! The dispatcher scans the work index when it starts, when this node gains shards (a
@@ -17,8 +17,8 @@
 //! It sits above the directory and the user actors (it delivers vectors to them); nothing
 //! below imports it. It logs counts, never texts or vectors.
 
-mod distillation;
 mod embedding;
+mod generation;
 #[cfg(test)]
 mod tests;
 
@@ -256,7 +256,7 @@ impl DispatcherState {
                         embedding::run(&directory, &config, &shared.metrics, users).await
                     }
                     WorkQueue::Distillation => {
-                        distillation::run(&directory, &config, &shared.metrics, users).await
+                        generation::run(&directory, &config, &shared.metrics, users).await
                     }
                 }
             });

@@ -25,7 +25,7 @@ pub mod clock;
 pub mod cluster;
 pub mod directory;
 pub mod dispatch;
-pub mod distil;
+pub mod distillation;
 pub mod embed;
 mod error;
 pub mod front;

@@ -11,7 +11,7 @@ use engram_storage::model::ArchiveMode;
 use engram_storage::{Keyspace, Store};
 
 use crate::clock::SharedClock;
-use crate::distil::Distillation;
+use crate::distillation::Distillation;
 use crate::embed::Embedder;
 use crate::model::entities::EntityExtractor;
 use crate::model::index::IndexParams;

@@ -12,10 +12,10 @@
 mod access;
 /// The payloads of a user's requests ([`crate::request::user`]).
 pub use crate::request::user as api;
-mod distil;
 mod guard;
 pub mod intents;
 mod load;
+mod message;
 pub mod ops;
 pub mod prepare;
 pub mod promote;

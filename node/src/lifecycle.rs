@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use engram_actors::clock::SystemClock;
 use engram_actors::cluster::LeaseManager;
 use engram_actors::directory::Directory;
-use engram_actors::distil::Distillation;
+use engram_actors::distillation::Distillation;
 use engram_actors::embed::Embedder;
 use engram_actors::front::{PeerLink, Users};
 use engram_actors::model::entities::EntityExtractor;

@@ -194,7 +194,7 @@ fn requests_import_no_actor_router_or_service() {
         "services",
         "pipeline",
         "dispatch",
-        "distil",
+        "distillation",
         "jobs",
         "cluster",
     ];

@@ -25,7 +25,7 @@ use engram_storage::data::UserData;
 use engram_storage::model::{Intent, PiiLevel, Timestamp};
 use serde_json::{Value, json};
 
-use crate::distil::GateRules;
+use crate::distillation::GateRules;
 pub use crate::model::intent::{KEY_INTENT_TYPES, is_current, target_matches, target_of};
 use crate::model::pii;
 use crate::request::user::IntentAck;

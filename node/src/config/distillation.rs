@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use engram_actors::distil::DistillationConfig;
+use engram_actors::distillation::DistillationConfig;
 use engram_actors::pipeline::PipelineConfig;
 use engram_inference::{BackgroundPriority, DeviceChoice, GenerationConfig, Precision};
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use engram_actors::distil::Distillation;
+use engram_actors::distillation::Distillation;
 use engram_storage::model::Timestamp;
 
 use super::inference::{metric, oldest_pending_seconds};

@@ -26,7 +26,7 @@ use tokio::task::JoinSet;
 
 use super::embedding::{Part, RoundOutcome, fenced, leased, read};
 use crate::directory::Directory;
-use crate::distil::Distillation;
+use crate::distillation::Distillation;
 use crate::error::Error;
 use crate::pipeline::{PipelineConfig, PipelineMetrics};
 use crate::request::user::IntentAck;
@@ -229,7 +229,7 @@ fn deferred(err: &engram_inference::Error) -> bool {
 }
 
 /// Reads what the pool answered into a [`Run`], counting it.
-fn settle(metrics: &crate::distil::DistillationMetrics, answer: Answer) -> Run {
+fn settle(metrics: &crate::distillation::DistillationMetrics, answer: Answer) -> Run {
     match answer {
         Answer::Intent(Ok(answer)) => {
             metrics.model_answers.fetch_add(1, Ordering::Relaxed);

@@ -280,7 +280,7 @@ impl Bert {
                 |weight, bias| Linear::new(weight, Some(bias), precision.packing(), device);
             // The feed-forward's input projection stays float32 in int8: with it in int8 too,
             // multilingual-e5-small's golden cosine falls to 0.9937 (the bound is 0.995);
-            // without it, 0.9956 (docs/benchmarks.md, issue 12's int8 lever).
+            // without it, 0.9956 (docs/decisions/0010-encoders-and-precision.md, the int8 lever).
             let ff_in_packing = match precision {
                 Precision::Int8 => Packing::Float32,
                 Precision::Float32 | Precision::Float16 => precision.packing(),

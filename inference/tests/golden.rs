@@ -10,7 +10,7 @@
 //!
 //! With half-precision weights (`precision = "float16"`, CPU) the bound stays 0.999; with
 //! int8 linear layers (`precision = "int8"`, CPU) it is a cosine of 0.995 per
-//! text (issue 12), the tokens unchanged (where libtorch sees a GPU the layers stay float32,
+//! text, the tokens unchanged (where libtorch sees a GPU the layers stay float32,
 //! so there the int8 test checks float32 against the looser bound).
 //!
 //! The models must be installed (`.ci/models`); these tests fail, never skip, without them.

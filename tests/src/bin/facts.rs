@@ -1,10 +1,10 @@
 //! `facts`: distils one self-contained fact from each LoCoMo turn with the generative model,
-//! for issue 17's facts lever measured outside the product (`retrieval --facts FILE` indexes
-//! them beside the raw turns, each pointing to its source turn, or appended to them). The
-//! model sees the session's date, the turn before and the turn, and answers `{"fact": "..."}`
-//! under a JSON schema (an empty fact for a turn that states nothing). One JSON line a turn goes to `--out`: the
-//! conversation, the turn's id and the fact (in a file, never in a log); a run resumes where
-//! an earlier one stopped.
+//! for the facts lever (docs/decisions/0016-distilled-facts-not-kept.md) measured outside the
+//! product (`retrieval --facts FILE` indexes them beside the raw turns, each pointing to its
+//! source turn, or appended to them). The model sees the session's date, the turn before and
+//! the turn, and answers `{"fact": "..."}` under a JSON schema (an empty fact for a turn that
+//! states nothing). One JSON line a turn goes to `--out`: the conversation, the turn's id and
+//! the fact (in a file, never in a log); a run resumes where an earlier one stopped.
 //!
 //! ```text
 //! cargo run --release -p engram-tests --bin facts -- ../shared/data/locomo-dev.json --half tuning --out /tmp/facts-tuning.jsonl

@@ -1,8 +1,9 @@
-//! Facts distilled from turns (the `facts` program's JSON lines) for issue 17's facts lever,
-//! measured outside the product, in one of two places ([`Placement`]): beside the raw turns,
-//! each fact a passage of its own in a session of facts beside its source's session, at its
-//! source's date, pointing to its source ([`Passage::source`]) so that recall still counts
-//! turns; or appended to its source turn's text, which is then indexed and embedded with it.
+//! Facts distilled from turns (the `facts` program's JSON lines) for the facts lever
+//! (docs/decisions/0016-distilled-facts-not-kept.md), measured outside the product, in one of
+//! two places ([`Placement`]): beside the raw turns, each fact a passage of its own in a
+//! session of facts beside its source's session, at its source's date, pointing to its source
+//! ([`Passage::source`]) so that recall still counts turns; or appended to its source turn's
+//! text, which is then indexed and embedded with it.
 
 use std::collections::HashMap;
 use std::io::BufRead as _;

@@ -152,7 +152,7 @@ pub struct UserState {
     /// The key id of the request being served: idempotency entries are scoped to it.
     caller: String,
     /// When this actor last pruned the user's idempotency entries.
-    idempotency_pruned: Option<Instant>,
+    pruning: replay::Pruning,
 }
 
 /// Turns up to this many bytes (user and assistant text) are analysed on the actor's own
@@ -226,7 +226,7 @@ impl Actor for UserActor {
             caller: String::new(),
             // The first pruning waits an hour: an actor that stops sooner leaves its user's
             // old entries to the sweeps.
-            idempotency_pruned: Some(Instant::now()),
+            pruning: replay::Pruning::started(),
         };
         state.count_records();
         Ok(state)
@@ -330,8 +330,8 @@ impl Actor for UserActor {
             }
             UserMsg::Tick => {
                 if state.has_data
-                    && state.prune_due()
-                    && let Err(err) = state.prune_idempotency().await
+                    && state.pruning.due()
+                    && let Err(err) = state.pruning.prune(&state.args).await
                 {
                     tracing::warn!(user = %state.args.services.log_id(&state.args.key), error = %err, "pruning idempotency entries failed");
                 }

@@ -6,7 +6,10 @@
 use engram_storage::data::UserData;
 use engram_storage::model::{MemoryRecord, MemoryStatus};
 
-use super::{Replayable, UserState};
+use tokio::time::Instant;
+
+use super::txn::{lease_of, run_fenced};
+use super::{Replayable, UserArgs};
 use crate::error::Result;
 use crate::request::user::{MemoryAck, ResolveAck};
 
@@ -74,14 +77,32 @@ const PRUNE_PAGES: usize = 64;
 /// How often a live actor prunes its user's entries.
 pub(super) const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 
-impl UserState {
-    /// Removes the user's idempotency entries older than the retention
-    /// (`memory.idempotency-retention`), a page a transaction. Run by a live actor at
-    /// most once every [`PRUNE_EVERY`] (the first an hour after it started), and by every
-    /// sweep of the user.
-    pub(super) async fn prune_idempotency(&mut self) -> Result<usize> {
-        self.idempotency_pruned = Some(tokio::time::Instant::now());
-        let (services, key) = self.scope_parts();
+/// When a live actor last pruned its user's idempotency entries.
+#[derive(Debug)]
+pub(super) struct Pruning {
+    last: Option<Instant>,
+}
+
+impl Pruning {
+    /// Pruning as of an actor that starts now: the first is due an hour later.
+    pub(super) fn started() -> Self {
+        Pruning {
+            last: Some(Instant::now()),
+        }
+    }
+
+    /// Whether the hourly pruning is due.
+    pub(super) fn due(&self) -> bool {
+        self.last.is_none_or(|at| at.elapsed() >= PRUNE_EVERY)
+    }
+
+    /// Removes `args`' user's idempotency entries older than the retention
+    /// (`memory.idempotency-retention`), a page a transaction. Run by a live actor at most
+    /// once every [`PRUNE_EVERY`] (the first an hour after it started), and by every sweep
+    /// of the user.
+    pub(super) async fn prune(&mut self, args: &UserArgs) -> Result<usize> {
+        self.last = Some(Instant::now());
+        let (services, key) = (&args.services, &args.key);
         let before = services
             .clock
             .now()
@@ -89,16 +110,15 @@ impl UserState {
         let mut after: Option<Vec<u8>> = None;
         let mut removed = 0;
         for _ in 0..PRUNE_PAGES {
-            let (ks, key, from) = (services.keyspace.clone(), key.clone(), after.clone());
-            let (n, next) = self
-                .run(self.lease()?, move |txn| {
-                    UserData::new(txn, &ks, &key.tenant, &key.user).prune_idempotency_page(
-                        from.as_deref(),
-                        PRUNE_PAGE,
-                        before,
-                    )
-                })
-                .await?;
+            let (ks, user, from) = (services.keyspace.clone(), key.clone(), after.clone());
+            let (n, next) = run_fenced(services, key, lease_of(args)?, move |txn| {
+                UserData::new(txn, &ks, &user.tenant, &user.user).prune_idempotency_page(
+                    from.as_deref(),
+                    PRUNE_PAGE,
+                    before,
+                )
+            })
+            .await?;
             removed += n;
             match next {
                 Some(next) => after = Some(next),
@@ -106,11 +126,5 @@ impl UserState {
             }
         }
         Ok(removed)
-    }
-
-    /// Whether the hourly pruning is due.
-    pub(super) fn prune_due(&self) -> bool {
-        self.idempotency_pruned
-            .is_none_or(|at| at.elapsed() >= PRUNE_EVERY)
     }
 }

@@ -138,7 +138,7 @@ impl UserState {
                 sessions: false,
             };
         }
-        self.prune_idempotency().await?;
+        self.pruning.prune(&self.args).await?;
         Ok(total)
     }
 

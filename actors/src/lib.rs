@@ -20,6 +20,7 @@
 //!   one) before the transaction starts; a node without a pool ranks by words and priors alone.
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
 
+pub mod admin;
 pub mod breaker;
 pub mod clock;
 pub mod cluster;

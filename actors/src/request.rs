@@ -10,6 +10,7 @@ use std::fmt;
 
 use engram_storage::access::Scope;
 use engram_storage::model::{Intent, MemoryRecord, ReviewFlag, TurnDigest};
+use engram_storage::schema::SchemaEntry;
 use engram_storage::shared::{Example, SharedSettings};
 use serde::{Deserialize, Serialize};
 
@@ -23,9 +24,9 @@ pub mod user;
 
 use self::tenant::{
     ExampleAck, ExampleExport, ExampleFailure, ExampleImport, ExampleList, ExampleRecord,
-    ExampleReview, ExampleSearch, ExampleSearchReply, ImportAck, InvalidateAck, PortableExample,
-    ReadSettings, SettingsAck, SqlInvalidate, SqlLookup, SqlLookupReply, SqlPut, SqlPutAck,
-    WriteSettings,
+    ExampleReview, ExampleSearch, ExampleSearchReply, ImportAck, InvalidateAck, MetadataList,
+    MetadataPut, MetadataRemove, PortableExample, ReadSettings, SettingsAck, SqlInvalidate,
+    SqlLookup, SqlLookupReply, SqlPut, SqlPutAck, WriteSettings,
 };
 use self::user::{
     AnchorMatch, AnchorQuery, ApprovalAck, ApproveReads, ArchiveMatch, ArchivePage, ArchiveQuery,
@@ -224,6 +225,13 @@ front_door! {
     ReadSettings(ReadSettings) -> SharedSettings;
     /// Replace the tenant's settings of its shared sets (admin).
     WriteSettings(WriteSettings) -> SettingsAck;
+    /// Cache a table's metadata for the tenant (the entry as stored; `None`: the tenant
+    /// caches as many entries as it may).
+    MetadataPut(MetadataPut) -> Option<SchemaEntry>;
+    /// The tenant's cached metadata still live, by name.
+    MetadataList(MetadataList) -> Vec<SchemaEntry>;
+    /// Remove a cached metadata entry (whether there was one).
+    MetadataRemove(MetadataRemove) -> bool;
 }
 
 impl UserRequest {
@@ -246,7 +254,9 @@ impl UserRequest {
             | UserRequest::ReviewExample(_)
             | UserRequest::ExampleFailed(_)
             | UserRequest::ImportExamples(_)
-            | UserRequest::WriteSettings(_) => true,
+            | UserRequest::WriteSettings(_)
+            | UserRequest::MetadataPut(_)
+            | UserRequest::MetadataRemove(_) => true,
             UserRequest::Context(_)
             | UserRequest::Search(_)
             | UserRequest::ListMemories(_)
@@ -263,11 +273,12 @@ impl UserRequest {
             | UserRequest::SearchExamples(_)
             | UserRequest::ListExamples(_)
             | UserRequest::ExportExamples(_)
-            | UserRequest::ReadSettings(_) => false,
+            | UserRequest::ReadSettings(_)
+            | UserRequest::MetadataList(_) => false,
         }
     }
 
-    /// Whether the request is for the tenant's shared sets (served by the tenant's actor,
+    /// Whether the request is for the tenant's shared sets or its schema metadata (served by
     /// the tenant's actor, under the key [`UserKey::shared`]).
     pub fn is_shared(&self) -> bool {
         matches!(
@@ -284,6 +295,9 @@ impl UserRequest {
                 | UserRequest::ImportExamples(_)
                 | UserRequest::ReadSettings(_)
                 | UserRequest::WriteSettings(_)
+                | UserRequest::MetadataPut(_)
+                | UserRequest::MetadataList(_)
+                | UserRequest::MetadataRemove(_)
         )
     }
 }

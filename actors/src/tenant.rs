@@ -13,11 +13,15 @@
 //! Lifetimes follow the injected clock: a lookup never serves an expired entry, and the
 //! actor's tick removes expired SQL entries, examples unused for [`EXAMPLE_TTL_MS`], and
 //! idempotency entries older than a day.
+//!
+//! It also writes the tenant's schema metadata cache ([`metadata`]: `/v1/metadata`), fenced
+//! like the sets, which the nl2sql contexts of the tenant's users read.
 
 /// The payloads of a tenant's requests ([`crate::request::tenant`]).
 pub use crate::request::tenant as api;
 mod examples;
 pub mod literals;
+mod metadata;
 mod sets;
 mod sql;
 pub mod statement;
@@ -162,10 +166,20 @@ impl Actor for TenantActor {
                 reader,
                 request,
                 reply,
-            } => {
-                let result = state.serve(&reader, *request).await;
-                let _ = reply.send(result);
-            }
+            } => match (
+                state.to_embed(&reader, &request),
+                &state.args.services.embedder,
+            ) {
+                (Some(question), Some(embedder)) => {
+                    let tenant = state.tenant().to_owned();
+                    let call = (reader, request, reply);
+                    embed_then_serve(&myself, embedder.clone(), tenant, call, question);
+                }
+                _ => {
+                    let result = state.serve(&reader, *request).await;
+                    let _ = reply.send(result);
+                }
+            },
             UserMsg::Sweep(_, reply) => {
                 let result = state.sweep().await.map(|_| Default::default());
                 let _ = reply.send(result);
@@ -192,43 +206,134 @@ impl Actor for TenantActor {
     }
 }
 
-/// The vector of `question` (normalised as the sets compare questions) for a lookup or a
-/// search of `tenant`'s sets, within the node's query deadline: made by the node that takes
-/// the request, before it reaches the tenant's actor. `None` without an encoder, or when the
-/// question is not one the sets take (the actor says why).
-pub async fn embed_question(
-    services: &crate::services::Services,
+/// A question whose vector the actor has made outside its turn before it serves the request
+/// ([`TenantState::to_embed`]).
+enum ToEmbed {
+    /// For a lookup or a search: within the node's query deadline, or why not.
+    Query(String),
+    /// For a write: without a deadline (an entry is not stored without its vector).
+    Write(String),
+}
+
+/// The vector of the normalised question for a lookup or a search of `tenant`'s sets, within
+/// the node's query deadline, or why there is none (the priority and the deadline are the
+/// encoder's query ones).
+async fn embed_question(
+    embedder: &crate::embed::Embedder,
     tenant: &str,
-    question: &str,
-) -> Option<crate::request::tenant::QuestionVector> {
-    let embedder = services.embedder.as_ref()?;
-    let normalised = sql::question(question).ok()?;
-    Some(match embedder.query(tenant, &normalised).await {
+    normalised: &str,
+) -> crate::request::tenant::QuestionVector {
+    match embedder.query(tenant, normalised).await {
         crate::embed::QueryVector::Embedded(v) => {
             crate::request::tenant::QuestionVector::Embedded(v.to_vec())
         }
         crate::embed::QueryVector::Fallback(why) => {
             crate::request::tenant::QuestionVector::Fallback(why)
         }
-    })
+    }
 }
 
-/// The vector of `question` for a write of `tenant`'s sets (a SQL cache entry, a recorded
-/// example), made by the node that takes the request, without a deadline: an entry is not
-/// stored without its vector. `Ok(None)` without an encoder, or when the question is not one
-/// the sets take (the actor says why).
-pub async fn embed_for_write(
-    services: &crate::services::Services,
+/// The vector of the normalised question for a write of `tenant`'s sets, without a deadline
+/// (empty should the encoder answer none, as [`TenantState::question_vector`] stores it).
+async fn embed_for_write(
+    embedder: &crate::embed::Embedder,
     tenant: &str,
-    question: &str,
-) -> Result<Option<Vec<f32>>> {
-    let (Some(embedder), Ok(normalised)) = (&services.embedder, sql::question(question)) else {
-        return Ok(None);
-    };
-    Ok(embedder.questions(tenant, &[normalised]).await?.pop())
+    normalised: &str,
+) -> Result<Vec<f32>> {
+    Ok(embedder
+        .questions(tenant, &[normalised.to_owned()])
+        .await?
+        .pop()
+        .unwrap_or_default())
+}
+
+/// Serves `request` once its question's vector is made: the embedding runs in a task of its
+/// own, off the actor's turn (the actor serialises every request of the tenant, so none waits
+/// for the encoder behind another's question), and the request comes back to the actor with
+/// its vector. A write the encoder fails is answered with the failure.
+fn embed_then_serve(
+    myself: &ActorRef<UserMsg>,
+    embedder: crate::embed::Embedder,
+    tenant: String,
+    (reader, mut request, reply): (
+        Reader,
+        Box<UserRequest>,
+        ractor::RpcReplyPort<Result<UserReply>>,
+    ),
+    question: ToEmbed,
+) {
+    let myself = myself.clone();
+    tokio::spawn(async move {
+        match question {
+            ToEmbed::Query(normalised) => {
+                let vector = embed_question(&embedder, &tenant, &normalised).await;
+                if let UserRequest::SqlLookup(q) = request.as_mut() {
+                    q.vector = Some(vector);
+                } else if let UserRequest::SearchExamples(q) = request.as_mut() {
+                    q.vector = Some(vector);
+                }
+            }
+            ToEmbed::Write(normalised) => {
+                let vector = match embed_for_write(&embedder, &tenant, &normalised).await {
+                    Ok(vector) => vector,
+                    Err(err) => {
+                        let _ = reply.send(Err(err));
+                        return;
+                    }
+                };
+                if let UserRequest::SqlPut(q) = request.as_mut() {
+                    q.vector = Some(vector);
+                } else if let UserRequest::RecordExample(q) = request.as_mut() {
+                    q.vector = Some(vector);
+                }
+            }
+        }
+        // The actor gone, the reply port goes with the message: the caller's ask fails and
+        // may be retried (a write with the same request id).
+        let _ = myself.cast(UserMsg::Call {
+            reader,
+            request,
+            reply,
+        });
+    });
 }
 
 impl TenantState {
+    /// The question of `request` to embed before it is served: a lookup, a search or a write
+    /// of the sets that brought no vector (a request forwarded by a node of an earlier
+    /// version brings the one that node made), on a node with an encoder. A question the sets
+    /// would refuse, or of a reader it would refuse, is not embedded: serving the request
+    /// says why.
+    fn to_embed(&self, reader: &Reader, request: &UserRequest) -> Option<ToEmbed> {
+        self.args.services.embedder.as_ref()?;
+        self.admit(reader, request).ok()?;
+        let (question, query) = if let UserRequest::SqlLookup(q) = request
+            && q.vector.is_none()
+        {
+            (&q.question, true)
+        } else if let UserRequest::SearchExamples(q) = request
+            && q.vector.is_none()
+        {
+            (&q.question, true)
+        } else if let UserRequest::SqlPut(q) = request
+            && q.vector.is_none()
+        {
+            (&q.question, false)
+        } else if let UserRequest::RecordExample(q) = request
+            && q.vector.is_none()
+        {
+            (&q.question, false)
+        } else {
+            return None;
+        };
+        let normalised = sql::question(question).ok()?;
+        Some(if query {
+            ToEmbed::Query(normalised)
+        } else {
+            ToEmbed::Write(normalised)
+        })
+    }
+
     /// The embedding of a normalised question for a write, and the encoder's name: the one
     /// the request brought, or the encoder's.
     async fn write_vector(
@@ -413,6 +518,11 @@ impl TenantState {
             UserRequest::ReadSettings(_) => UserReply::ReadSettings(self.settings.clone()),
             UserRequest::WriteSettings(q) => {
                 UserReply::WriteSettings(self.write_settings(q).await?)
+            }
+            UserRequest::MetadataPut(q) => UserReply::MetadataPut(self.put_metadata(q).await?),
+            UserRequest::MetadataList(_) => UserReply::MetadataList(self.list_metadata().await?),
+            UserRequest::MetadataRemove(q) => {
+                UserReply::MetadataRemove(self.remove_metadata(q).await?)
             }
             other @ (UserRequest::Turn(_)
             | UserRequest::Feedback(_)

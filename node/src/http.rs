@@ -42,6 +42,7 @@ use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
+use engram_actors::admin::Admin;
 use engram_actors::front::{Ask, Reader, Users};
 use engram_actors::placement::UserKey;
 use engram_actors::user::check_id;
@@ -58,6 +59,8 @@ use crate::metrics::NodeMetrics;
 pub struct AppState {
     /// The front door to the user actors (this node's, and through peers every other's).
     pub users: Arc<Users>,
+    /// The admin's and operator's handle (keys, users, audit trail, the cluster's state).
+    pub admin: Admin,
     /// Metrics.
     pub metrics: Arc<NodeMetrics>,
     /// Token budget of contexts that name none.

@@ -442,6 +442,7 @@ async fn gateway(
     )));
     let state = AppState {
         users: Arc::clone(&users),
+        admin: engram_actors::admin::Admin::new(Arc::clone(directory)),
         auth,
         audit,
         metrics,

@@ -8,6 +8,7 @@
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
+use engram_actors::admin::KeyRing;
 use engram_actors::cluster::{is_live, request_drain};
 use engram_storage::model::{Member, MemberStatus, ShardLease, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
@@ -180,6 +181,11 @@ fn key_line(key: &engram_storage::access::ApiKey) -> String {
     )
 }
 
+/// The key ring of an opened store.
+fn ring(store: &Store, keyspace: &Keyspace) -> KeyRing {
+    KeyRing::new(store.clone(), keyspace.clone())
+}
+
 /// `engram-node keys create`.
 pub async fn create_key(config: &Config, tenant: &str, scope: &str, name: &str) -> Result<String> {
     engram_actors::user::check_id("tenant", tenant).map_err(|e| Error::Cluster(e.to_string()))?;
@@ -189,7 +195,7 @@ pub async fn create_key(config: &Config, tenant: &str, scope: &str, name: &str) 
         ))
     })?;
     let (store, keyspace) = open_keys(config).await?;
-    let new = crate::keys::create(&store, &keyspace, (tenant, scope, name), CLI, now())
+    let new = crate::keys::create(&ring(&store, &keyspace), (tenant, scope, name), CLI, now())
         .await
         .map_err(Error::storage("creating the key"))?;
     audit_key(&store, &keyspace, tenant, "key.create", &new.key.id).await;
@@ -200,7 +206,7 @@ pub async fn create_key(config: &Config, tenant: &str, scope: &str, name: &str) 
 /// `engram-node keys list`.
 pub async fn list_keys(config: &Config, tenant: Option<&str>) -> Result<String> {
     let (store, keyspace) = open_keys(config).await?;
-    let keys = crate::keys::list(&store, &keyspace, tenant)
+    let keys = crate::keys::list(&ring(&store, &keyspace), tenant)
         .await
         .map_err(Error::storage("listing keys"))?;
     crate::store::close(store, config.storage.backend);
@@ -218,10 +224,16 @@ pub async fn list_keys(config: &Config, tenant: Option<&str>) -> Result<String> 
 pub async fn rotate_key(config: &Config, key_id: &str, grace: Duration) -> Result<String> {
     let (store, keyspace) = open_keys(config).await?;
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
-    let new = crate::keys::rotate(&store, &keyspace, (None, key_id), grace_ms, CLI, now())
-        .await
-        .map_err(Error::storage("rotating the key"))?
-        .ok_or_else(|| Error::Cluster(format!("no live key {key_id}")))?;
+    let new = crate::keys::rotate(
+        &ring(&store, &keyspace),
+        (None, key_id),
+        grace_ms,
+        CLI,
+        now(),
+    )
+    .await
+    .map_err(Error::storage("rotating the key"))?
+    .ok_or_else(|| Error::Cluster(format!("no live key {key_id}")))?;
     audit_key(&store, &keyspace, &new.key.tenant, "key.rotate", key_id).await;
     crate::store::close(store, config.storage.backend);
     Ok(format!("{}\n", new.token))
@@ -230,7 +242,7 @@ pub async fn rotate_key(config: &Config, key_id: &str, grace: Duration) -> Resul
 /// `engram-node keys revoke`.
 pub async fn revoke_key(config: &Config, key_id: &str) -> Result<String> {
     let (store, keyspace) = open_keys(config).await?;
-    let key = crate::keys::revoke(&store, &keyspace, (None, key_id), now())
+    let key = crate::keys::revoke(&ring(&store, &keyspace), (None, key_id), now())
         .await
         .map_err(Error::storage("revoking the key"))?
         .ok_or_else(|| Error::Cluster(format!("no key {key_id}")))?;

@@ -169,6 +169,7 @@ pub struct TenantData<'a> {
     txn: &'a mut Txn,
     keyspace: Keyspace,
     keys: TenantKeys,
+    tenant: String,
 }
 
 impl<'a> TenantData<'a> {
@@ -177,6 +178,7 @@ impl<'a> TenantData<'a> {
         TenantData {
             keys: keyspace.tenant(tenant),
             keyspace: keyspace.clone(),
+            tenant: tenant.to_owned(),
             txn,
         }
     }
@@ -289,6 +291,23 @@ impl<'a> TenantData<'a> {
     /// Up to `limit` few-shot examples in id order, after the key `after`.
     pub fn example_page(&mut self, after: Option<&[u8]>, limit: usize) -> Result<Page<Example>> {
         self.page("few-shot example", self.keys.examples(), after, limit)
+    }
+
+    /// Stores (or replaces) an entry of the tenant's schema metadata cache; `false` when the
+    /// tenant is full ([`crate::schema::put`]).
+    pub fn put_schema_entry(&mut self, entry: &crate::schema::SchemaEntry) -> Result<bool> {
+        crate::schema::put(self.txn, &self.keyspace, &self.tenant, entry)
+    }
+
+    /// Removes the schema metadata entry `name`; whether there was one
+    /// ([`crate::schema::remove`]).
+    pub fn remove_schema_entry(&mut self, name: &str) -> Result<bool> {
+        crate::schema::remove(self.txn, &self.keyspace, &self.tenant, name)
+    }
+
+    /// The tenant's schema metadata entries live at `now`, by name ([`crate::schema::live`]).
+    pub fn schema_entries(&mut self, now: Timestamp) -> Result<Vec<crate::schema::SchemaEntry>> {
+        crate::schema::live(self.txn, &self.keyspace, &self.tenant, now)
     }
 
     /// Appends an entry to the audit trail in this transaction (an action the tenant's actor

@@ -238,3 +238,122 @@ fn storage_data_layer_names_no_backend() {
         );
     }
 }
+
+/// The names a path or `use` tree starting at `engram_storage::` in `code` names, up to where
+/// the path (or the tree's braces) ends, each with the line it is on.
+fn storage_names(code: &str) -> Vec<(String, usize)> {
+    const ROOT: &str = "engram_storage::";
+    let mut names = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find(ROOT) {
+        let start = from + at + ROOT.len();
+        let line = code[..start].lines().count();
+        let mut depth = 0usize;
+        let mut end = start;
+        for (i, c) in code[start..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth > 0 => depth -= 1,
+                c if c.is_alphanumeric() || c == '_' || c == ':' => {}
+                ',' | ' ' | '\n' if depth > 0 => {}
+                _ => {
+                    end = start + i;
+                    break;
+                }
+            }
+            end = start + i + c.len_utf8();
+        }
+        for name in code[start..end]
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|n| !n.is_empty())
+        {
+            names.push((name.to_owned(), line));
+        }
+        from = end.max(start);
+    }
+    names
+}
+
+/// The gateway's handlers reach users' and tenants' data only through the typed front door
+/// (`AppState::ask`, to the owning actor, fenced by its shard's lease) and the node's
+/// services only through the admin's handle (`engram_actors::admin::Admin`, `AppState::admin`):
+/// no file of `node/src/http` that ships (tests left out, as `engram_tests::modules` reads
+/// them) reaches the directory or its services (`.directory()`, `.services()`, `.store`,
+/// `.keyspace`, `engram_actors::directory`/`services`), and what it names of
+/// `engram_storage` is only value types and constants (names in upper case) of the modules
+/// that define them (`model`, `access`, `schema`, `shared`): no store, transaction, keyspace
+/// or key layout, and no storage function, so no handler writes or reads storage itself.
+#[test]
+fn http_handlers_reach_the_memory_only_through_the_front_door_or_the_admin_handle() {
+    const VALUE_MODULES: [&str; 4] = ["model", "access", "schema", "shared"];
+    const NOT_VALUES: [&str; 6] = [
+        "Store",
+        "Txn",
+        "Keyspace",
+        "TenantData",
+        "UserData",
+        "Subspace",
+    ];
+    const REACHES: [&str; 6] = [
+        ".directory()",
+        ".services()",
+        ".store",
+        ".keyspace",
+        "engram_actors::directory",
+        "engram_actors::services",
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let graph = Graph::read(&root.join("node/src/main.rs"));
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for file in graph.files.values() {
+        if file.module.first().map(String::as_str) != Some("http") {
+            continue;
+        }
+        checked += 1;
+        let text = std::fs::read_to_string(&file.path).unwrap();
+        // Code only: comments may name anything.
+        let code: String = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("//") {
+                    ""
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let at = |line: usize| format!("{}:{line}", file.path.display());
+        for (n, l) in code.lines().enumerate() {
+            for reach in REACHES {
+                let found = l.match_indices(reach).any(|(i, _)| {
+                    // `.store` and `.keyspace` as fields, not the start of a longer name.
+                    !l[i + reach.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                });
+                if found {
+                    wrong.push(format!("{}: {reach}", at(n + 1)));
+                }
+            }
+        }
+        if file.externs.contains("engram_storage") {
+            for (name, line) in storage_names(&code) {
+                let value = name.starts_with(|c: char| c.is_ascii_uppercase())
+                    && !NOT_VALUES.contains(&name.as_str());
+                if !value && !VALUE_MODULES.contains(&name.as_str()) {
+                    wrong.push(format!("{}: engram_storage names {name}", at(line)));
+                }
+            }
+        }
+    }
+    println!("http: {checked} files checked");
+    assert!(
+        checked >= 10,
+        "the http module's files were read ({checked})"
+    );
+    assert!(
+        wrong.is_empty(),
+        "http reaches the memory around the front door and the admin handle:\n{}",
+        wrong.join("\n")
+    );
+}

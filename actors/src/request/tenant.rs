@@ -16,9 +16,10 @@ pub const MAX_EXAMPLES_SERVED: usize = 3;
 /// Most examples one listing or export returns, and one import takes.
 pub const MAX_EXAMPLE_PAGE: usize = 1_000;
 
-/// A question's vector as the node that took the request made it ([`super::embed_question`]),
-/// so that the tenant's actor, which serialises every request of the tenant, never waits
-/// for the encoder on a lookup.
+/// A question's vector, made by the tenant's actor in a task of its own before it serves a
+/// lookup or a search (so that the actor, which serialises every request of the tenant, never
+/// waits for the encoder), or by the node that took the request in earlier versions. Clients
+/// of the front door leave it out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum QuestionVector {
     /// The normalised question's embedding.
@@ -36,8 +37,8 @@ pub struct SqlLookup {
     pub route: String,
     /// The data domain.
     pub domain: String,
-    /// The question's vector, made before the request reached the actor (`None`: the actor
-    /// embeds it itself).
+    /// The question's vector (`None` from the front door: the actor embeds the question
+    /// before serving the request; kept in the frame for nodes of other versions).
     #[serde(default)]
     pub vector: Option<QuestionVector>,
 }
@@ -81,8 +82,9 @@ pub struct SqlPut {
     pub domain: String,
     /// The SQL text (never its results).
     pub sql: String,
-    /// The normalised question's embedding, made before the request reached the actor
-    /// ([`super::embed_for_write`]; `None`: the actor embeds it itself).
+    /// The normalised question's embedding (`None` from the front door: the actor embeds
+    /// the question before serving the request; kept in the frame for nodes of other
+    /// versions).
     #[serde(default)]
     pub vector: Option<Vec<f32>>,
 }
@@ -135,8 +137,9 @@ pub struct ExampleRecord {
     pub route: String,
     /// The gateway's confidence in the SQL, 0 to 1.
     pub confidence: f32,
-    /// The normalised question's embedding, made before the request reached the actor
-    /// ([`super::embed_for_write`]; `None`: the actor embeds it itself).
+    /// The normalised question's embedding (`None` from the front door: the actor embeds
+    /// the question before serving the request; kept in the frame for nodes of other
+    /// versions).
     #[serde(default)]
     pub vector: Option<Vec<f32>>,
 }
@@ -166,8 +169,8 @@ pub struct ExampleSearch {
     pub route: String,
     /// At most this many (1 to 3).
     pub limit: usize,
-    /// The question's vector, made before the request reached the actor (`None`: the actor
-    /// embeds it itself).
+    /// The question's vector (`None` from the front door: the actor embeds the question
+    /// before serving the request; kept in the frame for nodes of other versions).
     #[serde(default)]
     pub vector: Option<QuestionVector>,
 }
@@ -310,4 +313,27 @@ pub struct SettingsAck {
     /// Whether this answers a retry.
     #[serde(default)]
     pub replayed: bool,
+}
+
+/// Cache a table's metadata for the tenant (`/v1/metadata`), replacing what the name held;
+/// a retry stores the same entry again. Stamped with the actor's clock.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetadataPut {
+    /// The name (a table's).
+    pub name: String,
+    /// The metadata as JSON text.
+    pub content: String,
+    /// How long it is served, in milliseconds.
+    pub ttl_ms: i64,
+}
+
+/// The tenant's cached metadata still live.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetadataList;
+
+/// Remove a cached metadata entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetadataRemove {
+    /// The name.
+    pub name: String,
 }

@@ -230,7 +230,10 @@ impl UserState {
             | UserRequest::ExportExamples(_)
             | UserRequest::ImportExamples(_)
             | UserRequest::ReadSettings(_)
-            | UserRequest::WriteSettings(_)) => {
+            | UserRequest::WriteSettings(_)
+            | UserRequest::MetadataPut(_)
+            | UserRequest::MetadataList(_)
+            | UserRequest::MetadataRemove(_)) => {
                 return Err(Error::Internal(format!(
                     "{} is for the tenant's shared sets, not a user",
                     shared.name()

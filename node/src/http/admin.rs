@@ -10,7 +10,7 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use engram_storage::access::{self, Scope};
+use engram_storage::access::Scope;
 use engram_storage::model::Timestamp;
 
 use super::wire::admin::{
@@ -34,7 +34,7 @@ const MAX_AUDIT_PAGE: usize = 1_000;
 const MAX_USERS_PAGE: usize = 1_000;
 
 fn now(s: &AppState) -> Timestamp {
-    s.users.directory().services().clock.now()
+    s.admin.now()
 }
 
 /// The tenant whose keys a caller manages: the one it acts for (the root names it with
@@ -67,12 +67,7 @@ async fn refuse_operator_key(s: &AppState, caller: &Caller, key_id: &str) -> Res
     if caller.root {
         return Ok(());
     }
-    let services = s.users.directory().services();
-    let (ks, id) = (services.keyspace.clone(), key_id.to_owned());
-    let key = services
-        .store
-        .read(move |txn| access::api_key(txn, &ks, &id))
-        .await?;
+    let key = s.admin.keys().get(key_id).await?;
     match key {
         Some(key) if key.scope == Scope::Operator && key.tenant == caller.tenant => {
             Err(operator_keys_are_the_roots())
@@ -115,10 +110,8 @@ pub async fn create_key(
     if name.chars().count() > 200 {
         return Err(ApiError::invalid("invalid name: at most 200 characters"));
     }
-    let services = s.users.directory().services();
     let new = keys::create(
-        &services.store,
-        &services.keyspace,
+        &s.admin.keys(),
         (&tenant, scope, &name),
         &caller.principal,
         now(&s),
@@ -131,8 +124,7 @@ pub async fn create_key(
     responses((status = 200, body = KeysResponse), (status = 403, body = ErrorBody)))]
 /// Lists the tenant's keys (never their secrets), revoked and rotated ones included.
 pub async fn list_keys(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    let services = s.users.directory().services();
-    let keys = keys::list(&services.store, &services.keyspace, Some(&caller.tenant)).await?;
+    let keys = keys::list(&s.admin.keys(), Some(&caller.tenant)).await?;
     Ok(ok(KeysResponse {
         keys: keys.into_iter().map(Into::into).collect(),
     }))
@@ -154,11 +146,9 @@ pub async fn rotate_key(
     refuse_operator_key(&s, &caller, &key_id).await?;
     let grace_ms = i64::try_from(body.grace_seconds.unwrap_or(0).saturating_mul(1_000))
         .map_err(|_| ApiError::invalid("invalid grace_seconds: too large"))?;
-    let services = s.users.directory().services();
     let tenant = Some(caller.tenant.as_str());
     let rotated = keys::rotate(
-        &services.store,
-        &services.keyspace,
+        &s.admin.keys(),
         (tenant, &key_id),
         grace_ms,
         &caller.principal,
@@ -182,15 +172,8 @@ pub async fn revoke_key(
     Path(key_id): Path<String>,
 ) -> Result<Response, ApiError> {
     refuse_operator_key(&s, &caller, &key_id).await?;
-    let services = s.users.directory().services();
     let tenant = Some(caller.tenant.as_str());
-    let revoked = keys::revoke(
-        &services.store,
-        &services.keyspace,
-        (tenant, &key_id),
-        now(&s),
-    )
-    .await?;
+    let revoked = keys::revoke(&s.admin.keys(), (tenant, &key_id), now(&s)).await?;
     s.auth.invalidate(&key_id);
     match revoked {
         Some(key) => Ok(ok(crate::http::wire::admin::KeyView::from(key))),
@@ -219,16 +202,12 @@ pub async fn audit(
         .as_deref()
         .map(|u| s.audit.pseudonym(&caller.tenant, u));
     let (principal, action) = (query.principal, query.action);
-    let services = s.users.directory().services();
-    let (ks, tenant) = (services.keyspace.clone(), caller.tenant.clone());
-    let (entries, next) = services
-        .store
-        .read(move |txn| {
-            access::audit_page(txn, &ks, &tenant, (from, to), limit, |e| {
-                user.as_ref().is_none_or(|u| e.user.as_ref() == Some(u))
-                    && principal.as_ref().is_none_or(|p| &e.principal == p)
-                    && action.as_ref().is_none_or(|a| &e.action == a)
-            })
+    let (entries, next) = s
+        .admin
+        .audit_page(&caller.tenant, (from, to), limit, move |e| {
+            user.as_ref().is_none_or(|u| e.user.as_ref() == Some(u))
+                && principal.as_ref().is_none_or(|p| &e.principal == p)
+                && action.as_ref().is_none_or(|a| &e.action == a)
         })
         .await?;
     Ok(ok(AuditResponse {
@@ -253,17 +232,9 @@ pub async fn list_users(
     if let Some(after) = &query.after {
         engram_actors::user::check_id("after", after)?;
     }
-    let services = s.users.directory().services();
-    let (ks, tenant, after) = (
-        services.keyspace.clone(),
-        caller.tenant.clone(),
-        query.after,
-    );
-    let page = services
-        .store
-        .read(move |txn| {
-            engram_storage::data::users::page(txn, &ks, &tenant, after.as_deref(), limit)
-        })
+    let page = s
+        .admin
+        .users_page(&caller.tenant, query.after, limit)
         .await?;
     Ok(ok(UsersResponse {
         users: page

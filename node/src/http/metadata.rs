@@ -1,16 +1,18 @@
 //! The tenant's schema metadata cache (the seed caches table and column metadata for 24
 //! hours): the gateway stores a table's metadata by name with a time to live, and the nl2sql
 //! contexts of the tenant's users show the entries of the tables they mention while they
-//! live ([`engram_storage::schema`]).
+//! live ([`engram_storage::schema`]). Every request goes to the tenant's actor through the
+//! front door ([`engram_actors::tenant`]), which writes the cache fenced like its shared sets.
 
 use axum::extract::{Path, State};
 use axum::response::Response;
+use engram_actors::tenant::api::{self, MetadataPut, MetadataRemove};
 use engram_actors::user::check_id;
-use engram_storage::model::Timestamp;
-use engram_storage::schema::{self, MAX_ENTRIES, SchemaEntry};
+use engram_storage::schema::{MAX_ENTRIES, SchemaEntry};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::shared::shared;
 use super::{ApiError, ApiJson, AppState, ErrorBody, ok};
 use crate::caller::Caller;
 
@@ -64,10 +66,6 @@ pub struct MetadataList {
     pub entries: Vec<MetadataView>,
 }
 
-fn now(s: &AppState) -> Timestamp {
-    s.users.directory().services().clock.now()
-}
-
 #[utoipa::path(put, path = "/v1/metadata/{name}", tag = "metadata",
     params(("name" = String, Path, description = "Table name")),
     request_body = MetadataBody,
@@ -94,28 +92,16 @@ pub async fn put(
             content.len()
         )));
     }
-    let at = now(&s);
-    let entry = SchemaEntry {
+    let put = MetadataPut {
         name,
         content,
-        stored_at: at,
-        expires_at: at.plus_millis(ttl as i64 * 1000),
+        ttl_ms: ttl as i64 * 1000,
     };
-    let services = s.users.directory().services();
-    let (ks, tenant, stored) = (
-        services.keyspace.clone(),
-        caller.tenant.clone(),
-        entry.clone(),
-    );
-    let fitted = services
-        .store
-        .run(move |txn| schema::put(txn, &ks, &tenant, &stored))
-        .await?;
-    if !fitted {
+    let Some(entry) = s.ask(&caller, &shared(&caller), put).await? else {
         return Err(ApiError::invalid(format!(
             "invalid name: the tenant already caches {MAX_ENTRIES} entries; delete some first"
         )));
-    }
+    };
     Ok(ok(MetadataView::from(entry)))
 }
 
@@ -123,13 +109,7 @@ pub async fn put(
     responses((status = 200, body = MetadataList)))]
 /// The tenant's cached metadata still live.
 pub async fn list(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    let at = now(&s);
-    let services = s.users.directory().services();
-    let (ks, tenant) = (services.keyspace.clone(), caller.tenant.clone());
-    let entries = services
-        .store
-        .read(move |txn| schema::live(txn, &ks, &tenant, at))
-        .await?;
+    let entries = s.ask(&caller, &shared(&caller), api::MetadataList).await?;
     Ok(ok(MetadataList {
         entries: entries.into_iter().map(Into::into).collect(),
     }))
@@ -145,16 +125,8 @@ pub async fn remove(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     check_id("name", &name)?;
-    let services = s.users.directory().services();
-    let (ks, tenant, key) = (
-        services.keyspace.clone(),
-        caller.tenant.clone(),
-        name.clone(),
-    );
-    let found = services
-        .store
-        .run(move |txn| schema::remove(txn, &ks, &tenant, &key))
-        .await?;
+    let remove = MetadataRemove { name: name.clone() };
+    let found = s.ask(&caller, &shared(&caller), remove).await?;
     if !found {
         return Err(ApiError::not_found(format!("no metadata cached as {name}")));
     }

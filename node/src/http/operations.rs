@@ -16,12 +16,7 @@ pub async fn health() -> Response {
 #[utoipa::path(get, path = "/ready", tag = "operations", responses((status = 200, description = "Storage answers"), (status = 503, body = ErrorBody)))]
 /// Readiness: storage answers a read.
 pub async fn ready(State(s): State<AppState>) -> Response {
-    let services = s.users.directory().services();
-    let (store, ks) = (services.store.clone(), services.keyspace.clone());
-    match store
-        .read(move |txn| engram_storage::cluster::members(txn, &ks))
-        .await
-    {
+    match s.admin.members().await {
         Ok(_) => ok(serde_json::json!({ "status": "ready" })),
         Err(err) => {
             tracing::warn!(%err, "readiness check failed");
@@ -40,28 +35,18 @@ pub async fn ready(State(s): State<AppState>) -> Response {
 /// The cluster as storage records it: members with their liveness and shard counts, and every
 /// shard's lease (owner and epoch), plus what this node serves.
 pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let services = s.users.directory().services();
-    let (store, ks) = (services.store.clone(), services.keyspace.clone());
-    let (members, leases) = store
-        .read(move |txn| {
-            Ok((
-                engram_storage::cluster::members(txn, &ks)?,
-                engram_storage::cluster::shard_leases(txn, &ks)?,
-            ))
-        })
-        .await?;
-    let now = services.clock.now();
+    let (members, leases) = s.admin.members_and_leases().await?;
+    let now = s.admin.now();
     let owned = |node: &str| {
         leases
             .iter()
             .filter(|(_, l)| l.owner.as_deref() == Some(node))
             .count()
     };
-    let ownership = services.ownership.as_ref();
     Ok(ok(ClusterStatus {
-        node: ownership.map(|o| o.node().to_owned()).unwrap_or_default(),
-        shards: services.settings.shards,
-        held: ownership.map_or(0, |o| o.held()),
+        node: s.admin.node(),
+        shards: s.admin.shards(),
+        held: s.admin.held(),
         members: members
             .iter()
             .map(|m| MemberView {
@@ -90,13 +75,8 @@ pub async fn cluster_status(State(s): State<AppState>) -> Result<Response, ApiEr
 /// serves (counted in storage now) and what its dispatcher did since it started. An operator
 /// (or a benchmark) waits for `pending_entries` to reach 0 to know the writes are embedded.
 pub async fn pipeline(State(s): State<AppState>) -> Result<Response, ApiError> {
-    let services = s.users.directory().services();
-    let node = services
-        .ownership
-        .as_ref()
-        .map(|o| o.node().to_owned())
-        .unwrap_or_default();
-    let Some(pipeline) = &services.pipeline else {
+    let node = s.admin.node();
+    let Some(pipeline) = s.admin.pipeline().await? else {
         return Ok(ok(PipelineStatus {
             node,
             enabled: false,
@@ -107,17 +87,16 @@ pub async fn pipeline(State(s): State<AppState>) -> Result<Response, ApiError> {
             dropped: 0,
         }));
     };
-    let pending = pipeline.pending(services).await?;
-    let metrics = pipeline.metrics();
-    let now = services.clock.now();
+    let pending = pipeline.pending;
+    let now = s.admin.now();
     Ok(ok(PipelineStatus {
         node,
         enabled: true,
         pending_users: pending.users,
         pending_entries: pending.entries,
         oldest_pending_age_ms: pending.oldest.map_or(0, |t| (now.0 - t.0).max(0)),
-        stored: metrics.stored.load(std::sync::atomic::Ordering::Relaxed),
-        dropped: metrics.dropped.load(std::sync::atomic::Ordering::Relaxed),
+        stored: pipeline.stored,
+        dropped: pipeline.dropped,
     }))
 }
 
@@ -131,16 +110,10 @@ pub async fn drain(
     State(s): State<AppState>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
-    let services = s.users.directory().services();
-    let me = services
-        .ownership
-        .as_ref()
-        .map(|o| o.node().to_owned())
-        .unwrap_or_default();
+    let me = s.admin.node();
     let body: DrainBody = optional_json(&body, "drain")?;
     let node = body.node_id.unwrap_or(me);
-    let member =
-        engram_actors::cluster::request_drain(&services.store, &services.keyspace, &node).await?;
+    let member = s.admin.request_drain(&node).await?;
     match member {
         Some(member) => Ok((
             StatusCode::ACCEPTED,

@@ -1,7 +1,8 @@
 //! The tenant's shared sets over HTTP: the semantic SQL cache (`/v1/sql-cache/...`), the
 //! few-shot library (`/v1/few-shot/...`, its review under `/v1/admin/few-shot/...`, export and
 //! import as YAML) and their settings. Every request goes to the tenant's actor through the
-//! front door ([`engram_actors::tenant`]), which checks the input and holds the rules.
+//! front door ([`engram_actors::tenant`]), which checks the input, embeds the questions and
+//! holds the rules.
 
 use std::time::Instant;
 
@@ -9,8 +10,8 @@ use axum::extract::State;
 use axum::response::Response;
 use engram_actors::placement::UserKey;
 use engram_actors::tenant::api::{
-    ExampleSearch, ExampleSearchReply, MAX_EXAMPLES_SERVED, QuestionVector, SqlHit, SqlInvalidate,
-    SqlLookup, SqlLookupReply, SqlPut,
+    ExampleSearch, ExampleSearchReply, MAX_EXAMPLES_SERVED, SqlHit, SqlInvalidate, SqlLookup,
+    SqlLookupReply, SqlPut,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -22,27 +23,6 @@ pub mod examples;
 pub mod settings;
 
 use self::examples::{ExampleHitView, SearchExamplesResponse};
-
-/// The question's vector, made here before the request goes to the tenant's actor (which
-/// serialises all of the tenant's requests and so must not wait for the encoder).
-pub(super) async fn question_vector(
-    s: &AppState,
-    caller: &Caller,
-    question: &str,
-) -> Option<QuestionVector> {
-    let services = s.users.directory().services();
-    engram_actors::tenant::embed_question(services, &caller.tenant, question).await
-}
-
-/// The question's vector for a write, made here (without a deadline) for the same reason.
-pub(super) async fn write_vector(
-    s: &AppState,
-    caller: &Caller,
-    question: &str,
-) -> Result<Option<Vec<f32>>, ApiError> {
-    let services = s.users.directory().services();
-    Ok(engram_actors::tenant::embed_for_write(services, &caller.tenant, question).await?)
-}
 
 /// The key of the caller's tenant's shared sets.
 pub(super) fn shared(caller: &Caller) -> UserKey {
@@ -178,7 +158,6 @@ pub async fn sql_lookup(
     ApiJson(body): ApiJson<SqlLookupBody>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let vector = question_vector(&s, &caller, &body.question).await;
     let reply = s
         .ask(
             &caller,
@@ -187,7 +166,7 @@ pub async fn sql_lookup(
                 question: body.question,
                 route: body.route,
                 domain: body.domain,
-                vector,
+                vector: None,
             },
         )
         .await?;
@@ -205,7 +184,6 @@ pub async fn sql_put(
     caller: Caller,
     ApiJson(body): ApiJson<SqlPutBody>,
 ) -> Result<Response, ApiError> {
-    let vector = write_vector(&s, &caller, &body.question).await?;
     let ack = s
         .ask(
             &caller,
@@ -216,7 +194,7 @@ pub async fn sql_put(
                 route: body.route,
                 domain: body.domain,
                 sql: body.sql,
-                vector,
+                vector: None,
             },
         )
         .await?;
@@ -306,14 +284,13 @@ pub async fn for_context(
     };
     let key = shared(caller);
     let started = Instant::now();
-    let vector = question_vector(s, caller, &question).await;
     let examples = async {
         if ask.examples.unwrap_or(true) {
             let search = ExampleSearch {
                 question: question.clone(),
                 route: ask.route.clone(),
                 limit: MAX_EXAMPLES_SERVED,
-                vector: vector.clone(),
+                vector: None,
             };
             s.ask(caller, &key, search).await.map(Some)
         } else {
@@ -327,7 +304,7 @@ pub async fn for_context(
                     question: question.clone(),
                     route: ask.route.clone(),
                     domain: domain.clone(),
-                    vector: vector.clone(),
+                    vector: None,
                 };
                 s.ask(caller, &key, lookup).await.map(Some)
             }

@@ -95,6 +95,7 @@ pub(super) async fn app_with(
     let directory = Directory::new(services);
     let state = AppState {
         extractor: Arc::clone(&directory.services().extractor),
+        admin: engram_actors::admin::Admin::new(Arc::clone(&directory)),
         users: Arc::new(Users::new(
             directory,
             None,

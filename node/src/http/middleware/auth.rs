@@ -89,7 +89,7 @@ pub async fn authenticate(
         s.metrics.auth_refused("missing");
         return unauthenticated("send an API key: Authorization: Bearer <key>");
     };
-    let now = s.users.directory().services().clock.now();
+    let now = s.admin.now();
     let address = request
         .extensions()
         .get::<ConnectInfo<ClientAddr>>()

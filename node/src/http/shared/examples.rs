@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::super::{ApiError, ApiJson, AppState, ErrorBody, ok};
-use super::{observe, question_vector, search_outcome, shared, write_vector};
+use super::{observe, search_outcome, shared};
 use crate::caller::Caller;
 
 /// A question whose SQL succeeded (`record_success`).
@@ -117,7 +117,6 @@ pub async fn record_example(
     caller: Caller,
     ApiJson(body): ApiJson<RecordBody>,
 ) -> Result<Response, ApiError> {
-    let vector = write_vector(&s, &caller, &body.question).await?;
     let ack = s
         .ask(
             &caller,
@@ -128,7 +127,7 @@ pub async fn record_example(
                 sql: body.sql,
                 route: body.route,
                 confidence: body.confidence,
-                vector,
+                vector: None,
             },
         )
         .await?;
@@ -193,7 +192,6 @@ pub async fn search_examples(
     ApiJson(body): ApiJson<SearchExamplesBody>,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let vector = question_vector(&s, &caller, &body.question).await;
     let reply = s
         .ask(
             &caller,
@@ -202,7 +200,7 @@ pub async fn search_examples(
                 question: body.question,
                 route: body.route,
                 limit: body.limit.unwrap_or(MAX_EXAMPLES_SERVED),
-                vector,
+                vector: None,
             },
         )
         .await?;

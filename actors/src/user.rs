@@ -20,6 +20,7 @@ pub mod ops;
 pub mod prepare;
 pub mod promote;
 mod protected;
+mod prune;
 mod reads;
 mod redact;
 mod replay;
@@ -152,7 +153,7 @@ pub struct UserState {
     /// The key id of the request being served: idempotency entries are scoped to it.
     caller: String,
     /// When this actor last pruned the user's idempotency entries.
-    pruning: replay::Pruning,
+    pruning: prune::Pruning,
 }
 
 /// Turns up to this many bytes (user and assistant text) are analysed on the actor's own
@@ -226,7 +227,7 @@ impl Actor for UserActor {
             caller: String::new(),
             // The first pruning waits an hour: an actor that stops sooner leaves its user's
             // old entries to the sweeps.
-            pruning: replay::Pruning::started(),
+            pruning: prune::Pruning::started(),
         };
         state.count_records();
         Ok(state)

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use engram_actors::model::temporal::mentioned;
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use serde_json::Value;
 
 /// Every string of `value` of at least 20 bytes, in document order.

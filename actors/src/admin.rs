@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use engram_storage::access::{self, ApiKey, AuditEntry};
 use engram_storage::data::users::UsersPage;
-use engram_storage::model::{Member, ShardLease, Timestamp};
+use engram_storage::types::{Member, ShardLease, Timestamp};
 use engram_storage::{Keyspace, Store};
 
 use crate::directory::Directory;

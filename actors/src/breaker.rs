@@ -11,7 +11,7 @@
 //! shard cannot write them, and forgetting the user erases them. This module is the pure
 //! rule; the actor runs it.
 
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use serde::{Deserialize, Serialize};
 
 /// The breaker's settings.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 /// A source of the current time.
 pub trait Clock: Send + Sync + 'static {

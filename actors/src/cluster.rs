@@ -55,7 +55,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engram_storage::cluster;
-use engram_storage::model::{Member, MemberStatus, ShardLease, Timestamp};
+use engram_storage::types::{Member, MemberStatus, ShardLease, Timestamp};
 use engram_storage::{Keyspace, Store};
 use parking_lot::Mutex;
 use tokio::time::Instant;

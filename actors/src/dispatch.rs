@@ -30,7 +30,7 @@ use std::time::Duration;
 use engram_storage::WorkQueue;
 use engram_storage::data::UserData;
 use engram_storage::data::pending::pending_users;
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;
 

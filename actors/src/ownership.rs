@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use engram_storage::model::Member;
+use engram_storage::types::Member;
 use parking_lot::{Mutex, RwLock};
 use tokio::time::Instant;
 

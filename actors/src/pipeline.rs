@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use engram_storage::WorkQueue;
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use parking_lot::Mutex;
 use ractor::ActorCell;
 

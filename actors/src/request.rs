@@ -9,9 +9,9 @@
 use std::fmt;
 
 use engram_storage::access::Scope;
-use engram_storage::model::{Intent, MemoryRecord, ReviewFlag, TurnDigest};
 use engram_storage::schema::SchemaEntry;
 use engram_storage::shared::{Example, SharedSettings};
+use engram_storage::types::{Intent, MemoryRecord, ReviewFlag, TurnDigest};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};

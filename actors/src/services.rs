@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use engram_storage::model::ArchiveMode;
+use engram_storage::types::ArchiveMode;
 use engram_storage::{Keyspace, Store};
 
 use crate::clock::SharedClock;

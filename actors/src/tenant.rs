@@ -29,8 +29,8 @@ mod txn;
 
 use std::collections::HashMap;
 
-use engram_storage::model::Timestamp;
 use engram_storage::shared::{Example, SharedSettings, SqlEntry, TenantData};
+use engram_storage::types::Timestamp;
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::time::Instant;

@@ -35,7 +35,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryKind, MemoryRecord};
+use engram_storage::types::{MemoryKind, MemoryRecord};
 use ractor::concurrency::JoinHandle;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use serde::Serialize;

@@ -9,7 +9,7 @@ use engram_actors::model::retrieve::SearchMode;
 use engram_actors::services::Settings;
 use engram_actors::user::api::{SearchResult, SweepScope};
 use engram_actors::user::{FLUSH_AT, UserMsg};
-use engram_storage::model::MemoryKind;
+use engram_storage::types::MemoryKind;
 
 mod plain;
 use plain::{Node, alice, alice_memories, alice_stored, append, node, search_alice, turn};

@@ -22,8 +22,8 @@ use engram_actors::user::api::{
     Forget, ListSessions, MemoryWrite, Role, SessionQuery, TurnRequest,
 };
 use engram_storage::crypto::{Cipher, MasterKeys, is_sealed};
-use engram_storage::model::{AnchorKind, ArchiveMode, MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{AnchorKind, ArchiveMode, MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::{Keyspace, RangeOptions, Store};
 use tempfile::TempDir;
 

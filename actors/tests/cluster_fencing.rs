@@ -19,8 +19,8 @@ use engram_actors::placement::UserKey;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{TurnAck, TurnRequest};
 use engram_storage::data::UserData;
-use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store};
 
 const SHARDS: u32 = 64;

@@ -10,7 +10,7 @@ use engram_actors::user::UserMsg;
 use engram_actors::user::api::{MemoryWrite, StatusChange, SweepScope};
 use engram_storage::RangeOptions;
 use engram_storage::access::Scope;
-use engram_storage::model::MemoryStatus;
+use engram_storage::types::MemoryStatus;
 
 mod plain;
 

@@ -14,7 +14,7 @@ use engram_actors::embed::Fallback;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::pipeline::PipelineConfig;
 use engram_actors::placement::UserKey;
-use engram_storage::model::MemoryKind;
+use engram_storage::types::MemoryKind;
 use support::{Mode, context, embedder, node_with, pool, search, turn, turn_of};
 
 fn not_started(config: PipelineConfig) -> Mode {

@@ -17,7 +17,7 @@ use engram_actors::services::Settings;
 use engram_actors::user::api::{Forget, SearchQuery, SearchResult, StatusChange};
 use engram_actors::user::ops::turn_text;
 use engram_inference::{Reranker, RerankerConfig};
-use engram_storage::model::{MemoryKind, MemoryStatus};
+use engram_storage::types::{MemoryKind, MemoryStatus};
 use plain::{Node, alice, node_with_reranker, write_episode};
 use tempfile::TempDir;
 

@@ -310,8 +310,8 @@ async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drop_before_a_select_is_never_cached_nor_served_even_if_stored_before() {
-    use engram_storage::model::Timestamp;
     use engram_storage::shared::{SqlEntry, TenantData};
+    use engram_storage::types::Timestamp;
 
     let dir = TempDir::new().unwrap();
     let pool = pool().await;

@@ -10,7 +10,7 @@
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::services::Settings;
 use engram_actors::user::api::{MemoryChange, SearchQuery, TurnAck};
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus};
+use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus};
 
 mod plain;
 use plain::{Node, alice, alice_memories, append, context, node, turn};

@@ -15,7 +15,7 @@ use engram_actors::user::UserMsg;
 use engram_actors::user::api::{
     FeedbackRequest, Forget, ListMemories, MemoryWrite, StatusChange, SweepScope,
 };
-use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp};
+use engram_storage::types::{MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::{Keyspace, RangeOptions};
 
 mod plain;

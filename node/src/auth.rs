@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_storage::access::{self, ApiKey, Scope};
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use engram_storage::{Keyspace, Store};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;

@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use engram_actors::cluster::LeaseManager;
 use engram_actors::front::{LinkError, LinkFuture, PeerLink, Users};
-use engram_storage::model::Member;
+use engram_storage::types::Member;
 use ractor::message::{BoxedDowncastErr, SerializedMessage};
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use ractor_cluster::{ClientConnectErr, IncomingEncryptionMode, NodeServer, NodeServerMessage};

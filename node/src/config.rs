@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use engram_storage::RetryPolicy;
-use engram_storage::model::ArchiveMode;
 use engram_storage::sqlite::{GroupCommit, SqliteOptions, Synchronous};
+use engram_storage::types::ArchiveMode;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use serde::{Deserialize, Serialize};

@@ -4,7 +4,7 @@
 
 use engram_actors::admin::KeyRing;
 use engram_storage::access::{ApiKey, Scope};
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 use crate::auth::fresh_token;
 

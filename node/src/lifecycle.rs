@@ -33,7 +33,7 @@ use engram_actors::rerank::RerankService;
 use engram_actors::services::{Metrics, Services};
 
 use engram_inference::{EmbeddingPool, GenerationPool, Reranker};
-use engram_storage::model::{Member, MemberStatus, Timestamp};
+use engram_storage::types::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 use tracing::info;
 

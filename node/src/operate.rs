@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use engram_actors::admin::KeyRing;
 use engram_actors::cluster::{is_live, request_drain};
-use engram_storage::model::{Member, MemberStatus, ShardLease, Timestamp};
+use engram_storage::types::{Member, MemberStatus, ShardLease, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 
 use crate::auth::CLI;

@@ -10,8 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use engram_storage::model::{Member, MemberStatus};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{Member, MemberStatus};
 use engram_storage::{Keyspace, Store, cluster};
 
 /// How long a debug build may take to open its store and register.

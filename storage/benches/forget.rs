@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use engram_storage::data::UserData;
-use engram_storage::model::{PiiLevel, SessionRule, Timestamp, Turn};
 use engram_storage::sqlite::{SqliteOptions, Synchronous};
+use engram_storage::types::{PiiLevel, SessionRule, Timestamp, Turn};
 use engram_storage::{Keyspace, Store};
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;

@@ -15,7 +15,7 @@ use crate::codec::{decode, encode};
 use crate::error::{Error, Result};
 use crate::keyspace::Keyspace;
 use crate::kv::{RangeOptions, Txn};
-use crate::model::Timestamp;
+use crate::types::Timestamp;
 
 /// What a key may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

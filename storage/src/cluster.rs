@@ -8,7 +8,7 @@ use crate::codec::{decode, encode};
 use crate::error::{Error, Result};
 use crate::keyspace::Keyspace;
 use crate::kv::{RangeOptions, Txn};
-use crate::model::{Member, ShardLease, Timestamp};
+use crate::types::{Member, ShardLease, Timestamp};
 
 /// The lease row of `shard`, if it was ever taken.
 pub fn shard_lease(txn: &mut Txn, keyspace: &Keyspace, shard: u32) -> Result<Option<ShardLease>> {

@@ -22,7 +22,7 @@ use crate::codec::{decode, encode};
 use crate::error::Result;
 use crate::keyspace::{ExpiryTarget, Keyspace, UserKeys};
 use crate::kv::{RangeOptions, Txn};
-use crate::model::{
+use crate::types::{
     Embedding, MemoryKind, MemoryRecord, ReviewFlag, SessionRow, SessionRule, Timestamp, Turn,
     UserHeader,
 };

@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::keyspace::KeyRange;
 use crate::kv::{RangeOptions, Txn};
-use crate::model::{IdempotencyEntry, Timestamp};
+use crate::types::{IdempotencyEntry, Timestamp};
 
 /// Reads up to `limit` entries of `range` after the key `after` (from the start when `None`),
 /// each opened with `open(key, value)`, and removes those recorded before `before`. Returns

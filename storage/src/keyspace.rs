@@ -46,7 +46,7 @@ use std::sync::Arc;
 use foundationdb_tuple::{PackResult, Subspace, TupleDepth, TupleUnpack};
 
 use crate::crypto::{Cipher, Encryption, KeyService, MasterKeys};
-use crate::model::{MemoryKind, Timestamp};
+use crate::types::{MemoryKind, Timestamp};
 
 /// What an expiry-index entry points at.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -16,7 +16,7 @@
 //!   HTTP, JSON wire types or configuration files.
 //! - Every operation runs inside a caller-supplied transaction; nothing here holds a
 //!   transaction open across anything but storage calls (never across inference or network).
-//! - Time is always passed in ([`model::Timestamp`]); this crate never reads a clock for data.
+//! - Time is always passed in ([`types::Timestamp`]); this crate never reads a clock for data.
 
 pub mod access;
 pub mod cluster;
@@ -29,11 +29,11 @@ pub mod fdb;
 mod idempotency;
 pub mod keyspace;
 pub mod kv;
-pub mod model;
 pub mod schema;
 pub mod shared;
 pub mod sqlite;
 mod store;
+pub mod types;
 pub mod vector;
 
 pub use error::{Error, Outcome, Result};

@@ -10,7 +10,7 @@ use crate::codec::{decode, encode};
 use crate::error::Result;
 use crate::keyspace::Keyspace;
 use crate::kv::{RangeOptions, Txn};
-use crate::model::Timestamp;
+use crate::types::Timestamp;
 
 /// Entries a tenant may hold at once.
 pub const MAX_ENTRIES: usize = 1_000;

@@ -21,7 +21,7 @@ use crate::codec::{decode, encode};
 use crate::error::Result;
 use crate::keyspace::{KeyRange, Keyspace, TenantKeys};
 use crate::kv::{RangeOptions, Txn};
-use crate::model::{IdempotencyEntry, Timestamp};
+use crate::types::{IdempotencyEntry, Timestamp};
 
 /// One entry of the semantic SQL cache: a normalised question, its embedding, where it was
 /// asked (route and domain) and the SQL that answered it. Never the SQL's results.

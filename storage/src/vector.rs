@@ -44,7 +44,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use crate::model::Embedding;
+use crate::types::Embedding;
 use exact::{Hit, TopK, dot, normalise};
 use graph::Graph;
 

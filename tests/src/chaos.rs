@@ -111,7 +111,7 @@ pub async fn every_turn_has_its_vector(sandbox: &Sandbox, users: &[String]) {
                 let mut u = engram_storage::data::UserData::new(txn, &ks, "default", &who);
                 Ok((
                     u.turns_from("s1", 0)?.len(),
-                    u.records(engram_storage::model::MemoryKind::Episodic)?,
+                    u.records(engram_storage::types::MemoryKind::Episodic)?,
                     u.embeddings()?,
                 ))
             })

@@ -29,8 +29,8 @@ use engram_actors::rerank::RerankService;
 use engram_actors::services::{Metrics, Services, Settings};
 use engram_actors::user::api::{SearchQuery, SearchResult, TurnRequest};
 use engram_inference::{EmbeddingPool, PoolConfig};
-use engram_storage::model::{MemoryKind, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{MemoryKind, Timestamp};
 use engram_storage::{Keyspace, Store};
 
 use self::dataset::{Conversation, Question};

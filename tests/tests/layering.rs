@@ -281,11 +281,11 @@ fn storage_names(code: &str) -> Vec<(String, usize)> {
 /// them) reaches the directory or its services (`.directory()`, `.services()`, `.store`,
 /// `.keyspace`, `engram_actors::directory`/`services`), and what it names of
 /// `engram_storage` is only value types and constants (names in upper case) of the modules
-/// that define them (`model`, `access`, `schema`, `shared`): no store, transaction, keyspace
+/// that define them (`types`, `access`, `schema`, `shared`): no store, transaction, keyspace
 /// or key layout, and no storage function, so no handler writes or reads storage itself.
 #[test]
 fn http_handlers_reach_the_memory_only_through_the_front_door_or_the_admin_handle() {
-    const VALUE_MODULES: [&str; 4] = ["model", "access", "schema", "shared"];
+    const VALUE_MODULES: [&str; 4] = ["types", "access", "schema", "shared"];
     const NOT_VALUES: [&str; 6] = [
         "Store",
         "Txn",

@@ -3,7 +3,7 @@
 //! mobile number, storage records each turn's and memory's personal-data level, and logs
 //! name users by a pseudonym keyed per deployment.
 
-use engram_storage::model::{MemoryKind, PiiLevel, RedactionLevel};
+use engram_storage::types::{MemoryKind, PiiLevel, RedactionLevel};
 use std::path::{Path, PathBuf};
 
 use engram_tests::harness::{Sandbox, node_binary, turn, write_secret};

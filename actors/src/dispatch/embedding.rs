@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use engram_storage::data::UserData;
 use engram_storage::data::pending::{Completion, Pending};
-use engram_storage::model::{Embedding, PendingInference, Timestamp};
+use engram_storage::types::{Embedding, PendingInference, Timestamp};
 use tokio::task::JoinSet;
 
 use crate::directory::Directory;

@@ -21,7 +21,7 @@ use engram_inference::distil::{
     parse_summary, rules, summary_input, summary_prompt, summary_schema,
 };
 use engram_storage::WorkQueue;
-use engram_storage::model::{DistilTask, PendingDistillation, TurnSummary};
+use engram_storage::types::{DistilTask, PendingDistillation, TurnSummary};
 use tokio::task::JoinSet;
 
 use super::embedding::{Part, RoundOutcome, fenced, leased, read};
@@ -53,7 +53,7 @@ pub(crate) async fn run(
     directory: &Arc<Directory>,
     config: &PipelineConfig,
     metrics: &PipelineMetrics,
-    users: Vec<(crate::placement::UserKey, engram_storage::model::Timestamp)>,
+    users: Vec<(crate::placement::UserKey, engram_storage::types::Timestamp)>,
 ) -> RoundOutcome {
     metrics.rounds.fetch_add(1, Ordering::Relaxed);
     let mut outcome = RoundOutcome::default();
@@ -296,7 +296,7 @@ async fn store(
     distillation: &Distillation,
     part: &Part<PendingDistillation>,
     runs: Vec<Run>,
-) -> crate::error::Result<(u64, Option<engram_storage::model::Timestamp>)> {
+) -> crate::error::Result<(u64, Option<engram_storage::types::Timestamp>)> {
     let services = directory.services();
     let now = services.clock.now();
     let types = distillation.types(&part.key.tenant).to_vec();

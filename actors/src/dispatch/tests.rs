@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 
 use engram_inference::{EmbeddingPool, ModelKind, PoolConfig};
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryKind, PendingInference, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{MemoryKind, PendingInference, Timestamp};
 use engram_storage::{Keyspace, Store};
 
 use super::embedding::{embed, read, store};
@@ -19,7 +19,7 @@ use crate::model::entities::EntityExtractor;
 use crate::pipeline::PipelineConfig;
 use crate::services::{Metrics, Settings};
 
-fn record(id: &str, text: &str) -> engram_storage::model::MemoryRecord {
+fn record(id: &str, text: &str) -> engram_storage::types::MemoryRecord {
     let json = serde_json::json!({
         "memory_id": id, "tenant": "acme", "user_id": "alice", "session_id": null,
         "turn_id": null, "trace_id": null, "kind": "Correction", "scope": "global",

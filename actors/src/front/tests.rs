@@ -2,7 +2,7 @@
 //! meaning, and no frame a peer could send panics the receiver.
 
 use engram_storage::access::Scope;
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use proptest::prelude::*;
 
 use super::*;
@@ -45,7 +45,7 @@ fn requests() -> Vec<UserRequest> {
         SearchQuery {
             query: "orders".into(),
             k: 5,
-            kinds: vec![engram_storage::model::MemoryKind::Profile],
+            kinds: vec![engram_storage::types::MemoryKind::Profile],
             mode: SearchMode::Hybrid,
             active_only: false,
             rerank: false,
@@ -54,10 +54,10 @@ fn requests() -> Vec<UserRequest> {
         MemoryWrite {
             request_id: "r2".into(),
             memory_id: None,
-            kind: engram_storage::model::MemoryKind::Profile,
+            kind: engram_storage::types::MemoryKind::Profile,
             text: "prefers line charts".into(),
             payload: serde_json::json!({"topic": "chart", "value": "line", "n": [1, 2.5]}),
-            status: engram_storage::model::MemoryStatus::Active,
+            status: engram_storage::types::MemoryStatus::Active,
             namespace: "default".into(),
             scope: "global".into(),
             confidence: 0.5,

@@ -12,7 +12,7 @@
 //! model's 0.85, calibrated per model: see `ModelKind::same_topic_threshold` and
 //! docs/architecture.md, "Memory model").
 
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Trigger};
+use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus, Trigger};
 
 use super::formation::NewMemory;
 
@@ -104,7 +104,7 @@ pub fn resolve(
 
 #[cfg(test)]
 mod tests {
-    use engram_storage::model::{PiiLevel, RedactionLevel, Timestamp};
+    use engram_storage::types::{PiiLevel, RedactionLevel, Timestamp};
     use serde_json::json;
 
     use super::*;

@@ -9,10 +9,10 @@
 //! salience alone. The correction slot then keeps the newest [`MAX_CORRECTIONS`] of the
 //! route's most relevant corrections, newest first.
 
-use engram_storage::model::{
+use engram_storage::schema::SchemaEntry;
+use engram_storage::types::{
     Intent, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Turn,
 };
-use engram_storage::schema::SchemaEntry;
 use engram_storage::vector::VectorError;
 use serde::{Deserialize, Serialize};
 

@@ -12,7 +12,7 @@
 
 use std::sync::LazyLock;
 
-use engram_storage::model::{MemoryKind, MemoryStatus, Trigger, Turn};
+use engram_storage::types::{MemoryKind, MemoryStatus, Trigger, Turn};
 use regex::Regex;
 use serde_json::json;
 

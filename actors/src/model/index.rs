@@ -24,7 +24,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Trigger};
+use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp, Trigger};
 use engram_storage::vector::VectorError;
 
 use super::entities::EntityExtractor;

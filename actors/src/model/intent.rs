@@ -3,7 +3,7 @@
 //! renewal. Pure functions over [`Intent`]; writing is `crate::user::intents`'.
 
 use engram_inference::distil::Priority;
-use engram_storage::model::{Intent, PiiLevel, Timestamp};
+use engram_storage::types::{Intent, PiiLevel, Timestamp};
 use serde_json::Value;
 
 use super::pii;

@@ -35,7 +35,7 @@
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
-use engram_storage::model::{AnchorKind, PiiLevel};
+use engram_storage::types::{AnchorKind, PiiLevel};
 use regex::Regex;
 
 /// What a finding is.

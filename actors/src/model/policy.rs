@@ -2,7 +2,7 @@
 //! salience decay per layer, the per-route slot budgets of the context, and the working-memory
 //! limits.
 
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
+use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 
 /// One day in milliseconds.
 pub const DAY_MS: i64 = 24 * 60 * 60 * 1000;

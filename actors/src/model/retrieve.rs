@@ -24,7 +24,7 @@ use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
 use serde::{Deserialize, Serialize};
 

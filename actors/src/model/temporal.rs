@@ -21,7 +21,7 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, Datelike, Days, Months, NaiveDate, Weekday};
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use regex::Regex;
 
 use super::policy::DAY_MS;

@@ -57,7 +57,7 @@ async fn a_node_stops_serving_once_its_last_round_is_older_than_serve_for() {
 #[tokio::test]
 async fn a_write_for_several_shards_commits_only_for_the_shards_still_held() {
     use engram_storage::cluster::take_shard;
-    use engram_storage::model::Timestamp;
+    use engram_storage::types::Timestamp;
     use engram_storage::{Keyspace, Store};
 
     let (store, ks) = (Store::in_memory().unwrap(), Keyspace::new("engram"));

@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 use crate::placement::UserKey;
 

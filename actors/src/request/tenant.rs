@@ -1,8 +1,8 @@
 //! The requests and answers of a tenant's shared sets (the semantic SQL cache and the few-shot
 //! library), as the front door carries them to the tenant's actor.
 
-use engram_storage::model::Timestamp;
 use engram_storage::shared::{Example, ExampleStatus, SharedSettings};
+use engram_storage::types::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::Fallback;

@@ -3,7 +3,7 @@
 //! serialisable because they are stored as the replayable outcome of a request id.
 
 pub use engram_storage::data::archive::Role;
-use engram_storage::model::{
+use engram_storage::types::{
     AnchorKind, ArchivedTurn, MemoryKind, MemoryRecord, MemoryStatus, SessionRow, Timestamp, Turn,
     TurnDigest,
 };

@@ -15,8 +15,8 @@
 //! (principal `auto-promotion`) in the same transaction.
 
 use engram_storage::access::AuditEntry;
-use engram_storage::model::Timestamp;
 use engram_storage::shared::{Example, ExampleStatus};
+use engram_storage::types::Timestamp;
 
 use super::sets::id_of;
 use super::sql::{question, servable_sql, sql_text};

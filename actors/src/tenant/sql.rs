@@ -385,8 +385,8 @@ mod tests {
             tables: statement::read_query(sql).unwrap_or_default(),
             vector: Vec::new(),
             model: String::new(),
-            stored_at: engram_storage::model::Timestamp(0),
-            expires_at: engram_storage::model::Timestamp(1),
+            stored_at: engram_storage::types::Timestamp(0),
+            expires_at: engram_storage::types::Timestamp(1),
         }
     }
 

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use engram_storage::model::{IdempotencyEntry, Timestamp};
 use engram_storage::shared::TenantData;
+use engram_storage::types::{IdempotencyEntry, Timestamp};
 
 use super::{IDEMPOTENCY_MS, SWEEP_BATCH, TenantState, examples};
 use crate::error::Result;

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryKind, Timestamp};
+use engram_storage::types::{MemoryKind, Timestamp};
 use tokio::task::JoinHandle;
 
 use super::txn::run_fenced;

@@ -22,7 +22,7 @@
 use engram_inference::distil::{Distilled, needs_target};
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{Intent, PiiLevel, Timestamp};
+use engram_storage::types::{Intent, PiiLevel, Timestamp};
 use serde_json::{Value, json};
 
 use crate::distillation::GateRules;
@@ -282,8 +282,8 @@ pub fn on_message(
     if plan.queue {
         u.put_queued(
             entry_id,
-            &engram_storage::model::PendingDistillation {
-                task: engram_storage::model::DistilTask::Intent,
+            &engram_storage::types::PendingDistillation {
+                task: engram_storage::types::DistilTask::Intent,
                 session_id: session.to_owned(),
                 turn_seq,
                 text: message.to_owned(),

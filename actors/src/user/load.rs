@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use engram_storage::RangeOptions;
 use engram_storage::data::UserData;
-use engram_storage::model::{Embedding, MemoryKind, MemoryRecord, MemoryStatus};
+use engram_storage::types::{Embedding, MemoryKind, MemoryRecord, MemoryStatus};
 
 use super::UserArgs;
 use super::ops::turn_text;

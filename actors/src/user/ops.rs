@@ -9,7 +9,7 @@
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{
+use engram_storage::types::{
     AnchorKind, MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, ReviewFlag,
     SessionRule, Timestamp, Trigger, Turn, WrittenUnder,
 };

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{
+use engram_storage::types::{
     AnchorKind, Embedding, MemoryKind, PendingInference, PiiLevel, Timestamp, Trigger,
 };
 

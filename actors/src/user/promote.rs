@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
+use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 
 use super::ops::WriteScope;
 use crate::model::context::{MemoryContext, is_live};

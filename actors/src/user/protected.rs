@@ -9,7 +9,7 @@
 
 use std::sync::atomic::Ordering;
 
-use engram_storage::model::{AnchorKind, ArchiveMode, TurnDigest};
+use engram_storage::types::{AnchorKind, ArchiveMode, TurnDigest};
 
 use super::UserState;
 use super::validate::check_id;

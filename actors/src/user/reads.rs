@@ -15,7 +15,7 @@ use crate::model::retrieve::SearchMode;
 use crate::request::Reader;
 use crate::request::user::{ContextQuery, SearchHit, SearchQuery, SearchResult};
 use crate::rerank::{RerankFallback, RerankService};
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 impl UserState {
     pub(super) async fn context(

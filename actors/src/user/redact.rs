@@ -3,7 +3,7 @@
 //! Applied by the user's actor to every reply before it leaves, so no path (local or
 //! through a peer) can skip it.
 
-use engram_storage::model::{MemoryRecord, RedactionLevel, Turn};
+use engram_storage::types::{MemoryRecord, RedactionLevel, Turn};
 
 use crate::model::context::gateway_text;
 use crate::request::Reader;

@@ -4,7 +4,7 @@
 //! was first answered comes back as deleted, without its text, never whole and active.
 
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryRecord, MemoryStatus};
+use engram_storage::types::{MemoryRecord, MemoryStatus};
 
 use super::Replayable;
 use crate::request::user::{MemoryAck, ResolveAck};

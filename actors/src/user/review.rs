@@ -5,7 +5,7 @@
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryRecord, MemoryStatus, Timestamp};
+use engram_storage::types::{MemoryRecord, MemoryStatus, Timestamp};
 
 use super::ops::{Outcome, PURGE_GRACE_MS, Prepared, WriteScope, find_record};
 use super::{UserState, validate};

@@ -13,7 +13,7 @@
 //!   a guess of a masked number costs what an anchor match costs (past the limit a search is
 //!   refused, a context served with the sensitive items withheld).
 
-use engram_storage::model::{PiiLevel, Turn};
+use engram_storage::types::{PiiLevel, Turn};
 
 use super::ops::{self, Prepared};
 use super::reads::{PendingRerank, Reranked, Searched};
@@ -297,8 +297,8 @@ impl UserState {
     async fn shown_intents(
         &self,
         reader: &Reader,
-        mut intents: Vec<engram_storage::model::Intent>,
-    ) -> Result<Vec<engram_storage::model::Intent>> {
+        mut intents: Vec<engram_storage::types::Intent>,
+    ) -> Result<Vec<engram_storage::types::Intent>> {
         let sensitive = intents
             .iter()
             .any(|i| crate::model::intent::fields_pii(&i.fields) == PiiLevel::High);

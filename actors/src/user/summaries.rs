@@ -8,7 +8,7 @@
 
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
-use engram_storage::model::{DistilTask, PendingDistillation, Timestamp, Turn};
+use engram_storage::types::{DistilTask, PendingDistillation, Timestamp, Turn};
 
 use crate::model::policy::{RAW_TURNS, SESSION_IDLE_MS};
 

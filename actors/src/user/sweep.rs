@@ -11,7 +11,7 @@
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
 use engram_storage::data::archive::RetentionRule;
-use engram_storage::model::{MemoryRecord, MemoryStatus, Timestamp};
+use engram_storage::types::{MemoryRecord, MemoryStatus, Timestamp};
 
 use super::UserState;
 use super::ops::{PURGE_GRACE_MS, Prepared, WriteScope, session_rule};

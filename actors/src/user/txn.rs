@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use engram_storage::data::UserData;
-use engram_storage::model::{IdempotencyEntry, MemoryKind, MemoryRecord, WrittenUnder};
+use engram_storage::types::{IdempotencyEntry, MemoryKind, MemoryRecord, WrittenUnder};
 
 use super::ops::{Outcome, Prepared, WriteScope, session_rule};
 use super::{Replayable, UserArgs, UserState};

@@ -1,7 +1,7 @@
 //! Input checks of user requests, applied before anything is read or written, each naming
 //! the field and what is wrong with it.
 
-use engram_storage::model::{MemoryKind, MemoryStatus};
+use engram_storage::types::{MemoryKind, MemoryStatus};
 
 use crate::error::{Error, Result};
 use crate::model::context::MIN_TOKEN_BUDGET;

@@ -15,8 +15,8 @@ use engram_actors::user::api::{
     ContextQuery, ListMemories, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
 };
 use engram_storage::data::UserData;
-use engram_storage::model::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 use engram_storage::{Keyspace, Store};
 use tempfile::TempDir;
 

@@ -21,8 +21,8 @@ use engram_actors::user::api::{
 };
 use engram_inference::{BackgroundPriority, EmbeddingPool, ModelKind, PoolConfig};
 use engram_storage::data::UserData;
-use engram_storage::model::{Embedding, MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{Embedding, MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
 use engram_storage::{Keyspace, Store};
 use serde_json::json;
 use tempfile::TempDir;

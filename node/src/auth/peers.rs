@@ -95,8 +95,8 @@ mod tests {
     use engram_actors::services::{Metrics, Services, Settings};
     use engram_actors::user::api::ListSessions;
     use engram_storage::access::{ApiKey, Scope};
-    use engram_storage::model::Timestamp;
     use engram_storage::sqlite::SqliteOptions;
+    use engram_storage::types::Timestamp;
     use engram_storage::{Keyspace, Store};
 
     use super::*;

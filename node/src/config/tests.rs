@@ -13,7 +13,7 @@ use figment::{Figment, Jail, Provider};
 
 use engram_storage::crypto::Cipher;
 
-use engram_storage::model::ArchiveMode;
+use engram_storage::types::ArchiveMode;
 
 use super::*;
 

@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use engram_storage::access::Scope;
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 use super::wire::admin::{
     AnchorBody, AnchorResponse, ApprovalResponse, ArchiveKindParam, ArchiveMatchBody,
@@ -26,7 +26,7 @@ use engram_actors::user::api::{
     AnchorMatch, AnchorQuery, ApproveReads, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchiveQuery,
     MAX_ARCHIVE_PAGE, Role,
 };
-use engram_storage::model::TurnDigest;
+use engram_storage::types::TurnDigest;
 
 /// Largest page of the audit trail.
 const MAX_AUDIT_PAGE: usize = 1_000;

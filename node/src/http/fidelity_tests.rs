@@ -420,8 +420,8 @@ async fn cached_table_metadata_is_served_in_nl2sql_contexts_until_deleted() {
 async fn archived_digests_are_read_and_matched_by_admins_and_hold_no_text() {
     use engram_storage::data::UserData;
     use engram_storage::data::archive::RetentionRule;
-    use engram_storage::model::{ArchiveMode, Timestamp};
     use engram_storage::sqlite::SqliteOptions;
+    use engram_storage::types::{ArchiveMode, Timestamp};
     use engram_storage::{Keyspace, Store};
 
     use super::tests::ROOT_KEY;

@@ -11,7 +11,7 @@ use engram_actors::user::api::{
     ListSessions, MemoryWrite, ResolveConflict, SearchQuery, SessionMemory, SessionQuery,
     StatusChange, TurnRequest,
 };
-use engram_storage::model::PiiLevel;
+use engram_storage::types::PiiLevel;
 use serde::Deserialize;
 use utoipa::IntoParams;
 

@@ -6,8 +6,8 @@
 use axum::body::Body;
 use axum::http::{Method, StatusCode};
 use engram_storage::access::{self, ApiKey, Scope};
-use engram_storage::model::{Member, MemberStatus, Timestamp};
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store};
 use serde_json::{Value, json};
 

@@ -12,7 +12,7 @@ use engram_actors::model::text::extractive_summary;
 use engram_actors::user::api::{
     IntentQuery, IntentWrite, KeyIntents, ListSessions, MAX_INTENT_PAGE, MessageWrite,
 };
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -466,8 +466,8 @@ pub async fn prewarm(
     }))
 }
 
-impl From<engram_storage::model::Intent> for IntentView {
-    fn from(i: engram_storage::model::Intent) -> Self {
+impl From<engram_storage::types::Intent> for IntentView {
+    fn from(i: engram_storage::types::Intent) -> Self {
         IntentView {
             intent_type: i.intent_type,
             version: i.version.0,

@@ -52,7 +52,7 @@ pub(super) async fn app_with(
         scope: engram_storage::access::Scope::Gateway,
         name: "tests".into(),
         secret_hash: crate::auth::hash_secret(secret),
-        created_at: engram_storage::model::Timestamp(0),
+        created_at: engram_storage::types::Timestamp(0),
         created_by: "root".into(),
         expires_at: None,
         replaced_by: None,

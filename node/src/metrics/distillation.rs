@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use engram_actors::distillation::Distillation;
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 use super::inference::{metric, oldest_pending_seconds};
 

@@ -105,7 +105,7 @@ pub(super) fn render_rerank(text: &mut String, m: &engram_actors::rerank::Rerank
 /// The age of the oldest entry a pipeline lane knows of (0 when none).
 pub(super) fn oldest_pending_seconds(
     m: &engram_actors::pipeline::PipelineMetrics,
-    now: engram_storage::model::Timestamp,
+    now: engram_storage::types::Timestamp,
 ) -> f64 {
     match m.oldest_queued_at.load(Ordering::Relaxed) {
         0 => 0.0,
@@ -117,7 +117,7 @@ pub(super) fn oldest_pending_seconds(
 pub(super) fn render_pipeline(
     text: &mut String,
     m: &engram_actors::pipeline::PipelineMetrics,
-    now: engram_storage::model::Timestamp,
+    now: engram_storage::types::Timestamp,
 ) {
     let age = oldest_pending_seconds(m, now);
     metric(

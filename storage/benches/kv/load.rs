@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use engram_storage::Keyspace;
 use engram_storage::Store;
 use engram_storage::data::UserData;
-use engram_storage::model::{Timestamp, Turn};
 use engram_storage::sqlite::{SqliteOptions, Synchronous};
+use engram_storage::types::{Timestamp, Turn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -77,7 +77,7 @@ impl TurnMaker {
             entities,
             created_at: Timestamp(1_750_000_000_000 + seq as i64 * 60_000),
             written_under: None,
-            pii_level: engram_storage::model::PiiLevel::None,
+            pii_level: engram_storage::types::PiiLevel::None,
         }
     }
 }

@@ -47,7 +47,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use engram_storage::model::SessionRule;
+use engram_storage::types::SessionRule;
 
 use crate::report::{Report, group, machine_line};
 

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use engram_storage::codec::decode;
 use engram_storage::data::UserData;
-use engram_storage::model::Turn;
 use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::Turn;
 use engram_storage::{Keyspace, Store};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

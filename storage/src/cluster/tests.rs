@@ -3,7 +3,7 @@
 use super::{
     fence, member, members, put_member, release_shard, shard_lease, shard_leases, take_shard,
 };
-use crate::model::{Member, MemberStatus, Timestamp};
+use crate::types::{Member, MemberStatus, Timestamp};
 use crate::{Error, Keyspace, Store};
 
 #[test]

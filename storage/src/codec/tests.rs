@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::{FORMAT_POSTCARD, decode, encode};
 use crate::Error;
-use crate::model::{Embedding, Intent, Timestamp, Turn, WrittenUnder};
+use crate::types::{Embedding, Intent, Timestamp, Turn, WrittenUnder};
 
 #[test]
 fn values_start_with_the_format_byte() {
@@ -37,7 +37,7 @@ proptest! {
             session_id: session, seq, request_id: "r".into(), trace_id: None, route,
             user_text, assistant_text, entities, created_at: Timestamp(at),
             written_under: (seq % 2 == 0).then(|| WrittenUnder { node: "n1".into(), epoch: seq }),
-            pii_level: crate::model::PiiLevel::None,
+            pii_level: crate::types::PiiLevel::None,
         };
         prop_assert_eq!(decode::<Turn>("turn", &encode("turn", &turn)?)?, turn);
     }
@@ -76,13 +76,13 @@ proptest! {
         }
         bytes.extend(tail);
         let _ = decode::<Turn>("turn", &bytes);
-        let _ = decode::<crate::model::MemoryRecord>("memory record", &bytes);
-        let _ = decode::<crate::model::SessionRow>("session", &bytes);
+        let _ = decode::<crate::types::MemoryRecord>("memory record", &bytes);
+        let _ = decode::<crate::types::SessionRow>("session", &bytes);
         let _ = decode::<Intent>("intent", &bytes);
         let _ = decode::<Embedding>("embedding", &bytes);
-        let _ = decode::<crate::model::IdempotencyEntry>("idempotency", &bytes);
-        let _ = decode::<crate::model::ShardLease>("shard lease", &bytes);
-        let _ = decode::<crate::model::Member>("member", &bytes);
-        let _ = decode::<crate::model::UserHeader>("header", &bytes);
+        let _ = decode::<crate::types::IdempotencyEntry>("idempotency", &bytes);
+        let _ = decode::<crate::types::ShardLease>("shard lease", &bytes);
+        let _ = decode::<crate::types::Member>("member", &bytes);
+        let _ = decode::<crate::types::UserHeader>("header", &bytes);
     }
 }

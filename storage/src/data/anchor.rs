@@ -9,7 +9,7 @@
 //! space is small enough to enumerate). Normalising the identifier is the caller's business.
 
 use crate::error::Result;
-use crate::model::{Anchor, AnchorKind, Timestamp};
+use crate::types::{Anchor, AnchorKind, Timestamp};
 
 use super::UserData;
 

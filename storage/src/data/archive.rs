@@ -27,7 +27,7 @@ use sha2::{Digest as _, Sha256};
 use crate::error::Result;
 use crate::keyspace::{ExpiryTarget, KeyRange};
 use crate::kv::RangeOptions;
-use crate::model::{ArchiveMode, ArchiveRow, ArchivedTurn, Timestamp, Turn, TurnDigest};
+use crate::types::{ArchiveMode, ArchiveRow, ArchivedTurn, Timestamp, Turn, TurnDigest};
 
 use super::UserData;
 

@@ -3,7 +3,7 @@
 
 use super::{UserData, open_with};
 use crate::error::Result;
-use crate::model::{IdempotencyEntry, Timestamp};
+use crate::types::{IdempotencyEntry, Timestamp};
 
 impl UserData<'_> {
     /// The stored outcome of an acknowledged request, if it was seen before.

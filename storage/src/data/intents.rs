@@ -4,7 +4,7 @@ use super::UserData;
 use crate::error::Result;
 use crate::keyspace::ExpiryTarget;
 use crate::kv::RangeOptions;
-use crate::model::{Intent, Timestamp, TurnSummary};
+use crate::types::{Intent, Timestamp, TurnSummary};
 
 impl UserData<'_> {
     /// Writes one version of an intent, with its expiry-index entry when it expires

@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use crate::error::Result;
 use crate::keyspace::{Keyspace, WorkQueue};
 use crate::kv::{RangeOptions, Txn};
-use crate::model::{Embedding, MemoryStatus, PendingDistillation, PendingInference, Timestamp};
+use crate::types::{Embedding, MemoryStatus, PendingDistillation, PendingInference, Timestamp};
 
 use super::UserData;
 

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::archive::RetentionRule;
 use super::{UserData, expired};
-use crate::model::{
+use crate::types::{
     Embedding, IdempotencyEntry, Intent, MemoryKind, MemoryRecord, MemoryStatus, PendingInference,
     PiiLevel, RedactionLevel, ReviewFlag, SessionRule, Timestamp, Trigger, Turn,
 };
@@ -59,7 +59,7 @@ pub(crate) fn turn(session: &str, text: &str, at: i64) -> Turn {
         entities: vec!["orders".into()],
         created_at: Timestamp(at),
         written_under: None,
-        pii_level: crate::model::PiiLevel::None,
+        pii_level: crate::types::PiiLevel::None,
     }
 }
 
@@ -261,7 +261,7 @@ fn retention_moves_old_turns_out_of_the_session_and_reindexes_it() {
         now: Timestamp(now),
         retention_ms: 100,
         archive_ms: 1_000_000,
-        mode: crate::model::ArchiveMode::FullText,
+        mode: crate::types::ArchiveMode::FullText,
     };
     // A sweep at 160 keeps turns created at or after 60.
     let removed = with_user(&store, &ks, "alice", |u| {
@@ -458,8 +458,8 @@ fn forgetting_a_user_leaves_no_key_of_theirs_anywhere() {
             )?;
             u.put_queued(
                 "s1/1",
-                &crate::model::PendingDistillation {
-                    task: crate::model::DistilTask::Intent,
+                &crate::types::PendingDistillation {
+                    task: crate::types::DistilTask::Intent,
                     session_id: "s1".into(),
                     turn_seq: 1,
                     text: "hello".into(),

@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 
 use super::{ExpiryTarget, Keyspace};
-use crate::model::{MemoryKind, Timestamp};
+use crate::types::{MemoryKind, Timestamp};
 
 fn ks() -> Keyspace {
     Keyspace::new("engram")

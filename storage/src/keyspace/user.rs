@@ -3,7 +3,7 @@
 use foundationdb_tuple::{Subspace, TuplePack};
 
 use super::{KeyRange, WorkQueue};
-use crate::model::{MemoryKind, Timestamp};
+use crate::types::{MemoryKind, Timestamp};
 
 /// The keys under `("u", tenant, user)`.
 #[derive(Debug, Clone, PartialEq, Eq)]

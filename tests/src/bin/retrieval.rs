@@ -41,7 +41,7 @@ use engram_actors::model::index::IndexParams;
 use engram_actors::model::retrieve::{Fusion, RetrieverParams};
 use engram_actors::rerank::{RerankService, RerankSettings};
 use engram_inference::{EncoderConfig, ModelKind, PoolConfig, Precision, Reranker, RerankerConfig};
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
 use engram_tests::retrieval::facts;
 use engram_tests::retrieval::{Bench, Report};

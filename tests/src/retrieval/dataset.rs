@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 use serde_json::Value;
 
 /// How passages are written for indexing and embedding.
@@ -460,7 +460,7 @@ fn session_time(date: &str) -> Option<Timestamp> {
 
 #[cfg(test)]
 mod tests {
-    use engram_storage::model::Timestamp;
+    use engram_storage::types::Timestamp;
 
     use super::{Conversation, Dataset, PassageStyle, dia_ids, load, session_time, split};
 

@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use engram_storage::model::{
+use engram_storage::types::{
     MemoryKind, MemoryRecord, MemoryStatus, PiiLevel, RedactionLevel, Timestamp, Trigger, Turn,
 };
 use proptest::prelude::*;
@@ -27,7 +27,7 @@ fn turns(n: u64) -> Vec<Turn> {
             entities: vec!["GMV".into(), "dw_orders".into()],
             created_at: Timestamp(i as i64),
             written_under: None,
-            pii_level: engram_storage::model::PiiLevel::None,
+            pii_level: engram_storage::types::PiiLevel::None,
         })
         .collect()
 }

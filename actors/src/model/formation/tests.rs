@@ -1,6 +1,6 @@
 //! Tests of formation rules.
 
-use engram_storage::model::{MemoryKind, MemoryStatus, Timestamp, Trigger, Turn};
+use engram_storage::types::{MemoryKind, MemoryStatus, Timestamp, Trigger, Turn};
 
 use super::*;
 
@@ -16,7 +16,7 @@ fn turn(user: &str) -> Turn {
         entities: vec!["GMV".into()],
         created_at: Timestamp(0),
         written_under: None,
-        pii_level: engram_storage::model::PiiLevel::None,
+        pii_level: engram_storage::types::PiiLevel::None,
     }
 }
 

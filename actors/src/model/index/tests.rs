@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use engram_storage::model::{PiiLevel, RedactionLevel, Trigger};
+use engram_storage::types::{PiiLevel, RedactionLevel, Trigger};
 
 use super::*;
 

@@ -227,7 +227,7 @@ proptest! {
         prop_assert_eq!(super::identifiers_in(&query), 1, "{:?}", query);
         let mut counts = crate::breaker::Counts::default();
         let policy = crate::breaker::Policy { threshold: 5, match_threshold: 1, window_ms: 1_000 };
-        let now = engram_storage::model::Timestamp(1);
+        let now = engram_storage::types::Timestamp(1);
         let guess = crate::breaker::Counter::Match;
         let n = u32::try_from(super::identifiers_in(&query)).unwrap_or(u32::MAX);
         prop_assert_eq!(counts.count_many("gw", guess, policy, now, n), crate::breaker::Verdict::Allowed);

@@ -5,7 +5,7 @@
 use std::borrow::Borrow;
 use std::hash::Hash;
 
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 use super::Retriever;
 use crate::model::entities::EntityExtractor;

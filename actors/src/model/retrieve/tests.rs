@@ -3,7 +3,7 @@
 
 use std::sync::LazyLock;
 
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 use super::*;
 

@@ -1,7 +1,7 @@
 //! Each kind of expression resolved against a known day of writing (Monday 8 May 2023).
 
 use chrono::NaiveDate;
-use engram_storage::model::Timestamp;
+use engram_storage::types::Timestamp;
 
 use super::{DaySpan, day_of, mentioned, overlaps};
 

@@ -3,7 +3,7 @@
 
 use engram_inference::distil::{Distilled, Priority};
 use engram_storage::data::UserData;
-use engram_storage::model::{Intent, Timestamp};
+use engram_storage::types::{Intent, Timestamp};
 use engram_storage::{Keyspace, Store};
 
 use super::*;

@@ -3,7 +3,7 @@
 use engram_actors::user::api::{
     ClearAck, ConflictChoice, ForgetAck, MemoryAck, ResolveAck, SessionListing,
 };
-use engram_storage::model::{MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, Timestamp, Turn};
+use engram_storage::types::{MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, Timestamp, Turn};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

@@ -4,7 +4,7 @@
 use super::AnchorWrite;
 use crate::crypto::MasterKeys;
 use crate::data::tests::with_user;
-use crate::model::{AnchorKind, Timestamp};
+use crate::types::{AnchorKind, Timestamp};
 use crate::{Keyspace, RangeOptions, Store};
 
 const ID: &str = "11010519491231002X";

@@ -8,7 +8,7 @@ use crate::crypto::{MasterKeys, is_sealed};
 use crate::data::UserData;
 use crate::data::tests::{RULE, turn, with_user};
 use crate::keyspace::ExpiryTarget;
-use crate::model::{ArchiveMode, Timestamp};
+use crate::types::{ArchiveMode, Timestamp};
 use crate::{Keyspace, RangeOptions, Store, data::expired};
 
 const DAY: i64 = 86_400_000;
@@ -208,8 +208,8 @@ fn the_archive_is_sealed_and_forgetting_the_user_removes_it_and_its_index() {
     assert!(due.iter().all(|e| e.user == "bob"));
 }
 
-fn summary(text: &str) -> crate::model::TurnSummary {
-    crate::model::TurnSummary {
+fn summary(text: &str) -> crate::types::TurnSummary {
+    crate::types::TurnSummary {
         text: text.into(),
         model: "test".into(),
         created_at: Timestamp(0),

@@ -3,7 +3,7 @@
 
 use super::{Completion, pending_users};
 use crate::data::tests::{record, with_user};
-use crate::model::{Embedding, MemoryKind, MemoryStatus, PendingInference, Timestamp};
+use crate::types::{Embedding, MemoryKind, MemoryStatus, PendingInference, Timestamp};
 use crate::{Keyspace, Store, WorkQueue};
 
 #[test]

@@ -44,7 +44,7 @@ use anyhow::{Context, Result, bail, ensure};
 use engram_actors::directory::Directory;
 use engram_actors::embed::Embedder;
 use engram_actors::placement::UserKey;
-use engram_actors::tenant::api::{
+use engram_actors::request::tenant::{
     ExampleImport, ExampleSearch, PortableExample, ReadSettings, SqlLookup, SqlLookupReply, SqlPut,
     WriteSettings,
 };

@@ -17,8 +17,6 @@
 //! It also writes the tenant's schema metadata cache ([`metadata`]: `/v1/metadata`), fenced
 //! like the sets, which the nl2sql contexts of the tenant's users read.
 
-/// The payloads of a tenant's requests ([`crate::request::tenant`]).
-pub use crate::request::tenant as api;
 mod examples;
 pub mod literals;
 mod metadata;

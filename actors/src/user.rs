@@ -10,8 +10,6 @@
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
 mod access;
-/// The payloads of a user's requests ([`crate::request::user`]).
-pub use crate::request::user as api;
 mod guard;
 pub mod intents;
 mod load;

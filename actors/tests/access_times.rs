@@ -6,8 +6,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use engram_actors::model::retrieve::SearchMode;
+use engram_actors::request::user::{SearchResult, SweepScope};
 use engram_actors::services::Settings;
-use engram_actors::user::api::{SearchResult, SweepScope};
 use engram_actors::user::{FLUSH_AT, UserMsg};
 use engram_storage::types::MemoryKind;
 

@@ -16,11 +16,11 @@ use engram_actors::jobs::{self, Job};
 use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::policy::{DAY_MS, Route};
 use engram_actors::placement::UserKey;
-use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     AnchorMatch, AnchorQuery, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchivePage, ArchiveQuery,
     Forget, ListSessions, MemoryWrite, Role, SessionQuery, TurnRequest,
 };
+use engram_actors::services::{Metrics, Services, Settings};
 use engram_storage::crypto::{Cipher, MasterKeys, is_sealed};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::types::{AnchorKind, ArchiveMode, MemoryKind, MemoryStatus, Timestamp};

@@ -7,7 +7,7 @@
 mod support;
 
 use engram_actors::model::retrieve::SearchMode;
-use engram_actors::user::api::ListMemories;
+use engram_actors::request::user::ListMemories;
 use engram_inference::ModelKind;
 use engram_storage::types::{MemoryKind, MemoryStatus};
 use support::{Mode, alice, context, embedder, node, node_with, pool, profile, search, turn};

@@ -12,11 +12,11 @@ use engram_actors::front::{Reader, Users};
 use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
-use engram_actors::services::Settings;
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     AnchorQuery, ApproveReads, ContextQuery, Forget, IntentQuery, IntentWrite, ListMemories,
     ListSessions, MemoryWrite, SearchQuery, TurnRequest,
 };
+use engram_actors::services::Settings;
 use engram_storage::access::Scope;
 use tempfile::TempDir;
 

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use engram_actors::front::{Reader, Users};
+use engram_actors::request::user::{MemoryWrite, StatusChange, SweepScope};
 use engram_actors::services::Settings;
 use engram_actors::user::UserMsg;
-use engram_actors::user::api::{MemoryWrite, StatusChange, SweepScope};
 use engram_storage::RangeOptions;
 use engram_storage::access::Scope;
 use engram_storage::types::MemoryStatus;

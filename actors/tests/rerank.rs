@@ -12,9 +12,9 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use engram_actors::model::retrieve::SearchMode;
+use engram_actors::request::user::{Forget, SearchQuery, SearchResult, StatusChange};
 use engram_actors::rerank::{RerankFallback, RerankService, RerankSettings, fuse};
 use engram_actors::services::Settings;
-use engram_actors::user::api::{Forget, SearchQuery, SearchResult, StatusChange};
 use engram_actors::user::ops::turn_text;
 use engram_inference::{Reranker, RerankerConfig};
 use engram_storage::types::{MemoryKind, MemoryStatus};

@@ -7,7 +7,7 @@ mod support;
 
 use engram_actors::Error;
 use engram_actors::placement::UserKey;
-use engram_actors::tenant::api::*;
+use engram_actors::request::tenant::*;
 use engram_storage::Keyspace;
 use engram_storage::access::audit_page;
 use engram_storage::shared::ExampleStatus;

@@ -7,7 +7,7 @@ mod support;
 use engram_actors::Error;
 use engram_actors::clock::Clock;
 use engram_actors::embed::Fallback;
-use engram_actors::tenant::api::*;
+use engram_actors::request::tenant::*;
 use engram_storage::Keyspace;
 use engram_storage::shared::DomainSettings;
 use support::shared::*;
@@ -254,8 +254,8 @@ async fn the_literal_guard_keeps_other_times_and_numbers_from_a_close_questions_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_that_expire_while_no_actor_runs_are_deleted_by_the_next_sweep() {
+    use engram_actors::request::user::SweepScope;
     use engram_actors::user::UserMsg;
-    use engram_actors::user::api::SweepScope;
     use engram_storage::shared::TenantData;
 
     let dir = TempDir::new().unwrap();

@@ -8,8 +8,8 @@
 //!   searches find candidates unless asked for active memories only.
 
 use engram_actors::model::retrieve::SearchMode;
+use engram_actors::request::user::{MemoryChange, SearchQuery, TurnAck};
 use engram_actors::services::Settings;
-use engram_actors::user::api::{MemoryChange, SearchQuery, TurnAck};
 use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus};
 
 mod plain;

@@ -3,8 +3,8 @@
 //! where words and recency alone rank another first.
 
 use engram_actors::model::policy::DAY_MS;
+use engram_actors::request::user::SearchResult;
 use engram_actors::services::Settings;
-use engram_actors::user::api::SearchResult;
 
 mod plain;
 use plain::{Node, node, search_episodes, write_episode};

@@ -10,11 +10,11 @@ use engram_actors::clock::Clock;
 use engram_actors::jobs::{self, Job};
 use engram_actors::model::policy::DAY_MS;
 use engram_actors::placement::UserKey;
-use engram_actors::services::Settings;
-use engram_actors::user::UserMsg;
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     FeedbackRequest, Forget, ListMemories, MemoryWrite, StatusChange, SweepScope,
 };
+use engram_actors::services::Settings;
+use engram_actors::user::UserMsg;
 use engram_storage::types::{MemoryKind, MemoryStatus, Timestamp};
 use engram_storage::{Keyspace, RangeOptions};
 

@@ -10,10 +10,10 @@ use engram_actors::model::entities::EntityExtractor;
 use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::placement::UserKey;
-use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     ContextQuery, ListMemories, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
 };
+use engram_actors::services::{Metrics, Services, Settings};
 use engram_storage::data::UserData;
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::types::{MemoryKind, MemoryRecord, MemoryStatus, Timestamp};
@@ -89,7 +89,7 @@ pub async fn append(
     node: &Node,
     key: &UserKey,
     req: TurnRequest,
-) -> engram_actors::Result<engram_actors::user::api::TurnAck> {
+) -> engram_actors::Result<engram_actors::request::user::TurnAck> {
     node.directory.ask_admin(key, req.clone()).await
 }
 

@@ -15,10 +15,10 @@ use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::pipeline::{Pipeline, PipelineConfig};
 use engram_actors::placement::UserKey;
-use engram_actors::services::{Metrics, Services, Settings};
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     ContextQuery, MemoryAck, MemoryWrite, SearchQuery, SearchResult, TurnRequest,
 };
+use engram_actors::services::{Metrics, Services, Settings};
 use engram_inference::{BackgroundPriority, EmbeddingPool, ModelKind, PoolConfig};
 use engram_storage::data::UserData;
 use engram_storage::sqlite::SqliteOptions;

@@ -2,7 +2,7 @@
 
 use engram_actors::front::Reader;
 use engram_actors::placement::UserKey;
-use engram_actors::tenant::api::*;
+use engram_actors::request::tenant::*;
 use engram_storage::access::Scope;
 
 use super::Node;

@@ -92,8 +92,8 @@ mod tests {
     use engram_actors::front::{Fault, UserReply, Users, decode_reply, encode_call};
     use engram_actors::model::entities::EntityExtractor;
     use engram_actors::placement::UserKey;
+    use engram_actors::request::user::ListSessions;
     use engram_actors::services::{Metrics, Services, Settings};
-    use engram_actors::user::api::ListSessions;
     use engram_storage::access::{ApiKey, Scope};
     use engram_storage::sqlite::SqliteOptions;
     use engram_storage::types::Timestamp;

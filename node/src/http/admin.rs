@@ -22,7 +22,7 @@ use super::wire::admin::{
 use super::{ApiError, ApiJson, AppState, ErrorBody, ok, optional_json, page_limit, user_key};
 use crate::caller::Caller;
 use crate::keys;
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     AnchorMatch, AnchorQuery, ApproveReads, ArchiveCursor, ArchiveKind, ArchiveMatch, ArchiveQuery,
     MAX_ARCHIVE_PAGE, Role,
 };

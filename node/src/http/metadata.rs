@@ -6,7 +6,7 @@
 
 use axum::extract::{Path, State};
 use axum::response::Response;
-use engram_actors::tenant::api::{self, MetadataPut, MetadataRemove};
+use engram_actors::request::tenant::{self, MetadataPut, MetadataRemove};
 use engram_actors::user::check_id;
 use engram_storage::schema::{MAX_ENTRIES, SchemaEntry};
 use serde::{Deserialize, Serialize};
@@ -109,7 +109,9 @@ pub async fn put(
     responses((status = 200, body = MetadataList)))]
 /// The tenant's cached metadata still live.
 pub async fn list(State(s): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    let entries = s.ask(&caller, &shared(&caller), api::MetadataList).await?;
+    let entries = s
+        .ask(&caller, &shared(&caller), tenant::MetadataList)
+        .await?;
     Ok(ok(MetadataList {
         entries: entries.into_iter().map(Into::into).collect(),
     }))

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use engram_actors::placement::UserKey;
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     Clarification, ClearSession, ContextQuery, FeedbackRequest, Forget, ListFlags, ListMemories,
     ListSessions, MemoryWrite, ResolveConflict, SearchQuery, SessionMemory, SessionQuery,
     StatusChange, TurnRequest,

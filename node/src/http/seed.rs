@@ -9,7 +9,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use engram_actors::model::intent::target_of;
 use engram_actors::model::text::extractive_summary;
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     IntentQuery, IntentWrite, KeyIntents, ListSessions, MAX_INTENT_PAGE, MessageWrite,
 };
 use engram_storage::types::Timestamp;

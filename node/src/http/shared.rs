@@ -9,7 +9,7 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::response::Response;
 use engram_actors::placement::UserKey;
-use engram_actors::tenant::api::{
+use engram_actors::request::tenant::{
     ExampleSearch, ExampleSearchReply, MAX_EXAMPLES_SERVED, SqlHit, SqlInvalidate, SqlLookup,
     SqlLookupReply, SqlPut,
 };

@@ -9,7 +9,7 @@ use engram_actors::model::context::{
 };
 use engram_actors::model::policy::Route;
 use engram_actors::model::retrieve::SearchMode;
-use engram_actors::user::api::{FeedbackAck, IntentAck, MemoryChange, TurnAck};
+use engram_actors::request::user::{FeedbackAck, IntentAck, MemoryChange, TurnAck};
 use engram_storage::types::{MemoryKind, MemoryStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

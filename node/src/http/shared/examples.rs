@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use engram_actors::tenant::api::{
+use engram_actors::request::tenant::{
     ExampleAck, ExampleExport, ExampleFailure, ExampleImport, ExampleRecord, ExampleReview,
     ExampleSearch, ExampleSearchReply, MAX_EXAMPLES_SERVED, PortableExample, ReviewAction,
 };
@@ -287,7 +287,7 @@ pub async fn list_examples(
         .ask(
             &caller,
             &shared(&caller),
-            engram_actors::tenant::api::ExampleList {
+            engram_actors::request::tenant::ExampleList {
                 status: parse_status(params.status.as_deref())?,
                 route: params.route,
                 after: params.after,

@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use engram_actors::tenant::api::{ReadSettings, WriteSettings};
+use engram_actors::request::tenant::{ReadSettings, WriteSettings};
 use engram_storage::shared::{DomainSettings, SharedSettings};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;

@@ -1,6 +1,6 @@
 //! Wire types of memory records, sessions, turns, conflicts and forgetting.
 
-use engram_actors::user::api::{
+use engram_actors::request::user::{
     ClearAck, ConflictChoice, ForgetAck, MemoryAck, ResolveAck, SessionListing,
 };
 use engram_storage::types::{MemoryRecord, MemoryStatus, ReviewFlag, SessionRow, Timestamp, Turn};

@@ -19,6 +19,12 @@
 //!   transaction: after the commit, through the durable pipeline ([`pipeline`]), or (without
 //!   one) before the transaction starts; a node without a pool ranks by words and priors alone.
 //! - Time comes from the injected [`clock::Clock`]; no process-global state of ours.
+//! - The modules form a stack, each importing only those below it (docs/architecture.md,
+//!   "Layering"; `tests/tests/layering.rs` holds it): the router [`front`] above the handles
+//!   and rounds that use the directory ([`admin`], [`cluster`], [`jobs`], [`dispatch`]),
+//!   above [`directory`], above [`supervisor`], above the [`tenant`] and [`user`] actors,
+//!   above [`services`] and the leaves ([`request`], [`model`], ...). The actors reach the
+//!   directory only through the narrow [`roster::Roster`].
 
 pub mod admin;
 pub mod breaker;

@@ -218,9 +218,8 @@ impl KeyRing {
         );
         self.store
             .run(move |txn| {
-                let Some(mut old) = access::api_key(txn, &ks, &id)?
-                    .filter(|k| tenant.as_deref().is_none_or(|t| t == k.tenant))
-                    .filter(|k| k.is_valid_at(now))
+                let Some(mut old) =
+                    key_of(txn, &ks, tenant.as_deref(), &id)?.filter(|k| k.is_valid_at(now))
                 else {
                     return Ok(None);
                 };
@@ -248,9 +247,7 @@ impl KeyRing {
         );
         self.store
             .run(move |txn| {
-                let Some(mut key) = access::api_key(txn, &ks, &id)?
-                    .filter(|k| tenant.as_deref().is_none_or(|t| t == k.tenant))
-                else {
+                let Some(mut key) = key_of(txn, &ks, tenant.as_deref(), &id)? else {
                     return Ok(None);
                 };
                 if key.is_valid_at(now) {
@@ -261,4 +258,14 @@ impl KeyRing {
             })
             .await
     }
+}
+
+/// The key `id`, if it belongs to `tenant` (to any tenant when `None`).
+fn key_of(
+    txn: &mut engram_storage::Txn,
+    ks: &Keyspace,
+    tenant: Option<&str>,
+    id: &str,
+) -> engram_storage::Result<Option<ApiKey>> {
+    Ok(access::api_key(txn, ks, id)?.filter(|k| tenant.is_none_or(|t| t == k.tenant)))
 }

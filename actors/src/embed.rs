@@ -35,7 +35,7 @@ use crate::model::pii;
 /// Query and topic embeddings a node caches, by default.
 pub const DEFAULT_CACHE_ENTRIES: usize = 10_000;
 
-pub use crate::model::retrieve::Fallback;
+pub use crate::model::fallback::Fallback;
 
 /// A query's embedding, or why the read goes on without it.
 #[derive(Debug, Clone, PartialEq)]

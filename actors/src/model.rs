@@ -8,6 +8,7 @@
 pub mod conflict;
 pub mod context;
 pub mod entities;
+pub mod fallback;
 pub mod formation;
 pub mod index;
 pub mod intent;

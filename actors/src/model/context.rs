@@ -157,7 +157,7 @@ pub struct MemoryContext {
     pub query_embedded: bool,
     /// Why a query was ranked without its vector (by words and priors), if it was.
     #[serde(default)]
-    pub fallback: Option<super::retrieve::Fallback>,
+    pub fallback: Option<super::fallback::Fallback>,
     /// nl2sql contexts: the tenant's cached metadata of the tables the query or the session
     /// mentions.
     #[serde(default)]

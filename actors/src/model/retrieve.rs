@@ -26,7 +26,6 @@ use std::hash::Hash;
 
 use engram_storage::types::Timestamp;
 use engram_storage::vector::{VectorConfig, VectorError, VectorIndex};
-use serde::{Deserialize, Serialize};
 
 pub use self::analysis::{Analysis, DocText};
 use self::bm25::Bm25Index;
@@ -34,29 +33,6 @@ pub use self::bm25::stem;
 use super::entities::EntityExtractor;
 use super::policy::{DAY_MS, decay};
 use super::temporal::{self, DaySpan};
-
-/// Why a read ranked without its query's vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fallback {
-    /// The embedding did not come within the query deadline.
-    Deadline,
-    /// The pool refused the query (its queue, or the tenant's share, was full).
-    Overloaded,
-    /// The pool is closed or failed.
-    Unavailable,
-}
-
-impl Fallback {
-    /// The name used in responses and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fallback::Deadline => "deadline",
-            Fallback::Overloaded => "overloaded",
-            Fallback::Unavailable => "unavailable",
-        }
-    }
-}
 
 /// Which signals rank the documents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -1,7 +1,7 @@
 //! Embedding throughput bench (a program that prints a markdown table, not a CI gate).
 //!
 //! Part 1: a direct [`Encoder`] at batch sizes 1, 8, 32 and 128, in embeddings per second,
-//! with the mean tokens per text, float32, float16 and int8 linear layers (`precision`) taking
+//! with the mean tokens per text, float32, float16, int8 and int8-rows linear layers (`precision`) taking
 //! turns in the same rounds, and how far the packed precisions' vectors are from float32's.
 //! Part 2: the [`EmbeddingPool`] under 1, 8 and 32 concurrent
 //! callers each sending one text per call, against the same callers taking turns on one
@@ -49,8 +49,12 @@ fn main() -> Result<()> {
     // beside it instead, when it runs there (no encoder of its own: the float32 one).
     let mut packed: Vec<(&str, Option<Encoder>)> = Vec::new();
     if encoder.on_cpu() {
-        for (label, precision) in [("float16", Precision::Float16), ("int8", Precision::Int8)] {
-            if precision == Precision::Int8 && !config.model.takes_int8() {
+        for (label, precision) in [
+            ("float16", Precision::Float16),
+            ("int8", Precision::Int8),
+            ("int8-rows", Precision::Int8Rows),
+        ] {
+            if precision.is_int8() && !config.model.takes_int8() {
                 continue;
             }
             let config = EncoderConfig {

@@ -283,7 +283,9 @@ impl Bert {
             // without it, 0.9956 (docs/decisions/0010-encoders-and-precision.md, the int8 lever).
             let ff_in_packing = match precision {
                 Precision::Int8 => Packing::Float32,
-                Precision::Float32 | Precision::Float16 => precision.packing(),
+                Precision::Float32 | Precision::Float16 | Precision::Int8Rows => {
+                    precision.packing()
+                }
             };
             let ff_in = |weight, bias| Linear::new(weight, Some(bias), ff_in_packing, device);
             let qkv_weight = Tensor::f_cat(

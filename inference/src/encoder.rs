@@ -31,7 +31,7 @@ impl Encoder {
     /// Loads `config.model` from `config.model_dir` onto the configured device.
     pub fn load(config: &EncoderConfig) -> Result<Self> {
         let device = resolve_device(config.device)?;
-        if config.precision == Precision::Int8 && !config.model.takes_int8() {
+        if config.precision.is_int8() && !config.model.takes_int8() {
             return Err(Error::Quantise(format!(
                 "int8 is available for multilingual-e5-small only, not {}: it falls below the \
                  golden bound (cosine 0.995)",

@@ -279,11 +279,10 @@ impl Rows {
             .f_amax([1i64].as_slice(), true)?
             .f_clamp_min(f64::from(f32::MIN_POSITIVE))?
             .f_div_scalar(127.0)?;
-        let codes = rows
-            .f_div(&scale)?
-            .f_round_()?
-            .f_to_kind(Kind::Int8)?;
-        let mut y = codes.f_internal_int_mm(&self.codes)?.f_to_kind(Kind::Float)?;
+        let codes = rows.f_div(&scale)?.f_round_()?.f_to_kind(Kind::Int8)?;
+        let mut y = codes
+            .f_internal_int_mm(&self.codes)?
+            .f_to_kind(Kind::Float)?;
         y = y.f_mul_(&scale)?.f_mul_(&self.scales)?;
         if let Some(bias) = &self.bias {
             y = y.f_add_(bias)?;

@@ -31,6 +31,7 @@
 
 mod decoder;
 mod load;
+mod workers;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,7 +41,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
-use self::load::{Loading, load_and_run};
+use self::workers::{Decoding, Slot};
 use crate::config::{DeviceChoice, default_model_dir};
 use crate::constrain::Schema;
 use crate::error::{Error, Result};
@@ -51,6 +52,7 @@ use crate::pool::fair::{Lanes, Queued, Shares};
 #[cfg(doc)]
 use crate::qwen2::Qwen2;
 pub use crate::sample::pick;
+use crate::supervise::Supervised;
 
 /// Where `.ci/models` installs the default generative model, under the model directory:
 /// Qwen2.5-Coder-1.5B-Instruct, the more accurate distiller of the two it installs (91% of
@@ -172,6 +174,8 @@ pub struct GenerationStats {
     pub loaded: bool,
     /// Loads that failed ([`GenerationConfig::load_retry`]).
     pub load_failures: u64,
+    /// Workers restarted after they failed (their requests were queued again).
+    pub restarts: u64,
 }
 
 #[derive(Default)]
@@ -189,6 +193,7 @@ struct Counters {
     first_tokens: AtomicU64,
     rested_us: AtomicU64,
     load_failures: AtomicU64,
+    restarts: AtomicU64,
 }
 
 struct Request {
@@ -197,6 +202,11 @@ struct Request {
     admitted: Instant,
     expires: Option<Instant>,
     reply: tokio::sync::oneshot::Sender<Result<String>>,
+    /// Whether it counts in its key's share while queued (a request queued again after its
+    /// worker failed does only where the share has room).
+    holds_share: bool,
+    /// Times it was queued again after its worker failed.
+    requeues: u32,
 }
 
 impl Queued for Request {
@@ -225,6 +235,10 @@ struct Shared {
     /// pool is then closed).
     failure: Mutex<Option<String>>,
     counters: Counters,
+    /// Each worker's held requests ([`workers::Slot`]).
+    slots: Vec<Slot>,
+    /// The id of the next request a worker takes.
+    next_id: AtomicU64,
 }
 
 impl Shared {
@@ -268,13 +282,46 @@ impl Shared {
     }
 }
 
-/// A handle to the generation pool; clones share it.
+/// A handle to the generation pool; clones share it, and the last one dropped closes it.
 #[derive(Clone)]
 pub struct GenerationPool {
     shared: Arc<Shared>,
     model: Arc<str>,
-    /// The decoding thread, until joined.
-    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The supervisor and its workers (started on the runtime: [`GenerationPool::spawn`]
+    /// returns before).
+    supervised: Arc<Supervision>,
+    _closer: Arc<Closer>,
+}
+
+/// The pool's supervisor, starting or started.
+struct Supervision {
+    starting: Mutex<Option<tokio::task::JoinHandle<Option<Supervised>>>>,
+    started: tokio::sync::Mutex<Option<Supervised>>,
+}
+
+impl Supervision {
+    /// The started supervisor (`None` if it did not start).
+    async fn get(&self) -> tokio::sync::MutexGuard<'_, Option<Supervised>> {
+        let mut started = self.started.lock().await;
+        let starting = self
+            .starting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(starting) = starting {
+            *started = starting.await.ok().flatten();
+        }
+        started
+    }
+}
+
+/// Closes the pool when the last handle is dropped, which ends its workers.
+struct Closer(Arc<Shared>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl std::fmt::Debug for GenerationPool {
@@ -321,19 +368,12 @@ impl GenerationPool {
         if !path.exists() {
             return Err(Error::ModelMissing { path });
         }
-        let device = match config.device {
-            DeviceChoice::Auto => Device::cuda_if_available(),
-            DeviceChoice::Cpu => Device::Cpu,
-            DeviceChoice::Cuda(index) => {
-                let available = crate::cuda_devices();
-                if index >= available {
-                    return Err(Error::DeviceUnavailable { index, available });
-                }
-                Device::Cuda(index)
-            }
-        };
+        let devices: Vec<Device> = crate::supervise::devices(config.device)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::PoolStart {
+            reason: "the generation pool starts inside a tokio runtime".into(),
+        })?;
         // The header and the metadata only (a few MB): a file that is no GGUF fails here. The
-        // decoding thread reads the tokenizer and the tensors from it.
+        // decoding threads read the tokenizer and the tensors from it.
         let gguf = Gguf::open(&path)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Lanes::default()),
@@ -344,31 +384,44 @@ impl GenerationPool {
             loaded: AtomicBool::new(false),
             failure: Mutex::new(None),
             counters: Counters::default(),
+            slots: devices.iter().map(|_| Slot::default()).collect(),
+            next_id: AtomicU64::new(0),
         });
         let model = config.model.display().to_string();
         let (done, loaded) = tokio::sync::oneshot::channel();
-        let thread = {
-            let (shared, model) = (Arc::clone(&shared), model.clone());
-            std::thread::Builder::new()
-                .name("engram-generate".into())
-                .spawn(move || {
-                    let loading = Loading {
-                        config: &config,
-                        device,
-                        shared: &shared,
-                        model_name: &model,
-                    };
-                    load_and_run(&loading, gguf, done);
-                })
-                .map_err(|e| Error::PoolStart {
-                    reason: format!("the decoding thread did not start: {e}"),
-                })?
+        let workers = devices.len();
+        tracing::info!(model = %model, ?devices, "generation pool started; the model loads");
+        let work = Arc::new(Decoding {
+            shared: Arc::clone(&shared),
+            config,
+            devices,
+            model_name: model.clone(),
+            path,
+            first: Mutex::new(Some((gguf, done))),
+        });
+        let starting = {
+            let shared = Arc::clone(&shared);
+            runtime.spawn(async move {
+                match Supervised::start(work, workers).await {
+                    Ok(supervised) => Some(supervised),
+                    Err(err) => {
+                        tracing::error!(error = %err, "the generation pool's workers did not start");
+                        *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(err.to_string());
+                        shared.close();
+                        None
+                    }
+                }
+            })
         };
-        tracing::info!(model = %model, ?device, "generation pool started; the model loads");
         let pool = GenerationPool {
+            _closer: Arc::new(Closer(Arc::clone(&shared))),
             shared,
             model: model.into(),
-            thread: Arc::new(Mutex::new(Some(thread))),
+            supervised: Arc::new(Supervision {
+                starting: Mutex::new(Some(starting)),
+                started: tokio::sync::Mutex::new(None),
+            }),
         };
         Ok((pool, loaded))
     }
@@ -426,6 +479,8 @@ impl GenerationPool {
                 admitted: Instant::now(),
                 expires,
                 reply,
+                holds_share: true,
+                requeues: 0,
             });
         }
         shared.wake.notify_one();
@@ -457,6 +512,7 @@ impl GenerationPool {
             rested: Duration::from_micros(c.rested_us.load(Ordering::Relaxed)),
             loaded: self.is_loaded(),
             load_failures: c.load_failures.load(Ordering::Relaxed),
+            restarts: c.restarts.load(Ordering::Relaxed),
         }
     }
 
@@ -466,16 +522,28 @@ impl GenerationPool {
         self.shared.close();
     }
 
-    /// Closes the pool and waits until its decoding thread has ended (the end of the step it
-    /// is in).
+    /// Closes the pool and waits until its decoding threads have ended (the end of the step
+    /// each is in) and their supervisor has stopped.
     pub async fn join(&self) {
         self.close();
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        if let Some(supervised) = &*self.supervised.get().await {
+            supervised.join().await;
+        }
+    }
+
+    /// Fault injection, for the tests of restarts: worker `index` (one per device, in order)
+    /// panics at its next decoding step, as a failed step would.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub async fn fail_worker(&self, index: usize) -> Result<()> {
+        match &*self.supervised.get().await {
+            Some(supervised) => supervised.fail(index),
+            None => Err(Error::PoolClosed),
         }
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod restart_tests;

@@ -41,6 +41,7 @@ pub mod qwen2;
 mod reader;
 mod rerank;
 pub mod sample;
+mod supervise;
 mod tokenize;
 
 pub use config::{

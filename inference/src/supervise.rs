@@ -197,10 +197,11 @@ impl<W: Work> Actor for Supervisor<W> {
         state: &mut SupervisorState<W>,
     ) -> std::result::Result<(), ActorProcessingErr> {
         // `if let`, not `match`: the enum grows a variant under ractor's `cluster` feature.
-        let (failed, cell) = match &event {
-            SupervisionEvent::ActorFailed(cell, _) => (true, cell),
-            SupervisionEvent::ActorTerminated(cell, _, _) => (false, cell),
-            _ => return Ok(()),
+        let failed = matches!(event, SupervisionEvent::ActorFailed(..));
+        let (SupervisionEvent::ActorTerminated(cell, _, _)
+        | SupervisionEvent::ActorFailed(cell, _)) = &event
+        else {
+            return Ok(());
         };
         let dead = cell.get_id();
         let Some(index) = state

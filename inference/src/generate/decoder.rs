@@ -34,6 +34,7 @@ struct Sequence {
 }
 
 /// When a held request was admitted, and when its caller stops waiting.
+#[derive(Clone, Copy)]
 struct Admitted {
     admitted: Instant,
     expires: Option<Instant>,

@@ -536,7 +536,7 @@ impl GenerationPool {
     #[cfg(any(test, feature = "fault-injection"))]
     pub async fn fail_worker(&self, index: usize) -> Result<()> {
         match &*self.supervised.get().await {
-            Some(supervised) => supervised.fail(index),
+            Some(supervised) => supervised.fail(index).await,
             None => Err(Error::PoolClosed),
         }
     }

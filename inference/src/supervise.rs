@@ -27,6 +27,8 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+#[cfg(any(test, feature = "fault-injection"))]
+use ractor::RpcReplyPort;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::task::JoinHandle;
 
@@ -63,9 +65,10 @@ pub(crate) trait Work: Send + Sync + 'static {
 
 /// The supervisor's messages.
 pub(crate) enum SupervisorMsg {
-    /// Fault injection: worker `index` panics at its next unit of work.
+    /// Fault injection: worker `index` panics at its next unit of work; answered once that
+    /// is set.
     #[cfg(any(test, feature = "fault-injection"))]
-    Fail(usize),
+    Fail(usize, RpcReplyPort<()>),
 }
 
 // Local only: never sent to another node (ractor's `cluster` feature needs the impl).
@@ -115,12 +118,15 @@ impl Supervised {
         }
     }
 
-    /// Fault injection: worker `index`'s thread panics at its next unit of work.
+    /// Fault injection: worker `index`'s thread panics at its next unit of work (set when
+    /// this returns).
     #[cfg(any(test, feature = "fault-injection"))]
-    pub(crate) fn fail(&self, index: usize) -> Result<()> {
+    pub(crate) async fn fail(&self, index: usize) -> Result<()> {
         self.supervisor
-            .cast(SupervisorMsg::Fail(index))
-            .map_err(|_| Error::PoolClosed)
+            .call(|reply| SupervisorMsg::Fail(index, reply), None)
+            .await
+            .map_err(|_| Error::PoolClosed)?
+            .success_or(Error::PoolClosed)
     }
 }
 
@@ -183,8 +189,9 @@ impl<W: Work> Actor for Supervisor<W> {
         let _ = &state;
         match msg {
             #[cfg(any(test, feature = "fault-injection"))]
-            SupervisorMsg::Fail(index) => {
+            SupervisorMsg::Fail(index, reply) => {
                 state.work.inject_fault(index);
+                let _ = reply.send(());
                 Ok(())
             }
         }

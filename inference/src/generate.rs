@@ -1,10 +1,15 @@
 //! The generation pool: the Qwen2 decoder behind a bounded, fair queue, with continuous
 //! batching (docs/architecture.md, "Models", the generative model).
 //!
-//! Shape: one thread owns the model (one copy per node; the default 1.5B in half precision
-//! peaked at 5.6 GB resident in the distillation benchmark) and loads it first, so that a
-//! node serves meanwhile ([`GenerationPool::spawn`]). It keeps up to `max_batch` sequences
-//! running. Each turn of its loop admits waiting requests into free places (one key, a
+//! Shape: a supervisor actor with one worker actor per device ([`crate::supervise`]: the
+//! CPU, or each CUDA device under `auto`), each worker owning one copy of the model on its own
+//! thread (the default 1.5B in half precision peaked at 5.6 GB resident in the distillation
+//! benchmark), which it loads first, so that a node serves meanwhile
+//! ([`GenerationPool::spawn`]). The queue below is shared by the workers; each keeps up to
+//! `max_batch` sequences running. If a worker's step panics or its thread dies, the supervisor
+//! queues again the requests it held (they stay in its slot outside the thread: [`workers`])
+//! and starts a new worker for the device, which loads the model again and decodes them from
+//! their prompts. Each turn of a worker's loop admits waiting requests into free places (one key, a
 //! tenant, at a time in turn: [`crate::pool::fair`]), feeds each new one its prompt (the
 //! system prompt's keys and values are computed once per distinct system prompt and shared:
 //! [`KvCache::fork`]), then runs one decoding step for every
@@ -17,8 +22,8 @@
 //! `tenant-share-percent` of them; more are refused with [`Error::Overloaded`]. A request
 //! past its deadline is answered [`Error::Expired`], waiting or running. Closing refuses new
 //! requests and answers the waiting ones [`Error::PoolClosed`], and the running ones too at
-//! the next step (their callers keep the work pending in storage); the decoding thread then
-//! ends, and [`GenerationPool::join`] waits for it, which a process does before it exits
+//! the next step (their callers keep the work pending in storage); the decoding threads then
+//! end, and [`GenerationPool::join`] waits for them and their supervisor, which a process does before it exits
 //! (libtorch's static destructors must not run under a decoding step).
 //!
 //! Generation is slow on CPU (a few tokens per second per sequence on two cores), so the
@@ -72,7 +77,8 @@ pub struct GenerationConfig {
     pub model_dir: PathBuf,
     /// The GGUF file, relative to `model_dir`.
     pub model: PathBuf,
-    /// Where the decoder runs.
+    /// Where the decoder runs: one worker per device (under `auto`, each CUDA device, else
+    /// the CPU), each with its own copy of the model.
     pub device: DeviceChoice,
     /// How the decoder's linear layers hold their weights (`float16` or `int8`: packed at
     /// load, so that a decoding step reads about a half or a third of float32's bytes; CPU

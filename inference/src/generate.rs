@@ -36,6 +36,7 @@
 
 mod decoder;
 mod load;
+mod slot;
 mod workers;
 
 use std::path::PathBuf;
@@ -46,7 +47,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
-use self::workers::{Decoding, Slot};
+use self::slot::Slot;
+use self::workers::Decoding;
 use crate::config::{DeviceChoice, default_model_dir};
 use crate::constrain::Schema;
 use crate::error::{Error, Result};
@@ -241,7 +243,7 @@ struct Shared {
     /// pool is then closed).
     failure: Mutex<Option<String>>,
     counters: Counters,
-    /// Each worker's held requests ([`workers::Slot`]).
+    /// Each worker's held requests ([`slot::Slot`]).
     slots: Vec<Slot>,
     /// The id of the next request a worker takes.
     next_id: AtomicU64,

@@ -1,7 +1,7 @@
 //! The decoding thread of the generation pool: admission into free places, prompts fed
 //! through the shared system-prompt caches, one batched step for every running sequence,
 //! answers under their schemas. The requests themselves stay in the worker's
-//! [`super::workers::Slot`] until answered, so that a panic here loses none of them.
+//! [`super::slot::Slot`] until answered, so that a panic here loses none of them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tch::Tensor;
 use tokenizers::Tokenizer;
 
-use super::workers::Slot;
+use super::slot::Slot;
 use super::{Generation, PREFIXES_KEPT, Shared};
 use crate::constrain::Matcher;
 use crate::error::{Error, Result};

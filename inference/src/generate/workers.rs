@@ -1,63 +1,23 @@
 //! The generation pool's workers under supervision ([`crate::supervise`]): one per device,
 //! each loading the model on its own thread and decoding from the shared queue.
 //!
-//! What a worker is decoding is kept outside its thread, in its [`Slot`]: the decoding
-//! thread holds each running sequence's tokens and caches, and the slot holds the request
-//! itself (its caller's reply port, its prompt). A worker that panics therefore drops only
+//! What a worker is decoding is kept outside its thread, in its [`super::slot::Slot`]: the
+//! decoding thread holds each running sequence's tokens and caches, and the slot holds the
+//! request itself (its caller's reply port, its prompt). A worker that panics therefore drops only
 //! what it computed; the supervisor puts the slot's requests back in the queue
 //! ([`Shared::requeue`]), and the restarted worker decodes them again from their prompts.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use tch::Device;
 
 use super::load::{Loading, load_and_run};
-use super::{GenerationConfig, Request, Shared};
+use super::{GenerationConfig, Shared};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::supervise::{REQUEUES_PER_REQUEST, Work};
-
-/// What one worker holds: the requests it took from the queue and has not answered.
-#[derive(Default)]
-pub(super) struct Slot {
-    running: Mutex<HashMap<u64, Request>>,
-    /// Fault injection: the worker panics at its next step.
-    #[cfg_attr(not(any(test, feature = "fault-injection")), allow(dead_code))]
-    pub(super) fault: AtomicBool,
-}
-
-impl Slot {
-    /// Keeps `request` as running under `id`.
-    pub(super) fn hold(&self, id: u64, request: Request) {
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, request);
-    }
-
-    /// Takes running request `id` out, to answer it.
-    pub(super) fn take(&self, id: u64) -> Option<Request> {
-        self.running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id)
-    }
-
-    /// Every request held, in the order they were taken.
-    fn take_all(&self) -> Vec<Request> {
-        let mut held: Vec<(u64, Request)> = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .collect();
-        held.sort_by_key(|(id, _)| *id);
-        held.into_iter().map(|(_, request)| request).collect()
-    }
-}
 
 impl Shared {
     /// Puts worker `index`'s held requests back in the queue, after it failed: each at the

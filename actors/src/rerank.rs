@@ -104,8 +104,8 @@ impl RerankMetrics {
     }
 }
 
-/// Searches one batch carries at most, in candidates: a batch takes the candidates of this
-/// many searches (a larger search goes alone).
+/// Searches one batch carries at most on a GPU, in candidates: a batch takes the candidates
+/// of this many searches (a larger search goes alone).
 const BATCH_SEARCHES: usize = 8;
 
 /// The share of the rerank queue (percent) one tenant may hold.
@@ -145,6 +145,9 @@ impl RerankService {
             queue_capacity: settings.queue.max(1),
             tenant_share_percent: TENANT_SHARE_PERCENT,
             max_batch_pairs: settings.candidates.max(1) * BATCH_SEARCHES,
+            // On the CPU a batch of searches costs what they cost one by one, and each waits
+            // for the last (docs/benchmarks.md, "Search").
+            batch_on_cpu: false,
         };
         let pool = RerankPool::new(loads, &config);
         let metrics = Arc::new(RerankMetrics {

@@ -1,10 +1,10 @@
 //! The reranker's pool under concurrent searches (a program that prints a markdown table, not
 //! a CI gate): the time each search waits for its scores (from its call to its answer) when
 //! one, or five, searches of 30 candidates each ask at once, as five conversations do. Two
-//! shapes of the same pool take turns in the same rounds: one search a batch (the shape of the
-//! single reranker thread it replaced: each search scored behind every other in turn) and the
-//! searches that wait scored together (the node's, [`RerankPoolConfig::max_batch_pairs`] of
-//! eight searches' candidates). Questions and candidates are conversation turns of
+//! shapes of the same pool take turns in the same rounds: one search a batch (the CPU's
+//! default, and the shape of the single reranker thread the pool replaced) and the searches
+//! that wait scored together (a GPU's, [`RerankPoolConfig::batch_on_cpu`] here: up to eight
+//! searches' candidates). Questions and candidates are conversation turns of
 //! `locomo-dev.json` in the evaluation data directory (`common::eval_data`).
 //!
 //! Run: `source ~/.cache/engram/env && cargo bench -p engram-inference --bench rerank_pool`
@@ -84,7 +84,7 @@ fn main() -> Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let pool = |max_batch_pairs: usize| {
+    let pool = |batch_on_cpu: bool| {
         let weights = reranker.share();
         let load: RerankLoad = Box::new(move || Ok(weights));
         RerankPool::new(
@@ -92,13 +92,14 @@ fn main() -> Result<()> {
             &RerankPoolConfig {
                 queue_capacity: 64,
                 tenant_share_percent: 100,
-                max_batch_pairs,
+                max_batch_pairs: BATCHED_PAIRS,
+                batch_on_cpu,
             },
         )
     };
     let shapes = [
-        ("one search a batch", pool(CANDIDATES)),
-        ("waiting searches together", pool(BATCHED_PAIRS)),
+        ("one search a batch (the CPU's default)", pool(false)),
+        ("waiting searches together", pool(true)),
     ];
     println!(
         "# Rerank wait under concurrent searches (ms-marco-MiniLM-L-12-v2, float32, CPU, {} threads, {CANDIDATES} candidates a search, {rounds} rounds)\n",

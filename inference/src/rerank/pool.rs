@@ -1,13 +1,17 @@
 //! The reranker's pool: cross-encoders behind a supervisor actor with one worker per device
 //! ([`crate::supervise`], the generation pool's shape), a bounded fair queue of searches, and
-//! the searches that wait scored together.
+//! on a GPU the searches that wait scored together.
 //!
-//! Batching: a worker that is free takes every search waiting, one caller key at a time in
-//! turn ([`crate::pool::fair::Lanes`]), up to [`RerankPoolConfig::max_batch_pairs`] (question,
-//! candidate) pairs (a larger search goes alone), and scores all their pairs in one sequence
-//! of forward passes, sorted by length across the searches ([`Reranker::score_tokens`]). A
-//! search that arrives while a batch is scored therefore waits for that batch only, then goes
-//! with every search that came meanwhile, instead of behind each of them in turn.
+//! Batching: a worker on a GPU that is free takes every search waiting, one caller key at a
+//! time in turn ([`crate::pool::fair::Lanes`]), up to [`RerankPoolConfig::max_batch_pairs`]
+//! (question, candidate) pairs (a larger search goes alone), and scores all their pairs in
+//! one sequence of forward passes, sorted by length across the searches
+//! ([`Reranker::score_tokens`]): a search that arrives while a batch is scored waits for that
+//! batch only, then goes with every search that came meanwhile. A worker on the CPU takes
+//! one search at a time, in the same turn between keys, unless
+//! [`RerankPoolConfig::batch_on_cpu`]: there a pass costs what its pairs cost, and more per
+//! pair past about 30 (docs/benchmarks.md, "Search": with five searches at once, batching
+//! them doubled the median wait), so a batch only makes every search in it wait for the last.
 //!
 //! Admission: at most `queue_capacity` searches wait (not yet in a worker), each caller key at
 //! most `tenant_share_percent` of them; more are refused at once with [`Error::Overloaded`].
@@ -49,6 +53,8 @@ pub struct RerankPoolConfig {
     pub tenant_share_percent: u8,
     /// (question, candidate) pairs one batch takes at most (a larger search goes alone).
     pub max_batch_pairs: usize,
+    /// Whether a worker on the CPU batches searches too (it takes one at a time otherwise).
+    pub batch_on_cpu: bool,
 }
 
 impl Default for RerankPoolConfig {
@@ -57,6 +63,7 @@ impl Default for RerankPoolConfig {
             queue_capacity: 4,
             tenant_share_percent: 100,
             max_batch_pairs: 256,
+            batch_on_cpu: false,
         }
     }
 }
@@ -143,6 +150,7 @@ struct Shared {
     shares: Shares,
     capacity: usize,
     max_batch_pairs: usize,
+    batch_on_cpu: bool,
     closed: AtomicBool,
     slots: Vec<Slot>,
     next_id: AtomicU64,
@@ -185,6 +193,7 @@ impl RerankPool {
             shares: Shares::new(capacity, config.tenant_share_percent),
             capacity,
             max_batch_pairs: config.max_batch_pairs.max(1),
+            batch_on_cpu: config.batch_on_cpu,
             closed: AtomicBool::new(false),
             slots: loads
                 .into_iter()
@@ -325,9 +334,9 @@ impl Shared {
         self.wake.notify_all();
     }
 
-    /// The next batch, held in worker `index`'s slot under ids (blocks while nothing waits);
-    /// `None` once the pool is closed.
-    fn take(&self, index: usize) -> Option<Vec<(u64, String, Vec<String>)>> {
+    /// The next batch of at most `max_pairs` pairs (one search at least), held in worker
+    /// `index`'s slot under ids (blocks while nothing waits); `None` once the pool is closed.
+    fn take(&self, index: usize, max_pairs: usize) -> Option<Vec<(u64, String, Vec<String>)>> {
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if self.closed.load(Ordering::Acquire) {
@@ -338,7 +347,7 @@ impl Shared {
             }
             queue = self.wake.wait(queue).unwrap_or_else(|p| p.into_inner());
         }
-        let taken = queue.lanes.take_batch(self.max_batch_pairs);
+        let taken = queue.lanes.take_batch(max_pairs);
         queue.jobs -= taken.len();
         drop(queue);
         let now = Instant::now();
@@ -469,7 +478,17 @@ impl Work for Scoring {
     fn run(self: Arc<Self>, index: usize) {
         let shared = &self.shared;
         let mut model: Option<std::result::Result<Reranker, String>> = None;
-        while let Some(batch) = shared.take(index) {
+        loop {
+            // One search until the model is loaded and known to be on a GPU (or batching on
+            // the CPU is asked for).
+            let batches = match &model {
+                Some(Ok(reranker)) => !reranker.on_cpu() || shared.batch_on_cpu,
+                Some(Err(_)) | None => false,
+            };
+            let max_pairs = if batches { shared.max_batch_pairs } else { 1 };
+            let Some(batch) = shared.take(index, max_pairs) else {
+                break;
+            };
             if batch.is_empty() {
                 continue;
             }

@@ -59,14 +59,15 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
     }
 }
 
-/// Five searches from five callers: the first is held by the worker while the other four
-/// wait; those four then go in one batch, and each caller gets the scores a direct
+/// Five searches from five callers, batching on the CPU: the first is held by the worker
+/// while the other four wait; those four then go in one batch, and each caller gets the scores a direct
 /// [`Reranker::score`] gives its own question and passages, in its own order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn searches_that_wait_are_scored_together_and_each_caller_gets_its_own_scores() {
     let reranker = reranker();
     let config = RerankPoolConfig {
         queue_capacity: 8,
+        batch_on_cpu: true,
         ..RerankPoolConfig::default()
     };
     let (pool, loading, release) = gated(&reranker, &config);
@@ -110,7 +111,8 @@ async fn searches_that_wait_are_scored_together_and_each_caller_gets_its_own_sco
 
 /// The worker holds one search while two wait; its batch then panics: the supervisor puts
 /// the held search back in the queue with the two waiting and restarts the worker on the same
-/// weights, which answers all three with their right scores.
+/// weights, which answers all three with their right scores, one search a batch (the CPU's
+/// default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_fails_is_restarted_and_no_search_is_lost() {
     let reranker = reranker();
@@ -148,6 +150,11 @@ async fn a_worker_that_fails_is_restarted_and_no_search_is_lost() {
     let counters = pool.counters();
     assert_eq!(counters.restarts.load(Ordering::Relaxed), 1);
     assert_eq!(counters.scored.load(Ordering::Relaxed), 3);
+    assert_eq!(
+        counters.batches.load(Ordering::Relaxed),
+        3,
+        "one search a batch"
+    );
     pool.join().await;
 }
 

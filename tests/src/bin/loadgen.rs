@@ -119,7 +119,8 @@ struct Ranked {
     embedded: u64,
     /// Reads ranked without it, by the reason the reply's `fallback` gave.
     fallbacks: BTreeMap<String, u64>,
-    /// Reads that said neither (a node that does not embed).
+    /// Reads that said neither: nothing to rank (a user with no memories yet), or a node
+    /// that does not embed.
     unsaid: u64,
 }
 
@@ -140,15 +141,17 @@ impl Ranked {
         }
     }
 
-    /// `reads ranked with their vector 97.0% (970 of 1000); without it: deadline 2.5%, ...`.
+    /// `context reads ranked with their query's vector: 97.0% (970 of the 1000 with memories
+    /// to rank); without it: deadline 2.5%, overloaded 0.5%; 40 reads had nothing to rank`.
     fn report(&self) -> Option<String> {
-        let reads = self.embedded + self.unsaid + self.fallbacks.values().sum::<u64>();
-        if reads == 0 {
+        let ranked = self.embedded + self.fallbacks.values().sum::<u64>();
+        if ranked + self.unsaid == 0 {
             return None;
         }
-        let share = |n: u64| 100.0 * n as f64 / reads as f64;
+        let share = |n: u64| 100.0 * n as f64 / ranked.max(1) as f64;
         let mut line = format!(
-            "context reads ranked with their query's vector: {:.1}% ({} of {reads})",
+            "context reads ranked with their query's vector: {:.1}% ({} of the {ranked} with \
+             memories to rank)",
             share(self.embedded),
             self.embedded
         );
@@ -162,8 +165,9 @@ impl Ranked {
         }
         if self.unsaid > 0 {
             line.push_str(&format!(
-                "; {:.1}% said neither (a node that does not embed)",
-                share(self.unsaid)
+                "; {} reads had nothing to rank (a user with no memories yet, or a node that \
+                 does not embed)",
+                self.unsaid
             ));
         }
         Some(line)

@@ -7,6 +7,8 @@
 //! command line, the node and the clients. Randomness comes from a seeded RNG, so two runs
 //! with the same seed send the same sequence of operations per worker.
 
+pub mod questions;
+
 use std::fmt::Write as _;
 use std::time::Duration;
 

@@ -10,6 +10,7 @@
 
 pub mod dataset;
 pub mod facts;
+pub mod served;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
@@ -28,7 +29,7 @@ use engram_actors::placement::UserKey;
 use engram_actors::request::user::{SearchQuery, SearchResult, TurnRequest};
 use engram_actors::rerank::RerankService;
 use engram_actors::services::{Metrics, Services, Settings};
-use engram_inference::{EmbeddingPool, PoolConfig};
+use engram_inference::{EmbeddingPool, ModelKind, PoolConfig};
 use engram_storage::sqlite::SqliteOptions;
 use engram_storage::types::{MemoryKind, Timestamp};
 use engram_storage::{Keyspace, Store};
@@ -99,10 +100,23 @@ impl Bench {
         index: IndexParams,
         reranker: Option<RerankService>,
     ) -> Result<Bench> {
-        let dir = tempfile::tempdir()?;
-        let store = Store::sqlite(&dir.path().join("bench.sqlite"), SqliteOptions::default())?;
         let model = pool.encoder.model;
         let pool = EmbeddingPool::start(pool).await?;
+        Bench::on_pool(pool, model, index, reranker, None).await
+    }
+
+    /// A bench of its own (store, users, pipeline) on a started pool (shared with another
+    /// bench: one model loaded), whose query embeddings wait at most `query_deadline`, as a
+    /// node's do (`None`: every question waits for its vector).
+    pub async fn on_pool(
+        pool: EmbeddingPool,
+        model: ModelKind,
+        index: IndexParams,
+        reranker: Option<RerankService>,
+        query_deadline: Option<Duration>,
+    ) -> Result<Bench> {
+        let dir = tempfile::tempdir()?;
+        let store = Store::sqlite(&dir.path().join("bench.sqlite"), SqliteOptions::default())?;
         let clock = ManualClock::new(Timestamp(1_780_000_000_000));
         let pipeline = Pipeline::new(PipelineConfig::default());
         let services = Services {
@@ -110,7 +124,7 @@ impl Bench {
             keyspace: Keyspace::new("bench"),
             clock: clock.clone() as SharedClock,
             extractor: Arc::new(EntityExtractor::default()),
-            embedder: Some(Embedder::new(pool.clone(), model)),
+            embedder: Some(Embedder::new(pool.clone(), model).with_query_deadline(query_deadline)),
             pipeline: Some(pipeline.clone()),
             distillation: None,
             reranker: reranker.clone(),
@@ -276,6 +290,12 @@ impl Bench {
                     .entry(ranking.index())
                     .or_default()
                     .push(started.elapsed());
+                if result.embedded {
+                    *report.embedded.entry(ranking.index()).or_default() += 1;
+                }
+                if let Some(why) = result.fallback {
+                    *report.query_fallbacks.entry(why.as_str()).or_default() += 1;
+                }
                 if let Some(why) = result.rerank_fallback {
                     *report.rerank_fallbacks.entry(why.as_str()).or_default() += 1;
                 }
@@ -385,6 +405,10 @@ pub struct Report {
     missed_examples: Vec<String>,
     /// Searches that asked to be reranked and were not, by reason.
     rerank_fallbacks: BTreeMap<&'static str, usize>,
+    /// Searches ranked with their question's vector, by ranking.
+    embedded: BTreeMap<usize, usize>,
+    /// Searches ranked without it, by the reason.
+    query_fallbacks: BTreeMap<&'static str, usize>,
     /// Passages written.
     pub passages: usize,
     /// Questions searched.
@@ -456,6 +480,12 @@ impl Report {
         }
         for (reason, n) in other.rerank_fallbacks {
             *self.rerank_fallbacks.entry(reason).or_default() += n;
+        }
+        for (reason, n) in other.query_fallbacks {
+            *self.query_fallbacks.entry(reason).or_default() += n;
+        }
+        for (ranking, n) in other.embedded {
+            *self.embedded.entry(ranking).or_default() += n;
         }
         for (mode, mut latency) in other.latency {
             self.latency.entry(mode).or_default().append(&mut latency);
@@ -535,6 +565,17 @@ impl Report {
                 .collect();
             out.push_str(&format!(
                 "\nSearches not reranked: {}\n",
+                reasons.join(", ")
+            ));
+        }
+        if !self.query_fallbacks.is_empty() {
+            let reasons: Vec<String> = self
+                .query_fallbacks
+                .iter()
+                .map(|(reason, n)| format!("{reason} {n}"))
+                .collect();
+            out.push_str(&format!(
+                "\nSearches ranked without their question's vector: {}\n",
                 reasons.join(", ")
             ));
         }

@@ -27,13 +27,20 @@
 //! retrieval ../shared/data/locomo-dev.json --half tuning --facts /tmp/facts-tuning.jsonl
 //! ```
 //!
+//! Recall as served (`--served`, on by default; `engram_tests::retrieval::served`): each
+//! set is then written again into a second store on the same encoder, one conversation at a
+//! time, and each conversation's questions are asked right after its turns, under a node's
+//! query deadline (`--query-deadline-ms`, default 20) while the pipeline still embeds them;
+//! hybrid recall@k, the share ranked with the question's vector and the latency are printed
+//! beside those with every question embedded. `--served false` skips it.
+//!
 //! Conversations are written concurrently (one user each), so the pool batches across users
 //! as it would across a node's users. LoCoMo's category 5 (adversarial, no evidence) is
 //! skipped; malformed evidence lists are split.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
@@ -43,8 +50,8 @@ use engram_actors::rerank::{RerankService, RerankSettings};
 use engram_inference::{EncoderConfig, ModelKind, PoolConfig, Precision, Reranker, RerankerConfig};
 use engram_storage::types::Timestamp;
 use engram_tests::retrieval::dataset::{self, Dataset, Half, PassageStyle};
-use engram_tests::retrieval::facts;
 use engram_tests::retrieval::{Bench, Report};
+use engram_tests::retrieval::{facts, served};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum FusionArg {
@@ -171,7 +178,19 @@ struct Args {
     /// Append each fact to its source turn's text instead.
     #[arg(long)]
     facts_appended: bool,
+    /// Also measure recall as served: each conversation written into a second store and its
+    /// questions asked at once, under the query deadline, while the pipeline embeds the turns
+    /// (printed beside hybrid recall with every question embedded).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    served: bool,
+    /// The query deadline of the served pass, in milliseconds (a node's default
+    /// `inference.query-deadline`).
+    #[arg(long, default_value_t = NODE_QUERY_DEADLINE_MS)]
+    query_deadline_ms: u64,
 }
+
+/// A node's default query deadline (`node/src/config/inference.rs`, `query_deadline`).
+const NODE_QUERY_DEADLINE_MS: u64 = 20;
 
 fn main() -> Result<()> {
     let args = Args::parse();
@@ -316,12 +335,16 @@ fn main() -> Result<()> {
     } else {
         None
     };
+    let served = args
+        .served
+        .then(|| Duration::from_millis(args.query_deadline_ms));
     runtime.block_on(run(
         &command,
         sets,
         (pool, index, reranker),
         args.active_only,
         args.dump_candidates.as_deref(),
+        served,
     ))
 }
 
@@ -331,15 +354,22 @@ async fn run(
     (pool, index, reranker): (PoolConfig, IndexParams, Option<RerankService>),
     active_only: bool,
     dump_candidates: Option<&std::path::Path>,
+    served_deadline: Option<Duration>,
 ) -> Result<()> {
     let model = pool.encoder.model;
-    let mut bench = Bench::start(pool, index, reranker).await?;
+    let mut bench = Bench::start(pool, index.clone(), reranker).await?;
     if active_only {
         bench = bench.active_only();
     }
     if let Some(path) = dump_candidates {
         bench = bench.dump_candidates(path)?;
     }
+    let served_bench = match served_deadline {
+        Some(deadline) => Some(Arc::new(
+            served::start(&bench, model, index, deadline).await?,
+        )),
+        None => None,
+    };
     let bench = Arc::new(bench);
     println!("command: `{}`\n", command.join(" "));
     println!("encoder {} through the embedding pool\n", model.name());
@@ -410,6 +440,14 @@ async fn run(
             stats.texts,
         );
         println!("{}", report.markdown());
+        if let (Some(served_bench), Some(deadline)) = (&served_bench, served_deadline) {
+            let started = Instant::now();
+            let served_report = served::ask_while_busy(served_bench, n, &set).await?;
+            println!(
+                "### {label}: recall as served\n\n{}",
+                served::beside(&report, &served_report, deadline, started.elapsed())
+            );
+        }
     }
     Ok(())
 }

@@ -77,3 +77,25 @@ fn stats_merge_and_print_only_the_operations_that_ran() {
         ("850 µs".into(), "12.35 ms".into())
     );
 }
+
+#[test]
+fn a_run_never_asks_the_same_question_twice_within_its_first_200_000_reads() {
+    let questions = super::questions::Questions::new(1);
+    let mut seen = std::collections::HashSet::new();
+    for n in 0..200_000 {
+        let q = questions.get(n);
+        assert!(seen.insert(q.clone()), "read {n} repeats {q:?}");
+    }
+}
+
+#[test]
+fn questions_vary_in_length_like_real_ones_and_follow_the_seed() {
+    let questions = super::questions::Questions::new(7);
+    let words: Vec<usize> = (0..1_000)
+        .map(|n| questions.get(n).split_whitespace().count())
+        .collect();
+    let (short, long) = (words.iter().min().unwrap(), words.iter().max().unwrap());
+    assert!(*short <= 10 && *long >= 30, "{short} to {long} words");
+    assert_eq!(questions.get(5), super::questions::Questions::new(7).get(5));
+    assert_ne!(questions.get(5), super::questions::Questions::new(8).get(5));
+}

@@ -75,6 +75,25 @@ impl HalfArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PrecisionArg {
+    Float32,
+    Float16,
+    Int8,
+    Int8Rows,
+}
+
+impl From<PrecisionArg> for Precision {
+    fn from(arg: PrecisionArg) -> Self {
+        match arg {
+            PrecisionArg::Float32 => Precision::Float32,
+            PrecisionArg::Float16 => Precision::Float16,
+            PrecisionArg::Int8 => Precision::Int8,
+            PrecisionArg::Int8Rows => Precision::Int8Rows,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ModelArg {
     E5,
     Minilm,
@@ -99,9 +118,10 @@ struct Args {
     /// Encoder.
     #[arg(long, value_enum, default_value_t = ModelArg::E5)]
     model: ModelArg,
-    /// Pack the encoder's linear layers as int8 (multilingual-e5-small on the CPU).
-    #[arg(long)]
-    int8: bool,
+    /// The encoder's linear layers (default: the model's own, as a node runs it: int8-rows
+    /// for multilingual-e5-small, float32 for the English encoders).
+    #[arg(long, value_enum)]
+    precision: Option<PrecisionArg>,
     /// Most texts in one embedding batch.
     #[arg(long, default_value_t = 32)]
     max_batch: usize,
@@ -277,11 +297,9 @@ fn main() -> Result<()> {
     let pool = PoolConfig {
         encoder: EncoderConfig {
             model,
-            precision: if args.int8 {
-                Precision::Int8
-            } else {
-                Precision::Float32
-            },
+            precision: args
+                .precision
+                .map_or_else(|| model.default_precision(), Precision::from),
             ..EncoderConfig::default()
         },
         max_batch: args.max_batch,

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use engram_inference::Precision;
 
 use super::Problems;
 use crate::config::Config;

@@ -1,15 +1,18 @@
-//! The Qwen2 decoder on tch, loaded from a GGUF file: token embeddings, 24 pre-norm layers of
+//! The Qwen2 decoder on tch, loaded from a GGUF file (or built with seeded random weights of a
+//! configuration's shapes, [`Qwen2::random`]): token embeddings, 24 pre-norm layers of
 //! grouped-query attention (q/k/v biases, rotary embeddings in the NeoX layout with the file's
 //! theta) and a SwiGLU feed-forward, RMSNorm, and the output projection; with a KV cache so
 //! that generation feeds one new token per step.
 //!
-//! Weights are dequantised to float32 at load (about 2 GB for the 0.5B model); in
-//! [`Precision::Int8`] the linear layers are then packed for the CPU, as int8 or (the
-//! feed-forward's output and the vocabulary projection) half-precision floats, so that a
-//! decoding step reads about 0.75 GB instead of 2 GB (by the weights' sizes); in
-//! [`Precision::Float16`] all of them as half-precision floats (about 1 GB a step). The float32
-//! forward pass matches Hugging Face's `Qwen2ForCausalLM` on the same file
-//! (`inference/tests/qwen2.rs`); float16 and int8 stay close.
+//! Weights are read one at a time, dequantised to float32 and packed as the precision says
+//! before the next is read (`build`). In [`Precision::Int8`] the linear layers are packed
+//! for the CPU as int8 or (the feed-forward's output and the vocabulary projection)
+//! half-precision floats; in [`Precision::Float16`] all of them as half-precision floats. In
+//! [`Precision::Int8Rows`] every linear layer keeps int8 codes with a scale per output channel,
+//! its inputs rotated (`rotate`) and quantised per row, and the token table is one int8 copy
+//! serving the lookup and the tied vocabulary projection (`embedding`): the 1.5B in about a
+//! quarter of its float32 size. The float32 forward pass matches Hugging Face's
+//! `Qwen2ForCausalLM` on the same file (`inference/tests/qwen2.rs`); the others stay close.
 
 use std::path::Path;
 
@@ -27,6 +30,7 @@ mod embedding;
 mod random;
 mod release;
 mod rotate;
+mod source;
 
 use embedding::TokenTable;
 
@@ -147,7 +151,7 @@ impl Qwen2 {
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Qwen2> {
         let config = build::gguf_config(gguf)?;
-        build::build(config, &build::GgufSource(gguf), device, precision, stop)
+        build::build(config, &source::GgufSource(gguf), device, precision, stop)
     }
 
     /// The hyper-parameters.

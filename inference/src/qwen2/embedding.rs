@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tch::{Device, Kind, Tensor};
 
-use super::build::Source;
+use super::source::Source;
 use crate::error::Result;
 use crate::linear::{Linear, Packing, Precision, Rows};
 

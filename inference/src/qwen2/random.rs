@@ -10,7 +10,8 @@
 
 use tch::{Device, Tensor};
 
-use super::build::{Source, build};
+use super::build::build;
+use super::source::Source;
 use super::{Qwen2, Qwen2Config};
 use crate::error::{Error, Result};
 use crate::linear::Precision;

@@ -7,20 +7,21 @@
 //! The model is English (ms-marco-MiniLM-L-12-v2): on Chinese it lowered recall, so a
 //! question that is not in the Latin script is not reranked, and the answer says so. On the
 //! CPU scoring 30 candidates costs a few hundred milliseconds, so a rerank has a deadline:
-//! past it (or when the node's rerank queue is full) the hybrid order is returned as it is,
-//! with the reason, and counted. One worker thread owns the model; jobs still queued at
-//! their deadline are skipped there. Nothing here logs texts or scores.
+//! past it (or when the node's rerank queue, or the tenant's share of it, is full) the hybrid
+//! order is returned as it is, with the reason, and counted. The model runs in the
+//! inference crate's [`RerankPool`]: a supervisor actor with one worker per device, a fair
+//! bounded queue of searches (one lane per tenant), the searches that wait scored together in
+//! one batch, and a worker that fails restarted with the searches it held queued again. Jobs
+//! still queued at their deadline are skipped there. Nothing here logs texts or scores.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
-use engram_inference::Reranker;
+use engram_inference::{RerankCounters, RerankLoad, RerankPool, RerankPoolConfig, Reranker};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The constant of the reciprocal-rank fusion of the reranker's and the hybrid order.
 pub const FUSION_K: f32 = 20.0;
@@ -33,7 +34,8 @@ pub struct RerankSettings {
     pub candidates: usize,
     /// How long a search waits for its scores (`None`: as long as it takes).
     pub deadline: Option<Duration>,
-    /// Reranks queued at most; past it a search is answered unreranked (`busy`).
+    /// Reranks queued at most; past it (or past a tenant's half of it) a search is answered
+    /// unreranked (`busy`).
     pub queue: usize,
 }
 
@@ -76,14 +78,10 @@ impl RerankFallback {
 /// The reranker's counters.
 #[derive(Debug, Default)]
 pub struct RerankMetrics {
-    /// Reranks queued now, not yet taken by the worker (a gauge).
-    pub queued: AtomicU64,
+    /// The pool's: searches queued now, pairs scored, batches, time scoring, restarts.
+    pub pool: Arc<RerankCounters>,
     /// Searches reranked.
     pub reranked: AtomicU64,
-    /// (question, candidate) pairs scored.
-    pub pairs: AtomicU64,
-    /// Microseconds the worker spent scoring.
-    pub busy_micros: AtomicU64,
     /// Searches not reranked: the question was not English.
     pub fallback_not_english: AtomicU64,
     /// ... the queue was full.
@@ -106,18 +104,17 @@ impl RerankMetrics {
     }
 }
 
-/// One question and its candidates' texts, scored by the worker.
-struct Job {
-    query: String,
-    passages: Vec<String>,
-    expires: Option<Instant>,
-    reply: oneshot::Sender<std::result::Result<Vec<f32>, String>>,
-}
+/// Searches one batch carries at most on a GPU, in candidates: a batch takes the candidates
+/// of this many searches (a larger search goes alone).
+const BATCH_SEARCHES: usize = 8;
 
-/// A handle to the node's reranker worker.
+/// The share of the rerank queue (percent) one tenant may hold.
+const TENANT_SHARE_PERCENT: u8 = 50;
+
+/// A handle to the node's reranker pool.
 #[derive(Clone)]
 pub struct RerankService {
-    jobs: SyncSender<Job>,
+    pool: RerankPool,
     settings: RerankSettings,
     metrics: Arc<RerankMetrics>,
 }
@@ -131,60 +128,37 @@ impl std::fmt::Debug for RerankService {
 }
 
 impl RerankService {
-    /// Starts the worker thread that owns the reranker `load` gives; it loads it at its first
-    /// job (a node that never reranks never reads the model) and ends when the last handle
-    /// is dropped. A model that fails to load answers every job `unavailable`.
+    /// Starts the pool with one worker, whose model `load` gives; it loads it at its first
+    /// job (a node that never reranks never reads the model). A model that fails to load
+    /// answers every job `unavailable`.
     pub fn start(
         load: impl FnOnce() -> engram_inference::Result<Reranker> + Send + 'static,
         settings: RerankSettings,
     ) -> Result<Self> {
-        let (jobs, queue) = mpsc::sync_channel::<Job>(settings.queue.max(1));
-        let metrics = Arc::new(RerankMetrics::default());
-        let counters = Arc::clone(&metrics);
-        std::thread::Builder::new()
-            .name("engram-rerank".into())
-            .spawn(move || {
-                let mut load = Some(load);
-                let mut model: Option<std::result::Result<Reranker, String>> = None;
-                while let Ok(job) = queue.recv() {
-                    counters.queued.fetch_sub(1, Ordering::Relaxed);
-                    if job.expires.is_some_and(|at| Instant::now() >= at) {
-                        // Nobody waits for it any more.
-                        continue;
-                    }
-                    let reranker = model.get_or_insert_with(|| {
-                        let load = load.take().expect("loaded once");
-                        load().map_err(|err| {
-                            tracing::error!(error = %err, "the reranker did not load; searches keep the hybrid order");
-                            format!("the reranker did not load: {err}")
-                        })
-                    });
-                    let reranker = match reranker {
-                        Ok(reranker) => reranker,
-                        Err(err) => {
-                            let _ = job.reply.send(Err(err.clone()));
-                            continue;
-                        }
-                    };
-                    let started = Instant::now();
-                    let passages: Vec<&str> = job.passages.iter().map(String::as_str).collect();
-                    let scores = reranker
-                        .score(&job.query, &passages)
-                        .map_err(|err| err.to_string());
-                    let micros = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    counters.busy_micros.fetch_add(micros, Ordering::Relaxed);
-                    counters
-                        .pairs
-                        .fetch_add(passages.len() as u64, Ordering::Relaxed);
-                    let _ = job.reply.send(scores);
-                }
-            })
-            .map_err(|err| Error::Internal(format!("starting the reranker thread: {err}")))?;
-        Ok(RerankService {
-            jobs,
+        Ok(RerankService::start_on(vec![Box::new(load)], settings))
+    }
+
+    /// Starts the pool with one worker per entry of `loads` (one per device), each loading
+    /// its model at its first job.
+    pub fn start_on(loads: Vec<RerankLoad>, settings: RerankSettings) -> Self {
+        let config = RerankPoolConfig {
+            queue_capacity: settings.queue.max(1),
+            tenant_share_percent: TENANT_SHARE_PERCENT,
+            max_batch_pairs: settings.candidates.max(1) * BATCH_SEARCHES,
+            // On the CPU a batch of searches costs what they cost one by one, and each waits
+            // for the last (docs/benchmarks.md, "Search").
+            batch_on_cpu: false,
+        };
+        let pool = RerankPool::new(loads, &config);
+        let metrics = Arc::new(RerankMetrics {
+            pool: Arc::clone(pool.counters()),
+            ..RerankMetrics::default()
+        });
+        RerankService {
+            pool,
             settings,
             metrics,
-        })
+        }
     }
 
     /// The counters.
@@ -206,11 +180,24 @@ impl RerankService {
         Some(RerankFallback::NotEnglish)
     }
 
-    /// `hits` (best first) with their first [`RerankSettings::candidates`] reordered by the
-    /// fusion of the reranker's order and theirs, each given its fused score; or `hits` as
-    /// they are and why. `text` is a hit's text.
+    /// [`RerankService::rerank_for`] for a caller without a tenant (all such calls share one
+    /// lane of the queue).
     pub async fn rerank<T>(
         &self,
+        query: &str,
+        hits: Vec<(T, f32)>,
+        text: impl Fn(&T) -> String,
+    ) -> (Vec<(T, f32)>, Option<RerankFallback>) {
+        self.rerank_for("", query, hits, text).await
+    }
+
+    /// `hits` (best first) with their first [`RerankSettings::candidates`] reordered by the
+    /// fusion of the reranker's order and theirs, each given its fused score; or `hits` as
+    /// they are and why. `text` is a hit's text; `tenant` is the caller, whose lane and share
+    /// of the queue the search takes.
+    pub async fn rerank_for<T>(
+        &self,
+        tenant: &str,
         query: &str,
         mut hits: Vec<(T, f32)>,
         text: impl Fn(&T) -> String,
@@ -222,30 +209,24 @@ impl RerankService {
         if n == 0 {
             return (hits, None);
         }
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            query: query.to_owned(),
-            passages: hits[..n].iter().map(|(h, _)| text(h)).collect(),
-            expires: self.settings.deadline.map(|d| Instant::now() + d),
-            reply,
-        };
-        // Counted before it is sent: the worker counts it out when it takes it.
-        self.metrics.queued.fetch_add(1, Ordering::Relaxed);
-        let fallback = match self.jobs.try_send(job) {
-            Err(TrySendError::Full(_)) => Some(RerankFallback::Busy),
-            Err(TrySendError::Disconnected(_)) => Some(RerankFallback::Unavailable),
-            Ok(()) => None,
-        };
-        if fallback.is_some() {
-            self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
-        }
-        let outcome = match (fallback, self.settings.deadline) {
-            (Some(fallback), _) => Err(fallback),
-            (None, Some(deadline)) => match tokio::time::timeout(deadline, answer).await {
-                Ok(answer) => answer.map_err(|_| RerankFallback::Deadline),
+        let passages: Vec<String> = hits[..n].iter().map(|(h, _)| text(h)).collect();
+        let expires = self.settings.deadline.map(|d| Instant::now() + d);
+        let scored = self.pool.score(tenant, query, passages, expires);
+        let outcome = match self.settings.deadline {
+            Some(deadline) => match tokio::time::timeout(deadline, scored).await {
+                Ok(answer) => Ok(answer),
                 Err(_) => Err(RerankFallback::Deadline),
             },
-            (None, None) => answer.await.map_err(|_| RerankFallback::Unavailable),
+            None => Ok(scored.await),
+        };
+        let outcome = match outcome {
+            Ok(Err(engram_inference::Error::Overloaded { .. })) => Err(RerankFallback::Busy),
+            Ok(Err(engram_inference::Error::Expired)) => Err(RerankFallback::Deadline),
+            Ok(Err(
+                engram_inference::Error::PoolClosed | engram_inference::Error::WorkerFailed,
+            )) => Err(RerankFallback::Unavailable),
+            Ok(answer) => Ok(answer.map_err(|err| err.to_string())),
+            Err(fallback) => Err(fallback),
         };
         let scores = match outcome {
             Ok(Ok(scores)) if scores.len() == n => scores,

@@ -188,7 +188,7 @@ async fn a_missed_deadline_keeps_the_hybrid_order() {
         1
     );
     assert_eq!(
-        reranker.metrics().pairs.load(Ordering::Relaxed),
+        reranker.metrics().pool.pairs.load(Ordering::Relaxed),
         0,
         "the job was skipped"
     );

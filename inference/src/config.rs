@@ -39,9 +39,22 @@ impl ModelKind {
         ModelKind::BgeSmallEnV15,
     ];
 
-    /// Whether `precision = "int8"` may load this model: only where its int8 path keeps the
-    /// golden bound (cosine 0.995; all-MiniLM-L6-v2 reaches 0.99497 on an English text,
-    /// bge-small-en-v1.5 0.9943 on a CPU without VNNI).
+    /// The precision a node runs this model in unless told otherwise: int8-rows where the
+    /// model takes int8 (a fresh question's pass in about half float32's time on the CPU,
+    /// within the int8 golden bound, and no vector depends on its batch), float32 elsewhere.
+    /// On a GPU every precision's layers stay float32.
+    pub fn default_precision(self) -> Precision {
+        if self.takes_int8() {
+            Precision::Int8Rows
+        } else {
+            Precision::Float32
+        }
+    }
+
+    /// Whether `precision = "int8"` or `"int8-rows"` may load this model: only where its int8
+    /// paths keep the golden bound (cosine 0.995; all-MiniLM-L6-v2 reaches 0.99497 on an
+    /// English text, bge-small-en-v1.5 0.9943 on a CPU without VNNI, and all-MiniLM-L6-v2 in
+    /// int8-rows 0.9940 on a Chinese text).
     pub fn takes_int8(self) -> bool {
         match self {
             ModelKind::MultilingualE5Small => true,

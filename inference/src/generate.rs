@@ -1,10 +1,15 @@
 //! The generation pool: the Qwen2 decoder behind a bounded, fair queue, with continuous
 //! batching (docs/architecture.md, "Models", the generative model).
 //!
-//! Shape: one thread owns the model (one copy per node; the default 1.5B in half precision
-//! peaked at 5.6 GB resident in the distillation benchmark) and loads it first, so that a
-//! node serves meanwhile ([`GenerationPool::spawn`]). It keeps up to `max_batch` sequences
-//! running. Each turn of its loop admits waiting requests into free places (one key, a
+//! Shape: a supervisor actor with one worker actor per device ([`crate::supervise`]: the
+//! CPU, or each CUDA device under `auto`), each worker owning one copy of the model on its own
+//! thread (the default 1.5B in half precision peaked at 5.6 GB resident in the distillation
+//! benchmark), which it loads first, so that a node serves meanwhile
+//! ([`GenerationPool::spawn`]). The queue below is shared by the workers; each keeps up to
+//! `max_batch` sequences running. If a worker's step panics or its thread dies, the supervisor
+//! queues again the requests it held (they stay in its slot outside the thread: [`workers`])
+//! and starts a new worker for the device, which loads the model again and decodes them from
+//! their prompts. Each turn of a worker's loop admits waiting requests into free places (one key, a
 //! tenant, at a time in turn: [`crate::pool::fair`]), feeds each new one its prompt (the
 //! system prompt's keys and values are computed once per distinct system prompt and shared:
 //! [`KvCache::fork`]), then runs one decoding step for every
@@ -17,8 +22,8 @@
 //! `tenant-share-percent` of them; more are refused with [`Error::Overloaded`]. A request
 //! past its deadline is answered [`Error::Expired`], waiting or running. Closing refuses new
 //! requests and answers the waiting ones [`Error::PoolClosed`], and the running ones too at
-//! the next step (their callers keep the work pending in storage); the decoding thread then
-//! ends, and [`GenerationPool::join`] waits for it, which a process does before it exits
+//! the next step (their callers keep the work pending in storage); the decoding threads then
+//! end, and [`GenerationPool::join`] waits for them and their supervisor, which a process does before it exits
 //! (libtorch's static destructors must not run under a decoding step).
 //!
 //! Generation is slow on CPU (a few tokens per second per sequence on two cores), so the
@@ -31,6 +36,8 @@
 
 mod decoder;
 mod load;
+mod slot;
+mod workers;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,7 +47,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tch::Device;
 
-use self::load::{Loading, load_and_run};
+use self::slot::Slot;
+use self::workers::Decoding;
 use crate::config::{DeviceChoice, default_model_dir};
 use crate::constrain::Schema;
 use crate::error::{Error, Result};
@@ -51,6 +59,7 @@ use crate::pool::fair::{Lanes, Queued, Shares};
 #[cfg(doc)]
 use crate::qwen2::Qwen2;
 pub use crate::sample::pick;
+use crate::supervise::Supervised;
 
 /// Where `.ci/models` installs the default generative model, under the model directory:
 /// Qwen2.5-Coder-1.5B-Instruct, the more accurate distiller of the two it installs (91% of
@@ -70,7 +79,8 @@ pub struct GenerationConfig {
     pub model_dir: PathBuf,
     /// The GGUF file, relative to `model_dir`.
     pub model: PathBuf,
-    /// Where the decoder runs.
+    /// Where the decoder runs: one worker per device (under `auto`, each CUDA device, else
+    /// the CPU), each with its own copy of the model.
     pub device: DeviceChoice,
     /// How the decoder's linear layers hold their weights (`float16` or `int8`: packed at
     /// load, so that a decoding step reads about a half or a third of float32's bytes; CPU
@@ -172,6 +182,8 @@ pub struct GenerationStats {
     pub loaded: bool,
     /// Loads that failed ([`GenerationConfig::load_retry`]).
     pub load_failures: u64,
+    /// Workers restarted after they failed (their requests were queued again).
+    pub restarts: u64,
 }
 
 #[derive(Default)]
@@ -189,6 +201,7 @@ struct Counters {
     first_tokens: AtomicU64,
     rested_us: AtomicU64,
     load_failures: AtomicU64,
+    restarts: AtomicU64,
 }
 
 struct Request {
@@ -197,6 +210,11 @@ struct Request {
     admitted: Instant,
     expires: Option<Instant>,
     reply: tokio::sync::oneshot::Sender<Result<String>>,
+    /// Whether it counts in its key's share while queued (a request queued again after its
+    /// worker failed does only where the share has room).
+    holds_share: bool,
+    /// Times it was queued again after its worker failed.
+    requeues: u32,
 }
 
 impl Queued for Request {
@@ -225,6 +243,10 @@ struct Shared {
     /// pool is then closed).
     failure: Mutex<Option<String>>,
     counters: Counters,
+    /// Each worker's held requests ([`slot::Slot`]).
+    slots: Vec<Slot>,
+    /// The id of the next request a worker takes.
+    next_id: AtomicU64,
 }
 
 impl Shared {
@@ -268,13 +290,46 @@ impl Shared {
     }
 }
 
-/// A handle to the generation pool; clones share it.
+/// A handle to the generation pool; clones share it, and the last one dropped closes it.
 #[derive(Clone)]
 pub struct GenerationPool {
     shared: Arc<Shared>,
     model: Arc<str>,
-    /// The decoding thread, until joined.
-    thread: Arc<Mutex<Option<std::thread::JoinHandle<()>>>>,
+    /// The supervisor and its workers (started on the runtime: [`GenerationPool::spawn`]
+    /// returns before).
+    supervised: Arc<Supervision>,
+    _closer: Arc<Closer>,
+}
+
+/// The pool's supervisor, starting or started.
+struct Supervision {
+    starting: Mutex<Option<tokio::task::JoinHandle<Option<Supervised>>>>,
+    started: tokio::sync::Mutex<Option<Supervised>>,
+}
+
+impl Supervision {
+    /// The started supervisor (`None` if it did not start).
+    async fn get(&self) -> tokio::sync::MutexGuard<'_, Option<Supervised>> {
+        let mut started = self.started.lock().await;
+        let starting = self
+            .starting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(starting) = starting {
+            *started = starting.await.ok().flatten();
+        }
+        started
+    }
+}
+
+/// Closes the pool when the last handle is dropped, which ends its workers.
+struct Closer(Arc<Shared>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl std::fmt::Debug for GenerationPool {
@@ -321,19 +376,12 @@ impl GenerationPool {
         if !path.exists() {
             return Err(Error::ModelMissing { path });
         }
-        let device = match config.device {
-            DeviceChoice::Auto => Device::cuda_if_available(),
-            DeviceChoice::Cpu => Device::Cpu,
-            DeviceChoice::Cuda(index) => {
-                let available = crate::cuda_devices();
-                if index >= available {
-                    return Err(Error::DeviceUnavailable { index, available });
-                }
-                Device::Cuda(index)
-            }
-        };
+        let devices: Vec<Device> = crate::supervise::devices(config.device)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::PoolStart {
+            reason: "the generation pool starts inside a tokio runtime".into(),
+        })?;
         // The header and the metadata only (a few MB): a file that is no GGUF fails here. The
-        // decoding thread reads the tokenizer and the tensors from it.
+        // decoding threads read the tokenizer and the tensors from it.
         let gguf = Gguf::open(&path)?;
         let shared = Arc::new(Shared {
             queue: Mutex::new(Lanes::default()),
@@ -344,31 +392,44 @@ impl GenerationPool {
             loaded: AtomicBool::new(false),
             failure: Mutex::new(None),
             counters: Counters::default(),
+            slots: devices.iter().map(|_| Slot::default()).collect(),
+            next_id: AtomicU64::new(0),
         });
         let model = config.model.display().to_string();
         let (done, loaded) = tokio::sync::oneshot::channel();
-        let thread = {
-            let (shared, model) = (Arc::clone(&shared), model.clone());
-            std::thread::Builder::new()
-                .name("engram-generate".into())
-                .spawn(move || {
-                    let loading = Loading {
-                        config: &config,
-                        device,
-                        shared: &shared,
-                        model_name: &model,
-                    };
-                    load_and_run(&loading, gguf, done);
-                })
-                .map_err(|e| Error::PoolStart {
-                    reason: format!("the decoding thread did not start: {e}"),
-                })?
+        let workers = devices.len();
+        tracing::info!(model = %model, ?devices, "generation pool started; the model loads");
+        let work = Arc::new(Decoding {
+            shared: Arc::clone(&shared),
+            config,
+            devices,
+            model_name: model.clone(),
+            path,
+            first: Mutex::new(Some((gguf, done))),
+        });
+        let starting = {
+            let shared = Arc::clone(&shared);
+            runtime.spawn(async move {
+                match Supervised::start(work, workers).await {
+                    Ok(supervised) => Some(supervised),
+                    Err(err) => {
+                        tracing::error!(error = %err, "the generation pool's workers did not start");
+                        *shared.failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(err.to_string());
+                        shared.close();
+                        None
+                    }
+                }
+            })
         };
-        tracing::info!(model = %model, ?device, "generation pool started; the model loads");
         let pool = GenerationPool {
+            _closer: Arc::new(Closer(Arc::clone(&shared))),
             shared,
             model: model.into(),
-            thread: Arc::new(Mutex::new(Some(thread))),
+            supervised: Arc::new(Supervision {
+                starting: Mutex::new(Some(starting)),
+                started: tokio::sync::Mutex::new(None),
+            }),
         };
         Ok((pool, loaded))
     }
@@ -426,6 +487,8 @@ impl GenerationPool {
                 admitted: Instant::now(),
                 expires,
                 reply,
+                holds_share: true,
+                requeues: 0,
             });
         }
         shared.wake.notify_one();
@@ -457,6 +520,7 @@ impl GenerationPool {
             rested: Duration::from_micros(c.rested_us.load(Ordering::Relaxed)),
             loaded: self.is_loaded(),
             load_failures: c.load_failures.load(Ordering::Relaxed),
+            restarts: c.restarts.load(Ordering::Relaxed),
         }
     }
 
@@ -466,16 +530,28 @@ impl GenerationPool {
         self.shared.close();
     }
 
-    /// Closes the pool and waits until its decoding thread has ended (the end of the step it
-    /// is in).
+    /// Closes the pool and waits until its decoding threads have ended (the end of the step
+    /// each is in) and their supervisor has stopped.
     pub async fn join(&self) {
         self.close();
-        let thread = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        if let Some(supervised) = &*self.supervised.get().await {
+            supervised.join().await;
+        }
+    }
+
+    /// Fault injection, for the tests of restarts: worker `index` (one per device, in order)
+    /// panics at its next decoding step, as a failed step would.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub async fn fail_worker(&self, index: usize) -> Result<()> {
+        match &*self.supervised.get().await {
+            Some(supervised) => supervised.fail(index).await,
+            None => Err(Error::PoolClosed),
         }
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod restart_tests;

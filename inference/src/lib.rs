@@ -41,6 +41,7 @@ pub mod qwen2;
 mod reader;
 mod rerank;
 pub mod sample;
+mod supervise;
 mod tokenize;
 
 pub use config::{
@@ -56,4 +57,7 @@ pub use pool::{
     BATCH_BUCKETS, BackgroundPriority, EmbeddingPool, PoolConfig, PoolStats, Priority,
     exit_without_teardown, leave_idle_class,
 };
-pub use rerank::{RERANKER_MODEL, Reranker, RerankerConfig};
+pub use rerank::{
+    RERANKER_MODEL, RerankCounters, RerankLoad, RerankPool, RerankPoolConfig, Reranker,
+    RerankerConfig,
+};

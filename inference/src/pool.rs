@@ -4,8 +4,9 @@
 //! Shape: one router actor ([`router`]) owns the queue and forms batches; for each of the
 //! `workers` models loaded, two worker actors ([`worker`]) share its weights, one for batches
 //! someone waits for and one for background-only batches, each running one batch at a time
-//! on its own thread under `no_grad`. A batch leaves when `max_batch` texts wait or
-//! the oldest has waited `max_wait`; it is run as one call into the encoder, which sorts its
+//! on its own thread under `no_grad`. A request someone waits for leaves at once when an
+//! interactive worker is idle; otherwise a batch leaves when `max_batch` texts wait or the
+//! oldest has waited `max_wait`; it is run as one call into the encoder, which sorts its
 //! texts by length so each forward pass pads little. Callers are answered in their own
 //! order, each with exactly the vectors a direct [`Encoder::embed`] gives.
 //!
@@ -72,6 +73,11 @@ pub struct PoolConfig {
     /// How long the oldest queued request may wait for a batch to fill.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// How long a request someone waits for may wait for batch-mates while an interactive
+    /// worker is idle (default zero: it leaves at once, so a lone question costs its forward
+    /// pass only; what arrives while the worker is busy is batched anyway).
+    #[serde(with = "humantime_serde")]
+    pub interactive_max_wait: Duration,
     /// The most texts waiting (not yet in a worker); more are shed with
     /// [`Error::Overloaded`].
     pub queue_capacity: usize,
@@ -99,6 +105,7 @@ impl Default for PoolConfig {
             workers: 1,
             max_batch: 32,
             max_wait: Duration::from_millis(5),
+            interactive_max_wait: Duration::ZERO,
             queue_capacity: 1024,
             tenant_share_percent: 50,
             background_priority: BackgroundPriority::Idle,
@@ -162,6 +169,7 @@ impl EmbeddingPool {
             busy_share_percent: config.background_busy_share_percent,
             max_batch: config.max_batch,
             max_wait: config.max_wait,
+            interactive_max_wait: config.interactive_max_wait,
             metrics: Arc::clone(&metrics),
             shares: Arc::clone(&shares),
             closed: Arc::clone(&closed),

@@ -12,7 +12,11 @@
 //! the same weights (`tests/golden.rs`, `inference/scripts/reranker_reference.py`).
 //!
 //! A [`Reranker`] is `Send`, not `Sync`, like an [`crate::Encoder`]; [`Reranker::score`]
-//! blocks for its forward passes. Logs carry counts, never texts or scores.
+//! blocks for its forward passes. A node reranks through a [`RerankPool`] ([`pool`]): a
+//! supervisor actor with one worker per device, which scores the searches waiting together.
+//! Logs carry counts, never texts or scores.
+
+mod pool;
 
 use std::path::PathBuf;
 
@@ -27,6 +31,8 @@ use crate::error::Result;
 use crate::linear::{Linear, Packing, Precision};
 use crate::onnx::OnnxWeights;
 use crate::tokenize::{PaddedBatch, TextTokenizer, padded};
+
+pub use self::pool::{RerankCounters, RerankLoad, RerankPool, RerankPoolConfig};
 
 /// The reranker's directory under the model directory.
 pub const RERANKER_MODEL: &str = "ms-marco-minilm-l12-v2";

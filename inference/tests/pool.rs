@@ -142,6 +142,60 @@ async fn concurrent_callers_get_direct_vectors_and_are_batched() -> Result<()> {
     Ok(())
 }
 
+/// A question someone waits for does not wait for batch-mates in an idle pool: with batches
+/// that would otherwise wait an hour for 64 texts, it is answered; background texts still
+/// wait for theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_question_leaves_an_idle_pool_at_once_and_background_texts_wait() -> Result<()> {
+    let pool = EmbeddingPool::start(PoolConfig {
+        encoder: encoder_config(),
+        workers: 1,
+        max_batch: 64,
+        max_wait: Duration::from_secs(3600),
+        tenant_share_percent: 100,
+        ..PoolConfig::default()
+    })
+    .await?;
+    let background = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            pool.embed_with(
+                "t",
+                owned(&TEXTS[..2]),
+                TextRole::Passage,
+                Priority::Background,
+            )
+            .await
+        })
+    };
+    wait_for(
+        Duration::from_secs(60),
+        "the background texts to queue",
+        || pool.stats().queued_texts == 2,
+    )
+    .await?;
+    // Answered long before an hour: the bound only keeps a broken pool from hanging the
+    // suite.
+    let question = tokio::time::timeout(
+        Duration::from_secs(600),
+        pool.embed(owned(&TEXTS[2..3]), TextRole::Query),
+    )
+    .await
+    .context("a lone question waited for batch-mates")??;
+    ensure!(question.len() == 1 && question[0].len() == pool.dim());
+    let stats = pool.stats();
+    ensure!(
+        stats.queued_texts == 2 && !background.is_finished(),
+        "the background texts left without their batch: {stats:?}"
+    );
+    pool.shutdown().await;
+    ensure!(
+        matches!(background.await?, Err(Error::PoolClosed)),
+        "queued background texts are answered closed at shutdown"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
     // Batches wait for 64 texts or 4 s, so queued requests stay queued while we look.
@@ -150,6 +204,7 @@ async fn full_queue_sheds_keeps_serving_and_shutdown_drains() -> Result<()> {
         workers: 1,
         max_batch: 64,
         max_wait: Duration::from_secs(4),
+        interactive_max_wait: Duration::from_secs(4),
         queue_capacity: 4,
         // One caller key: the queue-wide bound is what this test looks at.
         tenant_share_percent: 100,
@@ -355,6 +410,7 @@ async fn three_text_batches(background_priority: BackgroundPriority) -> Result<E
         workers: 1,
         max_batch: 3,
         max_wait: Duration::from_secs(3600),
+        interactive_max_wait: Duration::from_secs(3600),
         background_priority,
         ..PoolConfig::default()
     })
@@ -481,6 +537,7 @@ async fn a_tenant_flooding_the_pool_is_shed_at_its_share_and_another_tenant_is_s
         workers: 1,
         max_batch: 64,
         max_wait: Duration::from_secs(4),
+        interactive_max_wait: Duration::from_secs(4),
         queue_capacity: 8,
         tenant_share_percent: 50,
         ..PoolConfig::default()

@@ -140,13 +140,23 @@ fn reranker_scores_in_batches_as_alone() -> Result<()> {
 /// order (where libtorch sees a GPU the layers stay float32 and this holds trivially).
 #[test]
 fn reranker_in_int8_keeps_the_order() -> Result<()> {
+    int8_keeps_the_order(Precision::Int8)
+}
+
+/// The same for int8 codes with a scale per channel and per token.
+#[test]
+fn reranker_in_int8_rows_keeps_the_order() -> Result<()> {
+    int8_keeps_the_order(Precision::Int8Rows)
+}
+
+fn int8_keeps_the_order(precision: Precision) -> Result<()> {
     let fixture = fixture()?;
-    let reranker = reranker(Precision::Int8, fixture.max_len);
+    let reranker = reranker(precision, fixture.max_len);
     let scores = scores_alone(&reranker, &fixture)?;
     for (case, score) in fixture.cases.iter().zip(&scores) {
         ensure!(
             (score - case.reference).abs() <= MAX_DIFF_INT8,
-            "{:?}: {score} in int8, the reference says {}",
+            "{:?}: {score} in {precision:?}, the reference says {}",
             case.query,
             case.reference
         );

@@ -32,7 +32,9 @@ use engram_actors::pipeline::Pipeline;
 use engram_actors::rerank::RerankService;
 use engram_actors::services::{Metrics, Services};
 
-use engram_inference::{EmbeddingPool, GenerationPool, Reranker};
+use engram_inference::{
+    DeviceChoice, EmbeddingPool, GenerationPool, RerankLoad, Reranker, RerankerConfig,
+};
 use engram_storage::types::{Member, MemberStatus, Timestamp};
 use engram_storage::{Keyspace, Store, cluster};
 use tracing::info;
@@ -324,9 +326,25 @@ fn reranker(config: &Config) -> Result<Option<RerankService>> {
         .clone()
         .unwrap_or_else(engram_inference::default_model_dir);
     let model = section.model(model_dir);
-    let service = RerankService::start(move || Reranker::load(&model), section.settings())
-        .map_err(|e| Error::Cluster(format!("starting the reranker: {e}")))?;
-    Ok(Some(service))
+    // One worker per device: each CUDA device under `auto` (the CPU where there is none).
+    let devices = match model.device {
+        DeviceChoice::Auto if engram_inference::cuda_devices() > 0 => (0
+            ..engram_inference::cuda_devices())
+            .map(DeviceChoice::Cuda)
+            .collect(),
+        device @ (DeviceChoice::Auto | DeviceChoice::Cpu | DeviceChoice::Cuda(_)) => vec![device],
+    };
+    let loads: Vec<RerankLoad> = devices
+        .into_iter()
+        .map(|device| {
+            let model = RerankerConfig {
+                device,
+                ..model.clone()
+            };
+            Box::new(move || Reranker::load(&model)) as RerankLoad
+        })
+        .collect();
+    Ok(Some(RerankService::start_on(loads, section.settings())))
 }
 
 /// The node's distillation: rules, and the generation pool when `[distillation] model`.

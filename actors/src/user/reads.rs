@@ -143,6 +143,7 @@ impl UserState {
                 .collect();
             return Ok(Searched::Rerank(Box::new(PendingRerank {
                 reranker: reranker.clone(),
+                tenant: self.args.key.tenant.clone(),
                 query,
                 hits,
                 embedded,
@@ -220,6 +221,8 @@ pub(super) enum Searched {
 /// actor as [`Reranked`].
 pub struct PendingRerank {
     reranker: RerankService,
+    /// The user's tenant: its lane and share of the reranker's queue.
+    tenant: String,
     query: SearchQuery,
     /// Best first: each candidate's memory id and the text the model reads (empty past the
     /// candidates it reads), with its score.
@@ -243,7 +246,9 @@ impl PendingRerank {
     pub async fn run(self) -> Reranked {
         let (hits, rerank_fallback) = self
             .reranker
-            .rerank(&self.query.query, self.hits, |(_, text)| text.clone())
+            .rerank_for(&self.tenant, &self.query.query, self.hits, |(_, text)| {
+                text.clone()
+            })
             .await;
         Reranked {
             hits: hits

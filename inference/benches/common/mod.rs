@@ -65,3 +65,22 @@ pub fn measurement() -> Duration {
         .unwrap_or(5);
     Duration::from_secs(secs)
 }
+
+/// The questions of every LoCoMo sample of `locomo-dev.json` in [`eval_data`], in file order
+/// (each a question a gateway's user might ask once).
+pub fn locomo_questions() -> Result<Vec<String>> {
+    let path = eval_data()?.join("locomo-dev.json");
+    let raw = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let samples: serde_json::Value = serde_json::from_slice(&raw)?;
+    let questions: Vec<String> = samples
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|sample| sample.get("qa").and_then(|qa| qa.as_array()))
+        .flatten()
+        .filter_map(|qa| qa.get("question").and_then(|q| q.as_str()))
+        .map(str::to_owned)
+        .collect();
+    anyhow::ensure!(!questions.is_empty(), "no questions in {}", path.display());
+    Ok(questions)
+}

@@ -1,6 +1,7 @@
 //! The decoding thread of the generation pool: admission into free places, prompts fed
 //! through the shared system-prompt caches, one batched step for every running sequence,
-//! answers under their schemas.
+//! answers under their schemas. The requests themselves stay in the worker's
+//! [`super::slot::Slot`] until answered, so that a panic here loses none of them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,16 +11,20 @@ use std::time::{Duration, Instant};
 use tch::Tensor;
 use tokenizers::Tokenizer;
 
-use super::{PREFIXES_KEPT, Request, Shared};
+use super::slot::Slot;
+use super::{Generation, PREFIXES_KEPT, Shared};
 use crate::constrain::Matcher;
 use crate::error::{Error, Result};
 use crate::pool::rest::{Load, Rest, busy_pause};
 use crate::qwen2::{KvCache, Qwen2};
 use crate::sample::pick;
 
-/// A running sequence.
+/// A running sequence; its request is in the worker's slot under `id`.
 struct Sequence {
-    request: Request,
+    id: u64,
+    admitted: Instant,
+    expires: Option<Instant>,
+    max_tokens: usize,
     cache: KvCache,
     matcher: Matcher,
     out: Vec<u8>,
@@ -28,8 +33,17 @@ struct Sequence {
     tokens: usize,
 }
 
+/// When a held request was admitted, and when its caller stops waiting.
+#[derive(Clone, Copy)]
+struct Admitted {
+    admitted: Instant,
+    expires: Option<Instant>,
+}
+
 pub(super) struct Decoder {
     pub(super) shared: Arc<Shared>,
+    /// Which worker this is: its slot in [`Shared::slots`].
+    pub(super) worker: usize,
     pub(super) model: Qwen2,
     pub(super) tokenizer: Tokenizer,
     pub(super) vocab: Vec<Option<Vec<u8>>>,
@@ -44,6 +58,17 @@ pub(super) struct Decoder {
 }
 
 impl Decoder {
+    fn slot(&self) -> &Slot {
+        &self.shared.slots[self.worker]
+    }
+
+    /// Answers held request `id` (if its worker still holds it).
+    fn answer(&self, id: u64, result: Result<String>) {
+        if let Some(request) = self.slot().take(id) {
+            let _ = request.reply.send(result);
+        }
+    }
+
     pub(super) fn run(mut self) {
         for system in std::mem::take(&mut self.warm) {
             if self.shared.closed.load(Ordering::Acquire) {
@@ -64,8 +89,8 @@ impl Decoder {
             // Each prompt's prefill and each step is a unit a busy machine's rest is measured
             // against: a batch of prompts (the first behind a long system prompt) can take many
             // seconds before its first step.
-            for request in admitted {
-                if let Some(seq) = self.paced(|decoder| decoder.start(request)) {
+            for (id, generation, times) in admitted {
+                if let Some(seq) = self.paced(|decoder| decoder.start(id, &generation, times)) {
                     running.push(seq);
                 }
             }
@@ -111,14 +136,15 @@ impl Decoder {
             .fetch_add(rest.rested().as_micros() as u64, Ordering::Relaxed);
     }
 
-    /// Waiting requests for the free places (blocks while nothing runs and nothing waits);
-    /// `None` once the pool is closed and nothing waits.
-    fn admit(&self, running: usize) -> Option<Vec<Request>> {
+    /// Waiting requests for the free places (blocks while nothing runs and nothing waits),
+    /// each held in the worker's slot under its id, with its prompt and its times; `None`
+    /// once the pool is closed and nothing waits.
+    fn admit(&self, running: usize) -> Option<Vec<(u64, Generation, Admitted)>> {
         let shared = &self.shared;
         let mut queue = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
         while running == 0 && queue.is_empty() {
-            // Closed, or every handle dropped (only this thread holds the pool).
-            if shared.closed.load(Ordering::Acquire) || Arc::strong_count(shared) == 1 {
+            // Closed (the last handle dropped closes it too).
+            if shared.closed.load(Ordering::Acquire) {
                 return None;
             }
             queue = shared
@@ -137,44 +163,53 @@ impl Decoder {
         let now = Instant::now();
         let mut live = Vec::with_capacity(taken.len());
         for request in taken {
-            shared.shares.release(&request.key, 1);
+            if request.holds_share {
+                shared.shares.release(&request.key, 1);
+            }
             if request.expires.is_some_and(|at| at <= now) {
                 shared.counters.expired.fetch_add(1, Ordering::Relaxed);
                 let _ = request.reply.send(Err(Error::Expired));
             } else {
-                live.push(request);
+                let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+                let generation = request.generation.clone();
+                let times = Admitted {
+                    admitted: request.admitted,
+                    expires: request.expires,
+                };
+                self.slot().hold(id, request);
+                live.push((id, generation, times));
             }
         }
         Some(live)
     }
 
-    /// Feeds a new request its prompt and picks its first token.
-    fn start(&mut self, request: Request) -> Option<Sequence> {
+    /// Feeds held request `id` its prompt and picks its first token.
+    fn start(&mut self, id: u64, generation: &Generation, times: Admitted) -> Option<Sequence> {
         let shared = Arc::clone(&self.shared);
         let counters = &shared.counters;
-        let prefix = match self.prefix(&request.generation.system) {
+        let prefix = match self.prefix(&generation.system) {
             Ok(prefix) => prefix,
             Err(err) => {
                 counters.failed.fetch_add(1, Ordering::Relaxed);
-                let _ = request.reply.send(Err(err));
+                self.answer(id, Err(err));
                 return None;
             }
         };
         let mut suffix = String::new();
-        for (user, answer) in &request.generation.shots {
+        for (user, answer) in &generation.shots {
             suffix.push_str(&format!(
                 "\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>"
             ));
         }
         suffix.push_str(&format!(
             "\n<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n",
-            request.generation.user
+            generation.user
         ));
         let ids = match self.ids(&suffix) {
             Ok(ids) => ids,
             Err(err) => {
                 counters.failed.fetch_add(1, Ordering::Relaxed);
-                let _ = request.reply.send(Err(err));
+                self.answer(id, Err(err));
                 return None;
             }
         };
@@ -185,9 +220,12 @@ impl Decoder {
         let logits = self
             .model
             .next_logits(&Tensor::from_slice(&ids).unsqueeze(0), &mut cache);
-        let matcher = request.generation.schema.matcher();
+        let matcher = generation.schema.matcher();
         let mut seq = Sequence {
-            request,
+            id,
+            admitted: times.admitted,
+            expires: times.expires,
+            max_tokens: generation.max_tokens,
             cache,
             matcher,
             out: Vec::new(),
@@ -196,10 +234,9 @@ impl Decoder {
         };
         let done = self.advance(&mut seq, &logits.get(0));
         counters.first_tokens.fetch_add(1, Ordering::Relaxed);
-        counters.first_token_ms.fetch_add(
-            seq.request.admitted.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
+        counters
+            .first_token_ms
+            .fetch_add(seq.admitted.elapsed().as_millis() as u64, Ordering::Relaxed);
         if done {
             self.finish(seq);
             None
@@ -217,20 +254,24 @@ impl Decoder {
         if self.shared.closed.load(Ordering::Acquire) {
             // Closing: nobody is to wait for these; their callers keep the work pending.
             for seq in running {
-                let _ = seq.request.reply.send(Err(Error::PoolClosed));
+                self.answer(seq.id, Err(Error::PoolClosed));
             }
             return Vec::new();
         }
         let now = Instant::now();
         let (expired, mut running): (Vec<Sequence>, Vec<Sequence>) = running
             .into_iter()
-            .partition(|s| s.request.expires.is_some_and(|at| at <= now));
+            .partition(|s| s.expires.is_some_and(|at| at <= now));
         for seq in expired {
             counters.expired.fetch_add(1, Ordering::Relaxed);
-            let _ = seq.request.reply.send(Err(Error::Expired));
+            self.answer(seq.id, Err(Error::Expired));
         }
         if running.is_empty() {
             return running;
+        }
+        #[cfg(any(test, feature = "fault-injection"))]
+        if self.slot().fault.swap(false, Ordering::AcqRel) {
+            panic!("injected fault: a decoding step failed");
         }
         let tokens: Vec<i64> = running.iter().map(|s| s.next).collect();
         let mut caches: Vec<KvCache> = running
@@ -266,7 +307,7 @@ impl Decoder {
         seq.out.extend_from_slice(bytes);
         seq.next = id as i64;
         seq.tokens += 1;
-        seq.matcher.is_complete() || seq.tokens >= seq.request.generation.max_tokens
+        seq.matcher.is_complete() || seq.tokens >= seq.max_tokens
     }
 
     fn finish(&self, seq: Sequence) {
@@ -279,14 +320,11 @@ impl Decoder {
         match answer {
             Some(answer) => {
                 counters.answered.fetch_add(1, Ordering::Relaxed);
-                let _ = seq.request.reply.send(Ok(answer));
+                self.answer(seq.id, Ok(answer));
             }
             None => {
                 counters.failed.fetch_add(1, Ordering::Relaxed);
-                let _ = seq
-                    .request
-                    .reply
-                    .send(Err(Error::Unfinished { tokens: seq.tokens }));
+                self.answer(seq.id, Err(Error::Unfinished { tokens: seq.tokens }));
             }
         }
     }

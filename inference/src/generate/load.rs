@@ -31,14 +31,19 @@ pub(super) struct Loading<'a> {
     pub(super) shared: &'a Arc<Shared>,
     /// The model's name, for the logs.
     pub(super) model_name: &'a str,
+    /// The model file, read again after a failure or by a restarted worker.
+    pub(super) path: &'a std::path::Path,
+    /// The worker this thread is ([`super::workers`]).
+    pub(super) worker: usize,
 }
 
 /// The decoding thread: loads the model (at the thread's normal priority: the packing's
 /// helper threads inherit it, and in the idle class a busy machine would starve the load),
-/// says so through `done`, then decodes until the pool closes.
+/// says so through `done`, then decodes until the pool closes. `gguf` is the header already
+/// read, if any.
 pub(super) fn load_and_run(
     loading: &Loading<'_>,
-    gguf: Gguf,
+    gguf: Option<Gguf>,
     done: tokio::sync::oneshot::Sender<Result<()>>,
 ) {
     let Loading {
@@ -46,6 +51,8 @@ pub(super) fn load_and_run(
         device,
         shared,
         model_name,
+        worker,
+        ..
     } = *loading;
     let started = Instant::now();
     let Some((model, tokenizer)) = load_until_loaded(loading, gguf, done) else {
@@ -59,6 +66,7 @@ pub(super) fn load_and_run(
     let vocab = token_bytes(&tokenizer);
     let decoder = Decoder {
         shared: Arc::clone(shared),
+        worker,
         model,
         tokenizer,
         vocab,
@@ -79,7 +87,7 @@ pub(super) fn load_and_run(
 /// outcome goes to `done`.
 fn load_until_loaded(
     loading: &Loading<'_>,
-    gguf: Gguf,
+    gguf: Option<Gguf>,
     done: tokio::sync::oneshot::Sender<Result<()>>,
 ) -> Option<(Qwen2, Tokenizer)> {
     let Loading {
@@ -87,16 +95,17 @@ fn load_until_loaded(
         device,
         shared,
         model_name,
+        path,
+        ..
     } = *loading;
-    let path = gguf.path().to_path_buf();
     let mut done = Some(done);
-    let mut gguf = Some(gguf);
+    let mut gguf = gguf;
     let mut wait = config.load_retry;
     loop {
         // The header read at the start first; the file again from its path after a failure.
         let opened = match gguf.take() {
             Some(gguf) => Ok(gguf),
-            None => Gguf::open(&path),
+            None => Gguf::open(path),
         };
         match opened.and_then(|gguf| load(&gguf, device, config, shared)) {
             Ok(loaded) => {

@@ -1,10 +1,12 @@
 //! The pool's router: one actor that owns the queue, forms batches and hands them to idle
 //! workers, and supervises the workers.
 //!
-//! Batching rule: a batch leaves when an idle worker exists and either `max_batch` texts are
-//! waiting or the oldest request has waited `max_wait` (a self-addressed `Flush` timer wakes
-//! the router for that deadline); while every worker is busy requests accumulate and leave
-//! together as soon as one is idle. A batch takes whole requests in arrival order up to
+//! Batching rule: an interactive request (someone waits) leaves at once when an interactive
+//! worker is idle (after `interactive_max_wait`, zero by default); otherwise a batch leaves when an idle worker exists and either `max_batch`
+//! texts are waiting or the oldest request has waited `max_wait` (a self-addressed `Flush`
+//! timer wakes the router for that deadline); while every worker is busy requests accumulate
+//! and leave together as soon as one is idle. So a lone question costs its forward pass
+//! only, and under load questions are batched with those that came while a pass ran. A batch takes whole requests in arrival order up to
 //! `max_batch` texts (a single larger request goes alone; the encoder splits it into passes).
 //! Admission and load shedding happen before a request reaches this actor (in the handle, on
 //! an atomic counter), so the router's mailbox is bounded by the queue's capacity. The router
@@ -55,6 +57,8 @@ pub(crate) struct RouterArgs {
     pub(crate) busy_share_percent: u8,
     pub(crate) max_batch: usize,
     pub(crate) max_wait: Duration,
+    /// [`super::PoolConfig::interactive_max_wait`].
+    pub(crate) interactive_max_wait: Duration,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) shares: Arc<Shares>,
     pub(crate) closed: Arc<AtomicBool>,
@@ -76,6 +80,7 @@ pub(crate) struct RouterState {
     queue: Queue,
     max_batch: usize,
     max_wait: Duration,
+    interactive_max_wait: Duration,
     timer_armed: bool,
     /// Shutdown callers waiting for the drain; non-empty means draining.
     drain: Vec<RpcReplyPort<()>>,
@@ -125,6 +130,7 @@ impl Actor for Router {
             queue: Queue::default(),
             max_batch: args.max_batch.max(1),
             max_wait: args.max_wait,
+            interactive_max_wait: args.interactive_max_wait,
             timer_armed: false,
             drain: Vec::new(),
             metrics: args.metrics,
@@ -232,7 +238,12 @@ impl RouterState {
             && !self.timer_armed
             && self.pick().is_some()
         {
-            let wait = (oldest + self.max_wait).saturating_duration_since(Instant::now());
+            let limit = if self.queue.has_interactive() && self.interactive_worker_idle() {
+                self.max_wait.min(self.interactive_max_wait)
+            } else {
+                self.max_wait
+            };
+            let wait = (oldest + limit).saturating_duration_since(Instant::now());
             self.timer_armed = true;
             myself.send_after(wait, || RouterMsg::Flush);
         }
@@ -300,6 +311,13 @@ impl RouterState {
         }
     }
 
+    /// Whether some live interactive worker is idle.
+    fn interactive_worker_idle(&self) -> bool {
+        self.idle
+            .iter()
+            .any(|&i| matches!(self.workers[i], Some((_, Serves::Interactive))))
+    }
+
     /// Whether every live interactive worker is idle.
     fn interactive_idle(&self) -> bool {
         self.workers.iter().enumerate().all(|(i, slot)| {
@@ -307,9 +325,22 @@ impl RouterState {
         })
     }
 
+    /// Whether what waits leaves now. Someone waits for an interactive request, so it waits
+    /// for batch-mates at most `interactive_max_wait` (by default not at all) while an
+    /// interactive worker is idle: batching happens while the workers are busy (what arrives
+    /// meanwhile leaves together with the next idle one). Background requests wait up to
+    /// `max_wait` to fill a batch.
     fn batch_due(&self) -> bool {
+        let waited = |wait: Duration| {
+            self.queue
+                .oldest()
+                .is_some_and(|oldest| oldest.elapsed() >= wait)
+        };
         !self.drain.is_empty()
             || self.queue.texts() >= self.max_batch
+            || (self.queue.has_interactive()
+                && self.interactive_worker_idle()
+                && waited(self.interactive_max_wait))
             || self
                 .queue
                 .oldest()

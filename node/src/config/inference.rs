@@ -26,16 +26,18 @@ pub struct InferenceConfig {
     pub model_dir: Option<PathBuf>,
     /// Where forward passes run: `"auto"` (CUDA when present), `"cpu"`, or `{ cuda = N }`.
     pub device: DeviceChoice,
-    /// The linear layers' weights: `"float32"`, `"float16"` (CPU only) or `"int8"`
-    /// (multilingual-e5-small on the CPU only; about x1.15-1.6 the embeddings/s, vectors
-    /// within cosine 0.99 of float32's).
-    pub precision: Precision,
+    /// The linear layers' weights: unset, the model's own default
+    /// ([`ModelKind::default_precision`]: `"int8-rows"` for multilingual-e5-small, `"float32"`
+    /// for the English encoders); `"float32"`, `"float16"` (CPU only), `"int8"` or
+    /// `"int8-rows"` (both multilingual-e5-small on the CPU only).
+    pub precision: Option<Precision>,
     /// Models loaded, each with its own copy of the weights and two workers on them (one for
     /// what requests wait for, one for background batches).
     pub workers: usize,
     /// The most texts in one batch.
     pub max_batch: usize,
-    /// How long the oldest queued text may wait for a batch to fill.
+    /// How long the oldest queued text may wait for a batch to fill; a text someone waits for
+    /// (a question, a topic phrase) leaves at once while an interactive worker is idle.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
     /// The most texts waiting; more are refused with 503 (retry with the same request id).
@@ -123,7 +125,7 @@ impl Default for InferenceConfig {
             model: pool.encoder.model,
             model_dir: None,
             device: pool.encoder.device,
-            precision: pool.encoder.precision,
+            precision: None,
             workers: pool.workers,
             max_batch: pool.max_batch,
             max_wait: pool.max_wait,
@@ -142,6 +144,12 @@ impl Default for InferenceConfig {
 }
 
 impl InferenceConfig {
+    /// The precision the encoder runs in: the configured one, else the model's default.
+    pub fn precision(&self) -> Precision {
+        self.precision
+            .unwrap_or_else(|| self.model.default_precision())
+    }
+
     /// The pool's configuration.
     pub fn pool(&self) -> PoolConfig {
         let defaults = EncoderConfig::default();
@@ -151,11 +159,12 @@ impl InferenceConfig {
                 model: self.model,
                 device: self.device,
                 max_batch_tokens: self.max_batch_tokens,
-                precision: self.precision,
+                precision: self.precision(),
             },
             workers: self.workers,
             max_batch: self.max_batch,
             max_wait: self.max_wait,
+            interactive_max_wait: Duration::ZERO,
             queue_capacity: self.queue_capacity,
             tenant_share_percent: self.tenant_share_percent,
             background_priority: self.background_priority,

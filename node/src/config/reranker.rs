@@ -23,9 +23,11 @@ pub struct RerankerSection {
     /// hybrid order is returned (`"deadline"`).
     #[serde(with = "humantime_serde")]
     pub deadline: Duration,
-    /// Reranks queued at most; past it searches are answered unreranked (`"busy"`).
+    /// Reranks queued at most, a tenant at most half of them; past it searches are answered
+    /// unreranked (`"busy"`).
     pub queue: usize,
-    /// Where the model runs: `"auto"`, `"cpu"` or `{ cuda = N }`.
+    /// Where the model runs: `"auto"` (one worker on each CUDA device, else the CPU),
+    /// `"cpu"` or `{ cuda = N }`.
     pub device: DeviceChoice,
     /// Its linear layers on the CPU: `"float32"`, `"float16"` or `"int8"`.
     pub precision: Precision,

@@ -254,7 +254,7 @@ fn missing_file_is_an_error() {
 #[test]
 fn int8_is_refused_for_the_english_encoders() {
     let mut config = Config::default();
-    config.inference.precision = engram_inference::Precision::Int8;
+    config.inference.precision = Some(engram_inference::Precision::Int8);
     config.validate().expect("int8 multilingual-e5-small");
     for model in [
         engram_inference::ModelKind::AllMiniLmL6V2,

@@ -72,12 +72,12 @@ pub(super) fn render_rerank(text: &mut String, m: &engram_actors::rerank::Rerank
         (
             "engram_rerank_pairs_total",
             "Question and candidate pairs the cross-encoder scored",
-            m.pairs.load(Ordering::Relaxed) as f64,
+            m.pool.pairs.load(Ordering::Relaxed) as f64,
         ),
         (
             "engram_rerank_seconds_total",
             "Time the cross-encoder spent scoring",
-            m.busy_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            m.pool.busy_micros.load(Ordering::Relaxed) as f64 / 1e6,
         ),
     ] {
         metric(text, name, "counter", help, value);
@@ -87,7 +87,7 @@ pub(super) fn render_rerank(text: &mut String, m: &engram_actors::rerank::Rerank
         "engram_rerank_queued",
         "gauge",
         "Reranks waiting for the cross-encoder",
-        m.queued.load(Ordering::Relaxed),
+        m.pool.queued.load(Ordering::Relaxed),
     );
     by_reason(
         text,

@@ -30,7 +30,7 @@ impl Config {
     /// `[inference]`: workers, batching, the queue and each tenant's share of it, search.
     pub(super) fn check_inference(&self, p: &mut Problems) {
         let inference = &self.inference;
-        if inference.precision.is_int8() && !inference.model.takes_int8() {
+        if inference.precision().is_int8() && !inference.model.takes_int8() {
             p.add(
                 "inference.precision",
                 "int8 is available for multilingual-e5-small only".to_owned(),

@@ -19,7 +19,7 @@
 //! file exists); `ENGRAM_BENCH_DETAIL=1` prints each message's stage results (ids and
 //! types); `ENGRAM_BENCH_MODEL=<file>` runs another GGUF file under the model directory
 //! (default: the node's default model);
-//! `ENGRAM_BENCH_PRECISION=float32`, `float16` or `int8` packs the decoder's linear layers
+//! `ENGRAM_BENCH_PRECISION=float32`, `float16`, `int8` or `int8-rows` packs the decoder's linear layers
 //! (default: the node's default, float16); `ENGRAM_BENCH_SHOTS=N` shows the model the N
 //! likest labelled messages of the built-in library first (default: the node's, 2; the set
 //! measured is left out of the library).
@@ -324,8 +324,11 @@ async fn run_model(
         Ok("int8") => Precision::Int8,
         Ok("float16") => Precision::Float16,
         Ok("float32") => Precision::Float32,
+        Ok("int8-rows") => Precision::Int8Rows,
         Err(_) => GenerationConfig::default().precision,
-        Ok(other) => anyhow::bail!("ENGRAM_BENCH_PRECISION={other}: float32, float16 or int8"),
+        Ok(other) => {
+            anyhow::bail!("ENGRAM_BENCH_PRECISION={other}: float32, float16, int8 or int8-rows")
+        }
     };
     println!("model: {}, {precision:?}", model.display());
     let pool = GenerationPool::start(GenerationConfig {

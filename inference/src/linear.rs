@@ -242,6 +242,14 @@ unsafe impl Sync for Rows {}
 impl Rows {
     /// The codes and scales of `weight` `[out, in]`.
     pub(crate) fn new(weight: &Tensor, bias: Option<Tensor>) -> Result<Rows> {
+        let (codes, scales) = Rows::quantise(weight)?;
+        Rows::from_codes(&codes, &scales, bias)
+    }
+
+    /// The int8 codes `[out, in]` (contiguous) and scales `[out]` of `weight` `[out, in]`, as
+    /// a layer holds them: for a table that other code reads too (a decoder's token table,
+    /// looked up by row and projected onto).
+    pub(crate) fn quantise(weight: &Tensor) -> Result<(Tensor, Tensor)> {
         let weight = weight.f_to_kind(Kind::Float)?;
         let scales = weight
             .f_abs()?
@@ -253,12 +261,21 @@ impl Rows {
             .f_round()?
             .f_clamp(-127.0, 127.0)?
             .f_to_kind(Kind::Int8)?
-            .f_contiguous()?
-            .f_tr()?;
+            .f_contiguous()?;
+        Ok((codes, scales.f_flatten(0, -1)?))
+    }
+
+    /// The layer of `codes` `[out, in]` (contiguous int8) and `scales` `[out]`, as
+    /// [`Rows::quantise`] makes them; it shares their memory (no copy).
+    pub(crate) fn from_codes(
+        codes: &Tensor,
+        scales: &Tensor,
+        bias: Option<Tensor>,
+    ) -> Result<Rows> {
         let bias = bias.map(|b| b.f_to_kind(Kind::Float)).transpose()?;
         Ok(Rows {
-            codes,
-            scales: scales.f_flatten(0, -1)?,
+            codes: codes.f_tr()?,
+            scales: scales.shallow_clone(),
             bias,
         })
     }

@@ -1,15 +1,18 @@
-//! The Qwen2 decoder on tch, loaded from a GGUF file: token embeddings, 24 pre-norm layers of
+//! The Qwen2 decoder on tch, loaded from a GGUF file (or built with seeded random weights of a
+//! configuration's shapes, [`Qwen2::random`]): token embeddings, 24 pre-norm layers of
 //! grouped-query attention (q/k/v biases, rotary embeddings in the NeoX layout with the file's
 //! theta) and a SwiGLU feed-forward, RMSNorm, and the output projection; with a KV cache so
 //! that generation feeds one new token per step.
 //!
-//! Weights are dequantised to float32 at load (about 2 GB for the 0.5B model); in
-//! [`Precision::Int8`] the linear layers are then packed for the CPU, as int8 or (the
-//! feed-forward's output and the vocabulary projection) half-precision floats, so that a
-//! decoding step reads about 0.75 GB instead of 2 GB (by the weights' sizes); in
-//! [`Precision::Float16`] all of them as half-precision floats (about 1 GB a step). The float32
-//! forward pass matches Hugging Face's `Qwen2ForCausalLM` on the same file
-//! (`inference/tests/qwen2.rs`); float16 and int8 stay close.
+//! Weights are read one at a time, dequantised to float32 and packed as the precision says
+//! before the next is read (`build`). In [`Precision::Int8`] the linear layers are packed
+//! for the CPU as int8 or (the feed-forward's output and the vocabulary projection)
+//! half-precision floats; in [`Precision::Float16`] all of them as half-precision floats. In
+//! [`Precision::Int8Rows`] every linear layer keeps int8 codes with a scale per output channel,
+//! its inputs rotated (`rotate`) and quantised per row, and the token table is one int8 copy
+//! serving the lookup and the tied vocabulary projection (`embedding`): the 1.5B in about a
+//! quarter of its float32 size. The float32 forward pass matches Hugging Face's
+//! `Qwen2ForCausalLM` on the same file (`inference/tests/qwen2.rs`); the others stay close.
 
 use std::path::Path;
 
@@ -18,9 +21,18 @@ use tch::{Device, Kind, Tensor};
 use tokenizers::Tokenizer;
 
 use crate::constrain::Schema;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gguf::Gguf;
 use crate::linear::{Linear, Precision};
+
+mod build;
+mod embedding;
+mod random;
+mod release;
+mod rotate;
+mod source;
+
+use embedding::TokenTable;
 
 /// The hyper-parameters the decoder reads from `qwen2.*`.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,11 +49,19 @@ pub struct Qwen2Config {
     pub eps: f64,
     /// Rotary embedding base.
     pub rope_theta: f64,
+    /// The feed-forward's inner width.
+    pub ffn: i64,
+    /// Vocabulary entries (rows of the token table).
+    pub vocab: i64,
     /// Longest context the model was trained for.
     pub context: usize,
 }
 
 struct Layer {
+    /// The blocks of the Hadamard rotations of the inputs of the attention's projections, its
+    /// output projection, the feed-forward's gate and up, and its down projection, where
+    /// their weights were rotated to fit int8 rows ([`rotate`]).
+    rotations: Rotations,
     attn_norm: Tensor,
     q: Linear,
     k: Linear,
@@ -51,6 +71,23 @@ struct Layer {
     gate: Linear,
     up: Linear,
     down: Linear,
+}
+
+/// Where a layer's inputs are rotated, by the block of each rotation.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rotations {
+    attn: Option<i64>,
+    o: Option<i64>,
+    ffn: Option<i64>,
+    down: Option<i64>,
+}
+
+/// `x` rotated where `block` says so.
+fn rotated(x: Tensor, block: Option<i64>) -> Tensor {
+    match block {
+        Some(block) => rotate::hadamard(&x, block),
+        None => x,
+    }
 }
 
 /// The keys and values of every position fed so far, per layer (`[batch, kv_heads, positions,
@@ -88,7 +125,7 @@ impl KvCache {
 /// A loaded Qwen2 decoder.
 pub struct Qwen2 {
     config: Qwen2Config,
-    embed: Tensor,
+    tokens: TokenTable,
     layers: Vec<Layer>,
     norm: Tensor,
     output: Linear,
@@ -104,136 +141,17 @@ impl Qwen2 {
     }
 
     /// Loads the decoder of an opened GGUF file (its header and metadata read once, for the
-    /// tokenizer too). `stop` is asked before each layer: once it says so, the load ends with
-    /// [`Error::PoolClosed`] as soon as the vocabulary projection, packing meanwhile on its own
-    /// thread, is done (a packing cannot be cut short).
+    /// tokenizer too), one weight at a time. `stop` is asked before each layer: once it says
+    /// so, the load ends with [`crate::Error::PoolClosed`] as soon as the token table, read
+    /// meanwhile on its own thread, is done.
     pub fn from_gguf(
         gguf: &Gguf,
         device: Device,
         precision: Precision,
         stop: &(dyn Fn() -> bool + Sync),
     ) -> Result<Qwen2> {
-        let path = gguf.path();
-        let arch = gguf.require_str("general.architecture")?;
-        if arch != "qwen2" {
-            return Err(Error::Format {
-                path: path.to_path_buf(),
-                reason: format!("architecture {arch}, expected qwen2"),
-            });
-        }
-        let int = |key: &str| -> Result<i64> {
-            let v = gguf.require_u64(key)?;
-            i64::try_from(v).map_err(|_| Error::Format {
-                path: path.to_path_buf(),
-                reason: format!("{key} = {v}"),
-            })
-        };
-        let config = Qwen2Config {
-            layers: int("qwen2.block_count")? as usize,
-            width: int("qwen2.embedding_length")?,
-            heads: int("qwen2.attention.head_count")?,
-            kv_heads: int("qwen2.attention.head_count_kv")?,
-            eps: gguf.require_f64("qwen2.attention.layer_norm_rms_epsilon")?,
-            rope_theta: gguf.require_f64("qwen2.rope.freq_base")?,
-            context: int("qwen2.context_length")? as usize,
-        };
-        if config.heads == 0
-            || config.kv_heads == 0
-            || config.width % config.heads != 0
-            || config.heads % config.kv_heads != 0
-        {
-            return Err(Error::Format {
-                path: path.to_path_buf(),
-                reason: format!("inconsistent attention shape {config:?}"),
-            });
-        }
-        let load = |name: &str| -> Result<Tensor> {
-            let info = gguf.tensor(name).ok_or_else(|| Error::Format {
-                path: path.to_path_buf(),
-                reason: format!("no tensor {name}"),
-            })?;
-            Ok(gguf.tensor_tch(info)?.to_device(device))
-        };
-        // In int8 the feed-forward's output projection and the vocabulary projection take
-        // half-precision floats instead: the SwiGLU products feeding the first have outliers
-        // that one int8 scale per call crushes (the reference's top-1 token at 8 of 60 prompt
-        // positions with it in int8), and the second moved the logits most of the rest
-        // (cosine 0.991 alone); as it is, 55 to 56 of 60 and 0.996 to 0.998 (`tests/qwen2.rs`).
-        let (ordinary, outlier) = (precision.packing(), precision.outlier_packing());
-        let threads = std::thread::available_parallelism().map_or(1, usize::from);
-        let embed = load("token_embd.weight")?;
-        let output = match gguf.tensor("output.weight") {
-            Some(_) => load("output.weight")?,
-            // Tied embeddings: the same tensor, read once (in float32 the layer shares it).
-            None => embed.shallow_clone(),
-        };
-        // Packing is single-threaded in fbgemm: the vocabulary projection (over a quarter of the
-        // weights) packs on its own thread while the layers pack on `threads` at once.
-        let (layers, output) = std::thread::scope(|scope| -> Result<_> {
-            let output = scope.spawn(move || Linear::new(output, None, outlier, device));
-            let mut layers = Vec::with_capacity(config.layers);
-            for i in 0..config.layers {
-                if stop() {
-                    break;
-                }
-                let t = |suffix: &str| load(&format!("blk.{i}.{suffix}"));
-                let with_bias = |name: &str| -> Result<_> {
-                    Ok((
-                        t(&format!("{name}.weight"))?,
-                        Some(t(&format!("{name}.bias"))?),
-                        ordinary,
-                    ))
-                };
-                let without_bias = |name: &str, packing| {
-                    Ok::<_, Error>((t(&format!("{name}.weight"))?, None, packing))
-                };
-                let specs = vec![
-                    with_bias("attn_q")?,
-                    with_bias("attn_k")?,
-                    with_bias("attn_v")?,
-                    without_bias("attn_output", ordinary)?,
-                    without_bias("ffn_gate", ordinary)?,
-                    without_bias("ffn_up", ordinary)?,
-                    without_bias("ffn_down", outlier)?,
-                ];
-                let [q, k, v, o, gate, up, down]: [Linear; 7] =
-                    Linear::new_each(specs, device, threads)?
-                        .try_into()
-                        .unwrap_or_else(|_| unreachable!("seven specs make seven layers"));
-                layers.push(Layer {
-                    attn_norm: t("attn_norm.weight")?,
-                    q,
-                    k,
-                    v,
-                    o,
-                    ffn_norm: t("ffn_norm.weight")?,
-                    gate,
-                    up,
-                    down,
-                });
-            }
-            let output = output
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
-            if layers.len() < config.layers {
-                return Err(Error::PoolClosed);
-            }
-            Ok((layers, output))
-        })?;
-        let head_dim = config.width / config.heads;
-        let inv_freq = Tensor::arange_start_step(0, head_dim, 2, (Kind::Float, device))
-            .divide_scalar(head_dim as f64)
-            .multiply_scalar(-config.rope_theta.ln())
-            .exp();
-        Ok(Qwen2 {
-            embed,
-            layers,
-            norm: load("output_norm.weight")?,
-            output,
-            inv_freq,
-            device,
-            config,
-        })
+        let config = build::gguf_config(gguf)?;
+        build::build(config, &source::GgufSource(gguf), device, precision, stop)
     }
 
     /// The hyper-parameters.
@@ -273,10 +191,7 @@ impl Qwen2 {
             .tril(past)
             .logical_not();
 
-        let mut x = self
-            .embed
-            .index_select(0, &tokens.flatten(0, -1))
-            .view([batch, new, c.width]);
+        let mut x = self.tokens.lookup(tokens).view([batch, new, c.width]);
         let fresh = cache.layers.is_empty();
         for (i, layer) in self.layers.iter().enumerate() {
             let (q, k, v) = self.qkv(layer, &x);
@@ -311,7 +226,7 @@ impl Qwen2 {
         let c = &self.config;
         let (batch, new) = (x.size()[0], x.size()[1]);
         let head_dim = c.width / c.heads;
-        let h = rms_norm(x, &layer.attn_norm, c.eps);
+        let h = rotated(rms_norm(x, &layer.attn_norm, c.eps), layer.rotations.attn);
         let heads =
             |w: &Linear, n: i64| w.apply(&h).view([batch, new, n, head_dim]).transpose(1, 2);
         (
@@ -345,12 +260,11 @@ impl Qwen2 {
     /// The rest of a layer after attention: the output projection and the feed-forward,
     /// each added to the residual stream `x`.
     fn finish_layer(&self, layer: &Layer, mut x: Tensor, attn: &Tensor) -> Tensor {
-        x += layer.o.apply(attn);
-        let h = rms_norm(&x, &layer.ffn_norm, self.config.eps);
-        let ffn = layer
-            .down
-            .apply(&(layer.gate.apply(&h).silu() * layer.up.apply(&h)));
-        x + ffn
+        let r = layer.rotations;
+        x += layer.o.apply(&rotated(attn.shallow_clone(), r.o));
+        let h = rotated(rms_norm(&x, &layer.ffn_norm, self.config.eps), r.ffn);
+        let product = layer.gate.apply(&h).silu() * layer.up.apply(&h);
+        x + layer.down.apply(&rotated(product, r.down))
     }
 
     /// One decoding step of several sequences at once (continuous batching): feeds
@@ -374,7 +288,7 @@ impl Qwen2 {
         );
         let rope = |x: &Tensor| rotate(x, &cos, &sin);
         let ids = Tensor::from_slice(tokens).to_device(self.device);
-        let mut x = self.embed.index_select(0, &ids).view([batch, 1, c.width]);
+        let mut x = self.tokens.lookup(&ids).view([batch, 1, c.width]);
         for (i, layer) in self.layers.iter().enumerate() {
             let (q, k, v) = self.qkv(layer, &x);
             let (q, k) = (rope(&q), rope(&k));

@@ -54,8 +54,10 @@ pub struct GenerationSection {
     /// Where the decoder runs: `"auto"`, `"cpu"` or `{ cuda = N }`.
     pub device: DeviceChoice,
     /// The decoder's linear layers: `"float32"`, `"float16"` (on the CPU: half-precision
-    /// weights, float32 activations) or `"int8"` (on the CPU: int8 codes, and half-precision
-    /// floats for the feed-forward's output and the vocabulary projection).
+    /// weights, float32 activations), `"int8"` (on the CPU: int8 codes, and half-precision
+    /// floats for the feed-forward's output and the vocabulary projection) or `"int8-rows"`
+    /// (the default; on the CPU: int8 codes per output channel, activations quantised per
+    /// token after a Hadamard rotation, one int8 token table).
     pub precision: Precision,
     /// Sequences decoded together at most (continuous batching).
     pub max_batch: usize,

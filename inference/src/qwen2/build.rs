@@ -1,0 +1,173 @@
+//! Building a [`Qwen2`] from named weights, whatever holds them: a GGUF file (the model a node
+//! serves) or seeded random values of a configuration's shapes (the device benchmarks). Each
+//! weight is read in float32 on the CPU, one tensor at a time (the token table a slice of rows
+//! at a time), moved to the device and packed as the precision says before the next is read,
+//! so the whole model is never held in float32.
+
+use tch::{Device, Kind, Tensor};
+
+use super::embedding::TokenTable;
+use super::source::{GgufSource, Source};
+use super::{Layer, Qwen2, Qwen2Config, Rotations, rotate};
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::linear::{Linear, Packing, Precision};
+
+/// Builds the decoder of `config` from `source` onto `device`, its linear layers in
+/// `precision`. `stop` is asked before each layer: once it says so, the build ends with
+/// [`Error::PoolClosed`].
+pub(super) fn build(
+    config: Qwen2Config,
+    source: &dyn Source,
+    device: Device,
+    precision: Precision,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<Qwen2> {
+    let c = &config;
+    if c.heads == 0 || c.kv_heads == 0 || c.width % c.heads != 0 || c.heads % c.kv_heads != 0 {
+        return Err(source.error(format!("inconsistent attention shape {c:?}")));
+    }
+    let head_dim = c.width / c.heads;
+    let load = |name: &str, shape: &[i64]| -> Result<Tensor> {
+        Ok(source.tensor(name, shape)?.to_device(device))
+    };
+    // In int8 (one activation scale a call) the feed-forward's output projection and the
+    // vocabulary projection take half-precision floats instead: the SwiGLU products feeding
+    // the first have outliers that one int8 scale per call crushes (the reference's top-1
+    // token at 8 of 60 prompt positions with it in int8), and the second moved the logits
+    // most of the rest (cosine 0.991 alone); as it is, 55 to 56 of 60 and 0.996 to 0.998
+    // (`tests/qwen2.rs`).
+    let (ordinary, outlier) = (precision.packing(), precision.outlier_packing());
+    // In int8 rows every layer's input is rotated (`rotate`): unrotated, the feed-forward's
+    // gate and up alone moved the 0.5B's logits to cosine 0.955 of the reference's; rotated
+    // (all four inputs), 0.9996 (`tests/qwen2.rs`).
+    let rows = precision.packing() == Packing::Int8Rows && device == Device::Cpu;
+    let on = |width: i64| rows.then(|| rotate::block(width));
+    let head_width = c.heads * (c.width / c.heads.max(1));
+    let rotations = Rotations {
+        attn: on(c.width),
+        o: on(head_width),
+        ffn: on(c.width),
+        down: on(c.ffn),
+    };
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let vocab_shape = [c.vocab, c.width];
+    let output_name = source.has("output.weight").then_some("output.weight");
+    // Packing is single-threaded in fbgemm: the token table and the vocabulary projection
+    // (over a quarter of the weights) pack on their own thread while the layers pack on
+    // `threads` at once.
+    let (layers, (tokens, output)) = std::thread::scope(|scope| -> Result<_> {
+        let table = scope.spawn(move || -> Result<(TokenTable, Linear)> {
+            let tokens =
+                TokenTable::build(source, "token_embd.weight", vocab_shape, precision, device)?;
+            let output = match output_name {
+                Some(name) => Linear::new(load(name, &vocab_shape)?, None, outlier, device)?,
+                // Tied embeddings: the projection reads the token table itself.
+                None => tokens.projection(outlier, device)?,
+            };
+            Ok((tokens, output))
+        });
+        let mut layers = Vec::with_capacity(c.layers);
+        for i in 0..c.layers {
+            if stop() {
+                break;
+            }
+            let t = |suffix: &str, shape: &[i64]| load(&format!("blk.{i}.{suffix}"), shape);
+            let (q_out, kv_out) = (c.heads * head_dim, c.kv_heads * head_dim);
+            let with_bias = |name: &str, out: i64| -> Result<_> {
+                Ok((
+                    t(&format!("{name}.weight"), &[out, c.width])?,
+                    Some(t(&format!("{name}.bias"), &[out])?),
+                    ordinary,
+                ))
+            };
+            let without_bias = |name: &str, shape: [i64; 2], packing| {
+                Ok::<_, Error>((t(&format!("{name}.weight"), &shape)?, None, packing))
+            };
+            let turn = |spec: (Tensor, Option<Tensor>, Packing), block: Option<i64>| match block {
+                Some(block) => (rotate::hadamard(&spec.0, block), spec.1, spec.2),
+                None => spec,
+            };
+            let r = rotations;
+            let specs = vec![
+                turn(with_bias("attn_q", q_out)?, r.attn),
+                turn(with_bias("attn_k", kv_out)?, r.attn),
+                turn(with_bias("attn_v", kv_out)?, r.attn),
+                turn(
+                    without_bias("attn_output", [c.width, q_out], ordinary)?,
+                    r.o,
+                ),
+                turn(without_bias("ffn_gate", [c.ffn, c.width], ordinary)?, r.ffn),
+                turn(without_bias("ffn_up", [c.ffn, c.width], ordinary)?, r.ffn),
+                turn(without_bias("ffn_down", [c.width, c.ffn], outlier)?, r.down),
+            ];
+            let [q, k, v, o, gate, up, down]: [Linear; 7] =
+                Linear::new_each(specs, device, threads)?
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("seven specs make seven layers"));
+            layers.push(Layer {
+                rotations,
+                attn_norm: t("attn_norm.weight", &[c.width])?,
+                q,
+                k,
+                v,
+                o,
+                ffn_norm: t("ffn_norm.weight", &[c.width])?,
+                gate,
+                up,
+                down,
+            });
+        }
+        let table = table
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        if layers.len() < c.layers {
+            return Err(Error::PoolClosed);
+        }
+        Ok((layers, table))
+    })?;
+    let inv_freq = Tensor::arange_start_step(0, head_dim, 2, (Kind::Float, device))
+        .divide_scalar(head_dim as f64)
+        .multiply_scalar(-c.rope_theta.ln())
+        .exp();
+    let norm = load("output_norm.weight", &[c.width])?;
+    super::release::release_free_memory();
+    Ok(Qwen2 {
+        tokens,
+        layers,
+        norm,
+        output,
+        inv_freq,
+        device,
+        config,
+    })
+}
+
+/// The decoder's hyper-parameters from the `qwen2.*` metadata of `gguf` (the vocabulary from
+/// the token table's shape).
+pub(super) fn gguf_config(gguf: &Gguf) -> Result<Qwen2Config> {
+    let source = GgufSource(gguf);
+    let arch = gguf.require_str("general.architecture")?;
+    if arch != "qwen2" {
+        return Err(source.error(format!("architecture {arch}, expected qwen2")));
+    }
+    let int = |key: &str| -> Result<i64> {
+        let v = gguf.require_u64(key)?;
+        i64::try_from(v).map_err(|_| source.error(format!("{key} = {v}")))
+    };
+    let vocab = gguf
+        .tensor("token_embd.weight")
+        .and_then(|t| t.dims.get(1).copied())
+        .ok_or_else(|| source.error("no tensor token_embd.weight".into()))?;
+    Ok(Qwen2Config {
+        layers: int("qwen2.block_count")? as usize,
+        width: int("qwen2.embedding_length")?,
+        heads: int("qwen2.attention.head_count")?,
+        kv_heads: int("qwen2.attention.head_count_kv")?,
+        ffn: int("qwen2.feed_forward_length")?,
+        vocab: vocab as i64,
+        eps: gguf.require_f64("qwen2.attention.layer_norm_rms_epsilon")?,
+        rope_theta: gguf.require_f64("qwen2.rope.freq_base")?,
+        context: int("qwen2.context_length")? as usize,
+    })
+}

@@ -78,6 +78,12 @@ pub struct PoolConfig {
     /// pass only; what arrives while the worker is busy is batched anyway).
     #[serde(with = "humantime_serde")]
     pub interactive_max_wait: Duration,
+    /// libtorch's intra-op threads for each worker's passes (0: libtorch's default, one per
+    /// core). One by default: a worker's interactive and background lanes each run a pass at
+    /// once, and with more OpenMP threads than cores libgomp stops spinning between operators
+    /// and puts its threads to sleep, which cost a lone question about 15 ms a pass on two
+    /// cores (docs/decisions/0022-fresh-questions-embedded-at-once.md).
+    pub intra_op_threads: usize,
     /// The most texts waiting (not yet in a worker); more are shed with
     /// [`Error::Overloaded`].
     pub queue_capacity: usize,
@@ -106,6 +112,7 @@ impl Default for PoolConfig {
             max_batch: 32,
             max_wait: Duration::from_millis(5),
             interactive_max_wait: Duration::ZERO,
+            intra_op_threads: 1,
             queue_capacity: 1024,
             tenant_share_percent: 50,
             background_priority: BackgroundPriority::Idle,
@@ -170,6 +177,7 @@ impl EmbeddingPool {
             max_batch: config.max_batch,
             max_wait: config.max_wait,
             interactive_max_wait: config.interactive_max_wait,
+            intra_op_threads: (config.intra_op_threads > 0).then_some(config.intra_op_threads),
             metrics: Arc::clone(&metrics),
             shares: Arc::clone(&shares),
             closed: Arc::clone(&closed),

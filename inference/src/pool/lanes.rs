@@ -66,12 +66,22 @@ pub(crate) struct Lane {
 
 impl Lane {
     /// Starts a thread named `name`, in the idle class when `idle` (it logs, and runs at normal
-    /// priority, where the class cannot be set), registered in `threads`.
-    pub(crate) fn start(name: String, idle: bool, threads: &Threads) -> std::io::Result<Lane> {
+    /// priority, where the class cannot be set), its libtorch operators on `intra_op_threads`
+    /// threads (`None`: libtorch's default), registered in `threads`.
+    pub(crate) fn start(
+        name: String,
+        idle: bool,
+        intra_op_threads: Option<usize>,
+        threads: &Threads,
+    ) -> std::io::Result<Lane> {
         let (jobs, queue) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             if idle {
                 lower_priority();
+            }
+            if let Some(n) = intra_op_threads {
+                // The setting is the calling thread's own (OpenMP's), so each lane sets its own.
+                tch::set_num_threads(i32::try_from(n.max(1)).unwrap_or(1));
             }
             for job in queue {
                 job();
@@ -174,7 +184,7 @@ mod tests {
     #[tokio::test]
     async fn a_lane_runs_jobs_in_order_on_its_thread_and_reports_a_dead_thread() {
         let threads = Threads::default();
-        let lane = Lane::start("lane-test".into(), true, &threads).unwrap();
+        let lane = Lane::start("lane-test".into(), true, None, &threads).unwrap();
         let name = lane
             .run(|| std::thread::current().name().map(str::to_owned))
             .await;
@@ -199,7 +209,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn joining_waits_for_a_dropped_lanes_running_job() {
         let threads = Threads::default();
-        let lane = Lane::start("lane-join".into(), false, &threads).unwrap();
+        let lane = Lane::start("lane-join".into(), false, None, &threads).unwrap();
         let (started_tx, started) = std::sync::mpsc::channel();
         let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
         let done = Arc::new(std::sync::atomic::AtomicBool::new(false));

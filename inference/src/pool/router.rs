@@ -59,6 +59,8 @@ pub(crate) struct RouterArgs {
     pub(crate) max_wait: Duration,
     /// [`super::PoolConfig::interactive_max_wait`].
     pub(crate) interactive_max_wait: Duration,
+    /// [`super::PoolConfig::intra_op_threads`] (`None`: libtorch's default).
+    pub(crate) intra_op_threads: Option<usize>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) shares: Arc<Shares>,
     pub(crate) closed: Arc<AtomicBool>,
@@ -115,6 +117,7 @@ impl Actor for Router {
                     metrics: Arc::clone(&args.metrics),
                     threads: args.threads.clone(),
                     closed: Arc::clone(&args.closed),
+                    intra_op_threads: args.intra_op_threads,
                 };
                 let (worker, _) =
                     Actor::spawn_linked(None, EncoderWorker, worker_args, myself.get_cell())

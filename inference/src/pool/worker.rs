@@ -74,6 +74,8 @@ pub(crate) struct WorkerArgs {
     pub(crate) threads: Threads,
     /// Set when the pool closes.
     pub(crate) closed: Arc<AtomicBool>,
+    /// [`super::PoolConfig::intra_op_threads`] (`None`: libtorch's default).
+    pub(crate) intra_op_threads: Option<usize>,
 }
 
 /// A worker's state: the encoder sits here between batches.
@@ -110,11 +112,21 @@ impl Actor for EncoderWorker {
             .then_some(args.busy_share_percent);
         let (lane, cancel) = match args.serves {
             Serves::Interactive => (
-                Lane::start(format!("embed-{}", args.index), false, &args.threads)?,
+                Lane::start(
+                    format!("embed-{}", args.index),
+                    false,
+                    args.intra_op_threads,
+                    &args.threads,
+                )?,
                 None,
             ),
             Serves::Background => (
-                Lane::start(format!("embed-{}-bg", args.index), idle, &args.threads)?,
+                Lane::start(
+                    format!("embed-{}-bg", args.index),
+                    idle,
+                    args.intra_op_threads,
+                    &args.threads,
+                )?,
                 Some(args.closed),
             ),
         };

@@ -40,6 +40,9 @@ pub struct InferenceConfig {
     /// (a question, a topic phrase) leaves at once while an interactive worker is idle.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// libtorch's threads for each pass of the encoder (0: one per core); see
+    /// [`PoolConfig::intra_op_threads`].
+    pub intra_op_threads: usize,
     /// The most texts waiting; more are refused with 503 (retry with the same request id).
     pub queue_capacity: usize,
     /// The share of the queue, in percent, that one tenant may hold (more of its texts are
@@ -60,7 +63,8 @@ pub struct InferenceConfig {
     /// the vectors follow) rather than waiting for them.
     pub write_behind: bool,
     /// How long a context or search waits for its query's embedding; past it, it ranks by
-    /// words and priors and says so.
+    /// words and priors and says so. A lone fresh question takes about 8 ms on two cores;
+    /// 250 ms covers the queue of 32 clients asking at once (docs/benchmarks.md).
     #[serde(with = "humantime_serde")]
     pub query_deadline: Duration,
     /// Query and topic-phrase embeddings the node caches.
@@ -129,6 +133,7 @@ impl Default for InferenceConfig {
             workers: pool.workers,
             max_batch: pool.max_batch,
             max_wait: pool.max_wait,
+            intra_op_threads: pool.intra_op_threads,
             queue_capacity: pool.queue_capacity,
             tenant_share_percent: pool.tenant_share_percent,
             max_batch_tokens: pool.encoder.max_batch_tokens,
@@ -136,7 +141,7 @@ impl Default for InferenceConfig {
             background_priority: pool.background_priority,
             background_busy_share_percent: pool.background_busy_share_percent,
             write_behind: true,
-            query_deadline: Duration::from_millis(20),
+            query_deadline: Duration::from_millis(250),
             query_cache_entries: engram_actors::embed::DEFAULT_CACHE_ENTRIES,
             pipeline: PipelineSection::default(),
         }
@@ -165,6 +170,7 @@ impl InferenceConfig {
             max_batch: self.max_batch,
             max_wait: self.max_wait,
             interactive_max_wait: Duration::ZERO,
+            intra_op_threads: self.intra_op_threads,
             queue_capacity: self.queue_capacity,
             tenant_share_percent: self.tenant_share_percent,
             background_priority: self.background_priority,

@@ -30,7 +30,7 @@
 //! Recall as served (`--served`, on by default; `engram_tests::retrieval::served`): each
 //! set is then written again into a second store on the same encoder, one conversation at a
 //! time, and each conversation's questions are asked right after its turns, under a node's
-//! query deadline (`--query-deadline-ms`, default 20) while the pipeline still embeds them;
+//! query deadline (`--query-deadline-ms`, default 250) while the pipeline still embeds them;
 //! hybrid recall@k, the share ranked with the question's vector and the latency are printed
 //! beside those with every question embedded. `--served false` skips it.
 //!
@@ -210,7 +210,7 @@ struct Args {
 }
 
 /// A node's default query deadline (`node/src/config/inference.rs`, `query_deadline`).
-const NODE_QUERY_DEADLINE_MS: u64 = 20;
+const NODE_QUERY_DEADLINE_MS: u64 = 250;
 
 fn main() -> Result<()> {
     let args = Args::parse();

@@ -1,5 +1,5 @@
 //! Recall as the product serves it: each question asked under a node's query deadline
-//! (`inference.query-deadline`, 20 ms by default: past it a read is ranked without its
+//! (`inference.query-deadline`, 250 ms by default: past it a read is ranked without its
 //! question's vector, by words and priors, and says `fallback: "deadline"`) on a node busy
 //! with its own background work: each conversation's questions are asked right after its
 //! turns are written, while the pipeline still embeds them (turns not yet embedded are found

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-
 use super::Problems;
 use crate::config::Config;
 use crate::config::inference::PipelineSection;

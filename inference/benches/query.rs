@@ -9,8 +9,9 @@
 //! one question per call, every call a question the pool has not seen in the run) at 1, 8 and
 //! 32 concurrent callers, quiet and with the pipeline's background batches of conversation
 //! turns running beside them: p50/p99 and the share answered within 20 ms and 200 ms, for
-//! float32 with questions waiting 5 ms for batch-mates in an idle pool (the rule before they
-//! left at once), float32 and int8-rows.
+//! float32 with questions waiting 5 ms for batch-mates in an idle pool and a libtorch thread
+//! per core in each lane (the pool as it was), then float32 and int8-rows as the pool runs
+//! now.
 //!
 //! Questions are LoCoMo's (`locomo-dev.json` in the evaluation data directory,
 //! `ENGRAM_EVAL_DATA`, default `../shared/data`), asked as queries ("query: " prefix).
@@ -146,16 +147,18 @@ fn direct(questions: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The pool configurations of part 2: the precision, and how long a question waits for
-/// batch-mates in an idle pool (5 ms was the rule before questions left at once).
-const POOLS: [(&str, Precision, Duration); 3] = [
+/// The pool configurations of part 2: the precision, how long a question waits for
+/// batch-mates in an idle pool, and libtorch's threads a lane (0: one per core). The first is
+/// the pool as it was before questions left at once on one thread a lane.
+const POOLS: [(&str, Precision, Duration, usize); 3] = [
     (
-        "float32, waits 5 ms for batch-mates",
+        "float32, waits 5 ms for batch-mates, a thread per core a lane",
         Precision::Float32,
         Duration::from_millis(5),
+        0,
     ),
-    ("float32", Precision::Float32, Duration::ZERO),
-    ("int8-rows", Precision::Int8Rows, Duration::ZERO),
+    ("float32", Precision::Float32, Duration::ZERO, 1),
+    ("int8-rows", Precision::Int8Rows, Duration::ZERO, 1),
 ];
 
 /// Part 2: the pool, as reads use it.
@@ -176,13 +179,14 @@ async fn pooled(
     );
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
     let next = Arc::new(AtomicUsize::new(0));
-    for (label, precision, interactive_max_wait) in POOLS {
+    for (label, precision, interactive_max_wait, intra_op_threads) in POOLS {
         let pool = EmbeddingPool::start(PoolConfig {
             encoder: EncoderConfig {
                 precision,
                 ..EncoderConfig::default()
             },
             interactive_max_wait,
+            intra_op_threads,
             ..PoolConfig::default()
         })
         .await?;

@@ -228,14 +228,14 @@ pub(crate) struct Rows {
     /// `[in, out]`, a transposed view of the `[out, in]` codes (the layout `_int_mm` reads
     /// fastest).
     codes: Tensor,
-    /// `[out]` float32.
-    scales: Tensor,
-    /// `[out]` float32.
-    bias: Option<Tensor>,
+    /// One scale per output channel.
+    scales: Vec<f32>,
+    /// One bias per output channel.
+    bias: Option<Vec<f32>>,
 }
 
-// SAFETY: the tensors are never written after `Rows::new` and libtorch's operators only
-// read them, so forward passes on several threads at once are sound.
+// SAFETY: the codes are never written after `Rows::new` and libtorch's operators only read
+// them, so forward passes on several threads at once are sound.
 unsafe impl Send for Rows {}
 unsafe impl Sync for Rows {}
 
@@ -272,10 +272,23 @@ impl Rows {
         scales: &Tensor,
         bias: Option<Tensor>,
     ) -> Result<Rows> {
-        let bias = bias.map(|b| b.f_to_kind(Kind::Float)).transpose()?;
+        let floats = |t: &Tensor| -> Result<Vec<f32>> {
+            Ok(Vec::<f32>::try_from(
+                t.f_to_kind(Kind::Float)?.f_flatten(0, -1)?.f_contiguous()?,
+            )?)
+        };
+        let (out, _) = codes.size2()?;
+        let scales = floats(scales)?;
+        let bias = bias.as_ref().map(floats).transpose()?;
+        let lengths = [Some(scales.len()), bias.as_ref().map(Vec::len)];
+        if let Some(len) = lengths.into_iter().flatten().find(|&len| len as i64 != out) {
+            return Err(Error::Quantise(format!(
+                "{len} scales or biases for {out} output channels"
+            )));
+        }
         Ok(Rows {
             codes: codes.f_tr()?,
-            scales: scales.shallow_clone(),
+            scales,
             bias,
         })
     }
@@ -287,27 +300,143 @@ impl Rows {
     }
 
     /// `x W^T + b` for `x` `[..., in]`, float32.
+    ///
+    /// Quantising the rows and scaling the sums back are loops over the tensors' memory: as
+    /// libtorch operators they were ten calls a layer, whose dispatch cost more than the
+    /// product itself for a question of sixteen tokens.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let mut shape = x.size();
         let (out, input) = self.shape();
-        let rows = x.f_reshape([-1, input])?.f_to_kind(Kind::Float)?;
-        let scale = rows
-            .f_abs()?
-            .f_amax([1i64].as_slice(), true)?
-            .f_clamp_min(f64::from(f32::MIN_POSITIVE))?
-            .f_div_scalar(127.0)?;
-        let codes = rows.f_div(&scale)?.f_round_()?.f_to_kind(Kind::Int8)?;
-        let mut y = codes
-            .f_internal_int_mm(&self.codes)?
-            .f_to_kind(Kind::Float)?;
-        y = y.f_mul_(&scale)?.f_mul_(&self.scales)?;
-        if let Some(bias) = &self.bias {
-            y = y.f_add_(bias)?;
+        let rows = x
+            .f_reshape([-1, input])?
+            .f_to_kind(Kind::Float)?
+            .f_contiguous()?;
+        let count = rows.size()[0];
+        let codes = Tensor::f_empty([count, input], (Kind::Int8, Device::Cpu))?;
+        let mut row_scales = vec![0f32; usize::try_from(count).unwrap_or(0)];
+        {
+            let values = cpu_slice::<f32>(&rows, Kind::Float)?;
+            let codes = cpu_slice_mut::<i8>(&codes, Kind::Int8)?;
+            quantise_rows(values, codes, &mut row_scales);
         }
+        let sums = codes.f_internal_int_mm(&self.codes)?.f_contiguous()?;
+        let y = Tensor::f_empty([count, out], (Kind::Float, Device::Cpu))?;
+        scale_back(
+            cpu_slice::<i32>(&sums, Kind::Int)?,
+            &row_scales,
+            &self.scales,
+            self.bias.as_deref(),
+            cpu_slice_mut::<f32>(&y, Kind::Float)?,
+        );
         if let Some(last) = shape.last_mut() {
             *last = out;
         }
         Ok(y.f_reshape(shape)?)
+    }
+}
+
+/// The elements of `tensor`, a contiguous CPU tensor of `kind` holding `T`s.
+fn cpu_slice<T>(tensor: &Tensor, kind: Kind) -> Result<&[T]> {
+    check_plain(tensor, kind)?;
+    let len = tensor.numel();
+    if len == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: `check_plain` made sure the tensor is contiguous, on the CPU and of `kind`,
+    // whose elements are `T`s, so its data is `len` initialised `T`s; the borrow of `tensor`
+    // keeps its storage alive, and nothing writes it while the slice lives (the caller owns
+    // the tensor or only reads it).
+    Ok(unsafe { std::slice::from_raw_parts(tensor.data_ptr().cast::<T>(), len) })
+}
+
+/// The elements of `tensor`, a contiguous CPU tensor of `kind` holding `T`s that the caller
+/// made and that nothing else refers to, to be written.
+fn cpu_slice_mut<T>(tensor: &Tensor, kind: Kind) -> Result<&mut [T]> {
+    check_plain(tensor, kind)?;
+    let len = tensor.numel();
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: as in `cpu_slice`; the callers pass tensors they have just allocated with
+    // `empty` and shared with nobody, so this is the only reference to their data (any bit
+    // pattern is a valid `i8` or `f32`, so reading them before writing is sound too).
+    Ok(unsafe { std::slice::from_raw_parts_mut(tensor.data_ptr().cast::<T>(), len) })
+}
+
+fn check_plain(tensor: &Tensor, kind: Kind) -> Result<()> {
+    if tensor.device() != Device::Cpu || tensor.kind() != kind || !tensor.is_contiguous() {
+        return Err(Error::Quantise(format!(
+            "int8 rows take contiguous {kind:?} CPU tensors, not {:?} on {:?}",
+            tensor.kind(),
+            tensor.device()
+        )));
+    }
+    Ok(())
+}
+
+/// Quantises each row of `values` (`scales.len()` rows) to int8 `codes` with its own scale:
+/// the row's largest magnitude over 127, the code the value over the scale rounded half to
+/// even (as libtorch's `round`).
+fn quantise_rows(values: &[f32], codes: &mut [i8], scales: &mut [f32]) {
+    let width = values.len() / scales.len().max(1);
+    if width == 0 {
+        return;
+    }
+    let rows = values
+        .chunks_exact(width)
+        .zip(codes.chunks_exact_mut(width));
+    for ((row, row_codes), scale) in rows.zip(scales.iter_mut()) {
+        *scale = largest_magnitude(row).max(f32::MIN_POSITIVE) / 127.0;
+        for (code, &value) in row_codes.iter_mut().zip(row) {
+            *code = round_code(value / *scale);
+        }
+    }
+}
+
+/// The largest `|v|` of `row`, in eight lanes so the compiler vectorises it.
+fn largest_magnitude(row: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = row.chunks_exact(8);
+    for chunk in &mut chunks {
+        for (lane, &value) in lanes.iter_mut().zip(chunk) {
+            let magnitude = value.abs();
+            *lane = if magnitude > *lane { magnitude } else { *lane };
+        }
+    }
+    let tail = chunks.remainder().iter().map(|v| v.abs());
+    lanes.into_iter().chain(tail).fold(0.0, f32::max)
+}
+
+/// `q` clamped to [-127, 127] and rounded half to even: adding and taking away 1.5 * 2^23
+/// leaves no fraction bits, so the hardware's round-to-nearest-even does the rounding.
+fn round_code(q: f32) -> i8 {
+    const SHIFT: f32 = 12_582_912.0;
+    let q = q.clamp(-127.0, 127.0);
+    ((q + SHIFT) - SHIFT) as i8
+}
+
+/// `y[r][o] = sums[r][o] * row_scales[r] * scales[o] + bias[o]`.
+fn scale_back(
+    sums: &[i32],
+    row_scales: &[f32],
+    scales: &[f32],
+    bias: Option<&[f32]>,
+    y: &mut [f32],
+) {
+    let width = scales.len();
+    if width == 0 {
+        return;
+    }
+    let rows = sums.chunks_exact(width).zip(y.chunks_exact_mut(width));
+    for ((row_sums, row_y), &row_scale) in rows.zip(row_scales) {
+        for ((value, &sum), &scale) in row_y.iter_mut().zip(row_sums).zip(scales) {
+            *value = sum as f32 * row_scale * scale;
+        }
+        if let Some(bias) = bias {
+            for (value, &b) in row_y.iter_mut().zip(bias) {
+                *value += b;
+            }
+        }
     }
 }
 
@@ -488,5 +617,76 @@ mod tests {
             Err(Error::Quantise(message)) => assert!(!message.is_empty(), "no message"),
             other => panic!("expected libtorch's error, got {other:?}"),
         }
+    }
+
+    /// The same product as libtorch's own operators compute it (per-row scales, codes
+    /// rounded half to even, exact int32 sums), for a layer with a bias and without, for
+    /// inputs of any leading shape, and close to the float32 layer.
+    #[test]
+    fn int8_rows_compute_what_libtorch_operators_compute() {
+        let weight = gaussian(&[48, 384], 21) * 0.05;
+        let bias = gaussian(&[48], 22);
+        let x = gaussian(&[2, 3, 384], 23) * 3.0;
+        for bias in [Some(bias), None] {
+            let layer = Rows::new(&weight, bias.as_ref().map(Tensor::shallow_clone)).unwrap();
+            let got = layer.forward(&x).unwrap();
+            assert_eq!(got.size(), [2, 3, 48]);
+            let (codes, scales) = Rows::quantise(&weight).unwrap();
+            let rows = x.reshape([-1, 384]);
+            let row_scales = rows.abs().amax([1i64].as_slice(), true) / 127.0;
+            let row_codes = (&rows / &row_scales).round().to_kind(Kind::Int8);
+            let mut want =
+                row_codes.internal_int_mm(&codes.tr()).to_kind(Kind::Float) * &row_scales * &scales;
+            if let Some(bias) = &bias {
+                want += bias;
+            }
+            let want = want.reshape([2, 3, 48]);
+            let gap = (&got - &want).abs().max().double_value(&[]);
+            assert!(gap < 1e-4, "largest difference {gap}");
+            let dense = x.linear(&weight, bias.as_ref());
+            assert!(cosine(&got, &dense) > 0.999);
+        }
+    }
+
+    /// A row's result is the same bits alone or among other rows of any size.
+    #[test]
+    fn an_int8_row_does_not_depend_on_its_batch() {
+        let layer =
+            Rows::new(&(gaussian(&[64, 256], 31) * 0.1), Some(gaussian(&[64], 32))).unwrap();
+        let batch = gaussian(&[5, 256], 33);
+        let loud = batch.narrow(0, 1, 1) * 100.0;
+        let mixed = Tensor::cat(&[batch.narrow(0, 0, 1), loud, batch.narrow(0, 2, 3)], 0);
+        let alone = layer.forward(&batch.narrow(0, 0, 1)).unwrap();
+        for together in [
+            layer.forward(&batch).unwrap(),
+            layer.forward(&mixed).unwrap(),
+        ] {
+            assert!(together.narrow(0, 0, 1).equal(&alone));
+        }
+    }
+
+    /// Codes round half to even, as libtorch's `round`, and never leave [-127, 127].
+    #[test]
+    fn codes_round_half_to_even_within_range() {
+        let cases = [
+            (0.5, 0),
+            (1.5, 2),
+            (2.5, 2),
+            (-0.5, 0),
+            (-1.5, -2),
+            (126.5, 126),
+            (127.4, 127),
+            (300.0, 127),
+            (-300.0, -127),
+            (3.49, 3),
+        ];
+        for (q, code) in cases {
+            assert_eq!(round_code(q), code, "{q}");
+        }
+        let mut codes = [0i8; 4];
+        let mut scales = [0f32; 1];
+        quantise_rows(&[0.0, -2.0, 1.0, 0.5], &mut codes, &mut scales);
+        assert_eq!(codes, [0, -127, 64, 32]);
+        assert_eq!(scales, [2.0 / 127.0]);
     }
 }

@@ -407,12 +407,13 @@ fn largest_magnitude(row: &[f32]) -> f32 {
     lanes.into_iter().chain(tail).fold(0.0, f32::max)
 }
 
-/// `q` clamped to [-127, 127] and rounded half to even: adding and taking away 1.5 * 2^23
-/// leaves no fraction bits, so the hardware's round-to-nearest-even does the rounding.
+/// `q` clamped to [-127, 127] and rounded half to even: adding 1.5 * 2^23 leaves no fraction
+/// bits, so the hardware's round-to-nearest-even does the rounding, and the sum's low mantissa
+/// bits are then the code (integer operations only, so the loop vectorises).
 fn round_code(q: f32) -> i8 {
     const SHIFT: f32 = 12_582_912.0;
-    let q = q.clamp(-127.0, 127.0);
-    ((q + SHIFT) - SHIFT) as i8
+    let q = q.max(-127.0).min(127.0);
+    ((q + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32) as i8
 }
 
 /// `y[r][o] = sums[r][o] * row_scales[r] * scales[o] + bias[o]`.

@@ -26,6 +26,7 @@
 //! (`${ENGRAM_CACHE:-~/.cache/engram}/env`). A binary that must see CUDA repeats this crate's
 //! link arguments in its own `build.rs` (see `build.rs` here).
 
+mod allocator;
 mod bert;
 mod config;
 pub mod constrain;
@@ -44,6 +45,7 @@ pub mod sample;
 mod supervise;
 mod tokenize;
 
+pub use allocator::tune_allocator;
 pub use config::{
     DeviceChoice, EncoderConfig, ModelKind, OTHER_TOPICS, SAME_TOPIC, TextRole, default_model_dir,
 };

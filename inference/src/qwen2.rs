@@ -28,7 +28,6 @@ use crate::linear::{Linear, Precision};
 mod build;
 mod embedding;
 mod random;
-mod release;
 mod rotate;
 mod source;
 

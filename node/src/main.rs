@@ -195,6 +195,9 @@ struct ConfigArg {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts: glibc's allocator, which serves libtorch's tensors, maps large
+    // blocks whole and keeps fewer heaps (docs/decisions/0023).
+    engram_inference::tune_allocator();
     // Every file and directory the node creates (the data directory, the store and its WAL,
     // backups) is its owner's only, whatever umask it was started with.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));

@@ -96,6 +96,12 @@ impl Decoder {
             }
             if !running.is_empty() {
                 running = self.paced(|decoder| decoder.step(running));
+                if running.is_empty() {
+                    // The batch's KV caches and activations are freed: their holes in glibc's
+                    // heaps go back to the system before decoding waits (a few milliseconds
+                    // once a batch).
+                    crate::allocator::release_free_memory();
+                }
             }
             self.shared
                 .counters

@@ -131,7 +131,7 @@ pub(super) fn build(
         .multiply_scalar(-c.rope_theta.ln())
         .exp();
     let norm = load("output_norm.weight", &[c.width])?;
-    super::release::release_free_memory();
+    crate::allocator::release_free_memory();
     Ok(Qwen2 {
         tokens,
         layers,

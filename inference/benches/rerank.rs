@@ -1,6 +1,6 @@
 //! Reranker cost bench (a program that prints a markdown table, not a CI gate): the time to
 //! score one question against 10, 30 and 50 candidate passages, as the retrieval program's
-//! `--rerank N` does, for float32, float16 and int8 linear layers taking turns in the same
+//! `--rerank N` does, for float32, float16, int8 and int8-rows linear layers taking turns in the same
 //! rounds (medians), and how far the packed precisions' scores are from float32's.
 //! Questions and passages are conversation turns of `locomo-dev.json` in the evaluation data
 //! directory (`ENGRAM_EVAL_DATA`, default `../shared/data` beside the repository, where the
@@ -31,6 +31,7 @@ fn main() -> Result<()> {
         ("float32", Precision::Float32),
         ("float16", Precision::Float16),
         ("int8", Precision::Int8),
+        ("int8-rows", Precision::Int8Rows),
     ] {
         let config = RerankerConfig {
             device: DeviceChoice::Cpu,

@@ -188,9 +188,9 @@ struct Args {
     /// How many of the first hybrid candidates the cross-encoder scores.
     #[arg(long, default_value_t = RerankSettings::default().candidates)]
     rerank_candidates: usize,
-    /// The cross-encoder's linear layers in int8 (CPU).
-    #[arg(long)]
-    rerank_int8: bool,
+    /// The cross-encoder's precision (CPU; default the reranker's own).
+    #[arg(long, value_enum)]
+    rerank_precision: Option<PrecisionArg>,
     /// Facts distilled from the turns (the `facts` program's output; repeatable), each indexed
     /// beside the turns as a passage of its own that counts as its source turn.
     #[arg(long)]
@@ -333,11 +333,9 @@ fn main() -> Result<()> {
         .context("starting the runtime")?;
     let reranker = if args.rerank {
         let config = RerankerConfig {
-            precision: if args.rerank_int8 {
-                Precision::Int8
-            } else {
-                Precision::Float32
-            },
+            precision: args
+                .rerank_precision
+                .map_or(RerankerConfig::default().precision, Precision::from),
             ..RerankerConfig::default()
         };
         let settings = RerankSettings {

@@ -59,7 +59,7 @@ impl Default for RerankerConfig {
         RerankerConfig {
             model_dir: default_model_dir(),
             device: DeviceChoice::default(),
-            precision: Precision::Float32,
+            precision: Precision::Int8Rows,
             max_tokens: 256,
             max_batch_tokens: 8 * 1024,
         }

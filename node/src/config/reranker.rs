@@ -29,7 +29,8 @@ pub struct RerankerSection {
     /// Where the model runs: `"auto"` (one worker on each CUDA device, else the CPU),
     /// `"cpu"` or `{ cuda = N }`.
     pub device: DeviceChoice,
-    /// Its linear layers on the CPU: `"float32"`, `"float16"` or `"int8"`.
+    /// Its linear layers on the CPU: `"int8-rows"` (the default), `"float32"`, `"float16"` or
+    /// `"int8"`.
     pub precision: Precision,
 }
 

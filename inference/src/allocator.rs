@@ -13,8 +13,13 @@
 /// 128 KiB and rises with each freed mapped block).
 pub const MMAP_THRESHOLD: i32 = 4 << 20;
 
-/// Free memory at the top of a heap beyond this many bytes is returned at once.
-pub const TRIM_THRESHOLD: i32 = 128 << 10;
+/// Free memory at the top of a heap beyond this many bytes is returned at once. Not glibc's
+/// 128 KiB: a question's forward pass frees and takes back tensors of tens of kilobytes
+/// operator after operator, and a heap trimmed past 128 KiB gave them back to the system and
+/// faulted them in again each time, a third more time for a lone question (M4 under
+/// `GLIBC_TUNABLES`: 7.0 against 9.3-10.9 ms). What stays over it is returned by
+/// [`release_free_memory`].
+pub const TRIM_THRESHOLD: i32 = 32 << 20;
 
 /// glibc's heaps at most (its default: eight per core).
 pub const ARENA_MAX: i32 = 2;

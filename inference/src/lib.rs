@@ -33,6 +33,7 @@ pub mod constrain;
 pub mod distil;
 mod encoder;
 mod error;
+mod foreground;
 pub mod generate;
 pub mod gguf;
 mod linear;

@@ -318,8 +318,8 @@ impl Qwen2 {
 
 impl Qwen2 {
     /// On the CPU, waits between layers while a question's embedding runs
-    /// ([`crate::foreground`]): decoding streams every weight through memory, which slows
-    /// the question's pass beside it.
+    /// ([`crate::foreground`]): decoding streams every weight through memory and would halve
+    /// the question's speed beside it.
     fn yield_to_questions(&self) {
         if self.device == Device::Cpu {
             crate::foreground::yield_to_foreground();

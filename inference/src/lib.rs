@@ -33,7 +33,6 @@ pub mod constrain;
 pub mod distil;
 mod encoder;
 mod error;
-mod foreground;
 pub mod generate;
 pub mod gguf;
 mod linear;

@@ -193,7 +193,6 @@ impl Qwen2 {
         let mut x = self.tokens.lookup(tokens).view([batch, new, c.width]);
         let fresh = cache.layers.is_empty();
         for (i, layer) in self.layers.iter().enumerate() {
-            self.yield_to_questions();
             let (q, k, v) = self.qkv(layer, &x);
             let (q, k) = (rope(&q), rope(&k));
             let (k, v) = if fresh {
@@ -290,7 +289,6 @@ impl Qwen2 {
         let ids = Tensor::from_slice(tokens).to_device(self.device);
         let mut x = self.tokens.lookup(&ids).view([batch, 1, c.width]);
         for (i, layer) in self.layers.iter().enumerate() {
-            self.yield_to_questions();
             let (q, k, v) = self.qkv(layer, &x);
             let (q, k) = (rope(&q), rope(&k));
             let mut outs = Vec::with_capacity(caches.len());
@@ -313,17 +311,6 @@ impl Qwen2 {
         }
         self.output
             .apply(&rms_norm(&x, &self.norm, c.eps).select(1, 0))
-    }
-}
-
-impl Qwen2 {
-    /// On the CPU, waits between layers while a question's embedding runs
-    /// ([`crate::foreground`]): decoding streams every weight through memory and would halve
-    /// the question's speed beside it.
-    fn yield_to_questions(&self) {
-        if self.device == Device::Cpu {
-            crate::foreground::yield_to_foreground();
-        }
     }
 }
 

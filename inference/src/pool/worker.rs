@@ -183,20 +183,12 @@ impl WorkerState {
         let cancel = self.cancel.clone();
         // Only a worker that may rest reads the machine's and its threads' CPU times.
         let measure = self.busy_share_percent.is_some();
-        // A pass with someone waiting for it, on the CPU, has background decoding wait
-        // ([`crate::foreground`]).
-        let foreground = encoder.on_cpu()
-            && requests
-                .iter()
-                .any(|r| r.priority == crate::pool::Priority::Interactive);
         let started = Instant::now();
         let joined = self
             .lane
             .run(move || -> Outcome {
                 let before = measure.then(Load::now).flatten();
-                let pass = foreground.then(crate::foreground::Foreground::begin);
                 let result = embed_all(&encoder, &inputs, cancel.as_deref());
-                drop(pass);
                 let load = before
                     .zip(Load::now())
                     .map(|(before, after)| after.since(before));

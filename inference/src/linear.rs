@@ -130,7 +130,9 @@ impl Linear {
         let fp16 = match packing {
             Packing::Float32 => return Ok(Linear::Dense { weight, bias }),
             _ if device != Device::Cpu => return Ok(Linear::Dense { weight, bias }),
-            Packing::Int8Rows => return Ok(Linear::Rows(Arc::new(Rows::new(&weight, bias)?))),
+            Packing::Int8Rows => {
+                return Ok(Linear::Rows(Arc::new(Rows::new(&weight, bias.as_ref())?)));
+            }
             Packing::Int8 => false,
             Packing::Float16 => true,
         };
@@ -241,7 +243,7 @@ unsafe impl Sync for Rows {}
 
 impl Rows {
     /// The codes and scales of `weight` `[out, in]`.
-    pub(crate) fn new(weight: &Tensor, bias: Option<Tensor>) -> Result<Rows> {
+    pub(crate) fn new(weight: &Tensor, bias: Option<&Tensor>) -> Result<Rows> {
         let (codes, scales) = Rows::quantise(weight)?;
         Rows::from_codes(&codes, &scales, bias)
     }
@@ -270,7 +272,7 @@ impl Rows {
     pub(crate) fn from_codes(
         codes: &Tensor,
         scales: &Tensor,
-        bias: Option<Tensor>,
+        bias: Option<&Tensor>,
     ) -> Result<Rows> {
         let floats = |t: &Tensor| -> Result<Vec<f32>> {
             Ok(Vec::<f32>::try_from(
@@ -279,7 +281,7 @@ impl Rows {
         };
         let (out, _) = codes.size2()?;
         let scales = floats(scales)?;
-        let bias = bias.as_ref().map(floats).transpose()?;
+        let bias = bias.map(floats).transpose()?;
         let lengths = [Some(scales.len()), bias.as_ref().map(Vec::len)];
         if let Some(len) = lengths.into_iter().flatten().find(|&len| len as i64 != out) {
             return Err(Error::Quantise(format!(
@@ -312,21 +314,21 @@ impl Rows {
             .f_to_kind(Kind::Float)?
             .f_contiguous()?;
         let count = rows.size()[0];
-        let codes = Tensor::f_empty([count, input], (Kind::Int8, Device::Cpu))?;
+        let mut codes = Tensor::f_empty([count, input], (Kind::Int8, Device::Cpu))?;
         let mut row_scales = vec![0f32; usize::try_from(count).unwrap_or(0)];
         {
             let values = cpu_slice::<f32>(&rows, Kind::Float)?;
-            let codes = cpu_slice_mut::<i8>(&codes, Kind::Int8)?;
+            let codes = cpu_slice_mut::<i8>(&mut codes, Kind::Int8)?;
             quantise_rows(values, codes, &mut row_scales);
         }
         let sums = codes.f_internal_int_mm(&self.codes)?.f_contiguous()?;
-        let y = Tensor::f_empty([count, out], (Kind::Float, Device::Cpu))?;
+        let mut y = Tensor::f_empty([count, out], (Kind::Float, Device::Cpu))?;
         scale_back(
             cpu_slice::<i32>(&sums, Kind::Int)?,
             &row_scales,
             &self.scales,
             self.bias.as_deref(),
-            cpu_slice_mut::<f32>(&y, Kind::Float)?,
+            cpu_slice_mut::<f32>(&mut y, Kind::Float)?,
         );
         if let Some(last) = shape.last_mut() {
             *last = out;
@@ -351,7 +353,7 @@ fn cpu_slice<T>(tensor: &Tensor, kind: Kind) -> Result<&[T]> {
 
 /// The elements of `tensor`, a contiguous CPU tensor of `kind` holding `T`s that the caller
 /// made and that nothing else refers to, to be written.
-fn cpu_slice_mut<T>(tensor: &Tensor, kind: Kind) -> Result<&mut [T]> {
+fn cpu_slice_mut<T>(tensor: &mut Tensor, kind: Kind) -> Result<&mut [T]> {
     check_plain(tensor, kind)?;
     let len = tensor.numel();
     if len == 0 {
@@ -412,7 +414,7 @@ fn largest_magnitude(row: &[f32]) -> f32 {
 /// bits are then the code (integer operations only, so the loop vectorises).
 fn round_code(q: f32) -> i8 {
     const SHIFT: f32 = 12_582_912.0;
-    let q = q.max(-127.0).min(127.0);
+    let q = q.clamp(-127.0, 127.0);
     ((q + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32) as i8
 }
 
@@ -629,7 +631,7 @@ mod tests {
         let bias = gaussian(&[48], 22);
         let x = gaussian(&[2, 3, 384], 23) * 3.0;
         for bias in [Some(bias), None] {
-            let layer = Rows::new(&weight, bias.as_ref().map(Tensor::shallow_clone)).unwrap();
+            let layer = Rows::new(&weight, bias.as_ref()).unwrap();
             let got = layer.forward(&x).unwrap();
             assert_eq!(got.size(), [2, 3, 48]);
             let (codes, scales) = Rows::quantise(&weight).unwrap();
@@ -652,8 +654,11 @@ mod tests {
     /// A row's result is the same bits alone or among other rows of any size.
     #[test]
     fn an_int8_row_does_not_depend_on_its_batch() {
-        let layer =
-            Rows::new(&(gaussian(&[64, 256], 31) * 0.1), Some(gaussian(&[64], 32))).unwrap();
+        let layer = Rows::new(
+            &(gaussian(&[64, 256], 31) * 0.1),
+            Some(&gaussian(&[64], 32)),
+        )
+        .unwrap();
         let batch = gaussian(&[5, 256], 33);
         let loud = batch.narrow(0, 1, 1) * 100.0;
         let mixed = Tensor::cat(&[batch.narrow(0, 0, 1), loud, batch.narrow(0, 2, 3)], 0);

@@ -268,7 +268,8 @@ impl Rows {
     }
 
     /// The layer of `codes` `[out, in]` (contiguous int8) and `scales` `[out]`, as
-    /// [`Rows::quantise`] makes them; it shares their memory (no copy).
+    /// [`Rows::quantise`] makes them; it shares the codes' memory (no copy) and copies the
+    /// scales.
     pub(crate) fn from_codes(
         codes: &Tensor,
         scales: &Tensor,

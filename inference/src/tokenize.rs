@@ -6,17 +6,104 @@
 //! replaced (all-MiniLM-L6-v2's file says 128 tokens padded to 128, while sentence-transformers
 //! runs it at 256 unpadded). Nothing here reads or writes anything but the given file.
 
-use std::path::Path;
+mod pieces;
+#[cfg(test)]
+mod tests;
 
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
 use tch::{Device, Kind, Tensor};
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::{
+    DecoderWrapper, EncodeInput, Encoding, NormalizerWrapper, PostProcessorWrapper,
+    PreTokenizerWrapper, Tokenizer, TokenizerImpl, TruncationDirection, TruncationParams,
+    TruncationStrategy,
+};
 
 use crate::error::{Error, Result};
+use pieces::Pieces;
 
-/// A `tokenizer.json` set up for one model: its maximum length and padding id.
+/// A tokenizer whose Unigram model is [`Pieces`] instead of the crate's.
+type PiecesTokenizer = TokenizerImpl<
+    Pieces,
+    NormalizerWrapper,
+    PreTokenizerWrapper,
+    PostProcessorWrapper,
+    DecoderWrapper,
+>;
+
+/// A `tokenizer.json`'s tokenizer: a Unigram model held as sorted [`Pieces`], any other as
+/// the crate reads it.
+enum Inner {
+    Pieces(Box<PiecesTokenizer>),
+    Crate(Box<Tokenizer>),
+}
+
+/// Calls `$body` with `$t` bound to whichever tokenizer `$inner` holds.
+macro_rules! with_inner {
+    ($inner:expr, $t:ident => $body:expr) => {
+        match $inner {
+            Inner::Pieces($t) => $body,
+            Inner::Crate($t) => $body,
+        }
+    };
+}
+
+impl Inner {
+    /// Reads `bytes`, a `tokenizer.json`.
+    fn read(bytes: &[u8]) -> tokenizers::Result<Inner> {
+        /// Just the model's type.
+        #[derive(Deserialize)]
+        struct Kind {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct File {
+            model: Kind,
+        }
+        let file: File = serde_json::from_slice(bytes)?;
+        if file.model.kind.as_deref() == Some("Unigram") {
+            Ok(Inner::Pieces(Box::new(serde_json::from_slice(bytes)?)))
+        } else {
+            Tokenizer::from_bytes(bytes).map(|t| Inner::Crate(Box::new(t)))
+        }
+    }
+
+    fn set_up(&mut self, truncation: TruncationParams) -> tokenizers::Result<()> {
+        with_inner!(self, t => {
+            t.with_truncation(Some(truncation))?;
+            t.with_padding(None);
+        });
+        Ok(())
+    }
+
+    fn encode_batch<'s, E>(&self, inputs: Vec<E>) -> tokenizers::Result<Vec<Encoding>>
+    where
+        E: Into<EncodeInput<'s>> + Send,
+    {
+        with_inner!(self, t => t.encode_batch(inputs, true))
+    }
+
+    fn token_to_id(&self, token: &str) -> Option<u32> {
+        with_inner!(self, t => t.token_to_id(token))
+    }
+
+    fn id_to_token(&self, id: u32) -> Option<String> {
+        with_inner!(self, t => t.id_to_token(id))
+    }
+
+    fn vocab_size(&self) -> usize {
+        with_inner!(self, t => t.get_vocab_size(true))
+    }
+}
+
+/// A `tokenizer.json` set up for one model: its maximum length and padding id. Clones share
+/// one tokenizer (the workers of a pool read the same one).
 #[derive(Clone)]
 pub(crate) struct TextTokenizer {
-    inner: Tokenizer,
+    inner: Arc<Inner>,
     max_len: usize,
     pad_id: u32,
 }
@@ -30,28 +117,32 @@ impl TextTokenizer {
                 path: path.to_path_buf(),
             });
         }
-        let mut inner = Tokenizer::from_file(path).map_err(|source| Error::Tokenizer {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut inner = Inner::read(&bytes).map_err(|source| Error::Tokenizer {
             action: "loading tokenizer.json",
             source,
         })?;
+        drop(bytes);
         inner
-            .with_truncation(Some(TruncationParams {
+            .set_up(TruncationParams {
                 direction: TruncationDirection::Right,
                 max_length: max_len,
                 strategy: TruncationStrategy::LongestFirst,
                 stride: 0,
-            }))
+            })
             .map_err(|source| Error::Tokenizer {
                 action: "setting truncation",
                 source,
             })?;
-        inner.with_padding(None);
         let pad_id = inner.token_to_id(pad_token).ok_or_else(|| Error::Format {
             path: path.to_path_buf(),
             reason: format!("no padding token {pad_token:?} in the vocabulary"),
         })?;
         Ok(TextTokenizer {
-            inner,
+            inner: Arc::new(inner),
             max_len,
             pad_id,
         })
@@ -84,7 +175,7 @@ impl TextTokenizer {
 
     /// The vocabulary size, added tokens included.
     pub(crate) fn vocab_size(&self) -> usize {
-        self.inner.get_vocab_size(true)
+        self.inner.vocab_size()
     }
 
     /// The token a vocabulary id stands for.
@@ -104,13 +195,13 @@ impl TextTokenizer {
             .iter()
             .map(|second| (first.to_owned(), (*second).to_owned()))
             .collect();
-        let encodings =
-            self.inner
-                .encode_batch(inputs, true)
-                .map_err(|source| Error::Tokenizer {
-                    action: "encoding text pairs",
-                    source,
-                })?;
+        let encodings = self
+            .inner
+            .encode_batch(inputs)
+            .map_err(|source| Error::Tokenizer {
+                action: "encoding text pairs",
+                source,
+            })?;
         Ok(encodings
             .into_iter()
             .map(|encoding| {
@@ -129,13 +220,13 @@ impl TextTokenizer {
             .iter()
             .map(|text| format!("{prefix}{}", text.as_ref()))
             .collect();
-        let encodings =
-            self.inner
-                .encode_batch(inputs, true)
-                .map_err(|source| Error::Tokenizer {
-                    action: "encoding texts",
-                    source,
-                })?;
+        let encodings = self
+            .inner
+            .encode_batch(inputs)
+            .map_err(|source| Error::Tokenizer {
+                action: "encoding texts",
+                source,
+            })?;
         Ok(encodings
             .into_iter()
             .map(|encoding| encoding.get_ids().to_vec())

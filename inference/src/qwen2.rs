@@ -10,8 +10,9 @@
 //! half-precision floats; in [`Precision::Float16`] all of them as half-precision floats. In
 //! [`Precision::Int8Rows`] every linear layer keeps int8 codes with a scale per output channel,
 //! its inputs rotated (`rotate`) and quantised per row, and the token table is one int8 copy
-//! serving the lookup and the tied vocabulary projection (`embedding`): the 1.5B in about a
-//! quarter of its float32 size. The float32 forward pass matches Hugging Face's
+//! serving the lookup and the tied vocabulary projection (`embedding`; where the file holds
+//! the tied matrix twice, quantised two ways, the finer copy): the 1.5B in about a quarter of
+//! its float32 size. The float32 forward pass matches Hugging Face's
 //! `Qwen2ForCausalLM` on the same file (`inference/tests/qwen2.rs`); the others stay close.
 
 use std::path::Path;

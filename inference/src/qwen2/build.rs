@@ -58,12 +58,23 @@ pub(super) fn build(
     // `threads` at once.
     let (layers, (tokens, output)) = std::thread::scope(|scope| -> Result<_> {
         let table = scope.spawn(move || -> Result<(TokenTable, Linear)> {
-            let tokens =
-                TokenTable::build(source, "token_embd.weight", vocab_shape, precision, device)?;
+            // A file may hold a tied matrix twice, quantised two ways (Qwen2.5's GGUF files
+            // keep the token table in 4 or 5 bits and the projection in 6 or 8): in int8 rows
+            // one table, from the finer copy, serves both.
+            let one_table = match output_name {
+                Some(name) if rows => {
+                    same_matrix(source, "token_embd.weight", name, vocab_shape)?.then_some(name)
+                }
+                Some(_) | None => None,
+            };
+            let table_name = one_table.unwrap_or("token_embd.weight");
+            let tokens = TokenTable::build(source, table_name, vocab_shape, precision, device)?;
             let output = match output_name {
-                Some(name) => Linear::new(load(name, &vocab_shape)?, None, outlier, device)?,
+                Some(name) if one_table.is_none() => {
+                    Linear::new(load(name, &vocab_shape)?, None, outlier, device)?
+                }
                 // Tied embeddings: the projection reads the token table itself.
-                None => tokens.projection(outlier, device)?,
+                Some(_) | None => tokens.projection(outlier, device)?,
             };
             Ok((tokens, output))
         });
@@ -170,4 +181,27 @@ pub(super) fn gguf_config(gguf: &Gguf) -> Result<Qwen2Config> {
         rope_theta: gguf.require_f64("qwen2.rope.freq_base")?,
         context: int("qwen2.context_length")? as usize,
     })
+}
+
+/// Rows compared by [`same_matrix`], in four runs spread over the vocabulary.
+const SAMPLED_ROWS: i64 = 256;
+
+/// Whether `a` and `b` (both of `shape`) hold one matrix quantised two ways: every sampled
+/// row of one within cosine 0.95 of the other's. Two quantisations of Qwen2.5's tied token
+/// table agree to 0.996 or better in every row (4-bit against 6-bit, 5-bit against 8-bit);
+/// rows of two unrelated matrices are near orthogonal.
+fn same_matrix(source: &dyn Source, a: &str, b: &str, shape: [i64; 2]) -> Result<bool> {
+    let run = (SAMPLED_ROWS / 4).min(shape[0]);
+    for quarter in 0..4 {
+        let first = (shape[0] - run) * quarter / 3;
+        let (x, y) = (
+            source.rows(a, &shape, first, run)?,
+            source.rows(b, &shape, first, run)?,
+        );
+        let cosine = Tensor::cosine_similarity(&x, &y, 1, 1e-12);
+        if cosine.min().double_value(&[]) < 0.95 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

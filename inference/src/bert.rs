@@ -148,17 +148,29 @@ pub(crate) trait WeightSource {
 }
 
 /// The word embedding table: dense, or 4-bit rows dequantised when looked up (the table is
-/// most of a multilingual model: 250k rows take 384 MB as float32 and 108 MB as int8 codes).
+/// most of a multilingual model: 250k rows take 384 MB as float32 and 60 MB as 4-bit codes
+/// with their scales).
 pub(crate) enum WordEmbeddings {
     /// `[vocab, hidden]` float32.
     Dense(Tensor),
-    /// Q4_0 rows: `codes` `[vocab, hidden]` int8 holding `nibble - 8`, `scales`
-    /// `[vocab, hidden / 32]` float32; a weight is `code * scale` of its block of 32.
+    /// Q4_0 rows: `nibbles` `[vocab, hidden / 2]` uint8, each block of 32 weights in 16 bytes
+    /// (byte `j` holds weight `j` in its low nibble and weight `j + 16` in its high one, each
+    /// stored as `code + 8`), `scales` `[vocab, hidden / 32]` float32; a weight is
+    /// `code * scale` of its block.
     Q4 {
-        /// The 4-bit codes, already centred.
-        codes: Tensor,
+        /// Two 4-bit codes a byte, as the file packs them.
+        nibbles: Tensor,
         /// One scale per block of 32 weights.
         scales: Tensor,
+    },
+    /// 8-bit rows as an ONNX file quantises them: a weight is `(code - zero) * scale`.
+    Codes8 {
+        /// `[vocab, hidden]` int8 or uint8.
+        codes: Tensor,
+        /// One zero point for the table or one per column, float32.
+        zero: Tensor,
+        /// One scale for the table or one per column, float32.
+        scale: Tensor,
     },
 }
 
@@ -167,9 +179,14 @@ impl WordEmbeddings {
     fn share(&self) -> Self {
         match self {
             WordEmbeddings::Dense(table) => WordEmbeddings::Dense(table.shallow_clone()),
-            WordEmbeddings::Q4 { codes, scales } => WordEmbeddings::Q4 {
-                codes: codes.shallow_clone(),
+            WordEmbeddings::Q4 { nibbles, scales } => WordEmbeddings::Q4 {
+                nibbles: nibbles.shallow_clone(),
                 scales: scales.shallow_clone(),
+            },
+            WordEmbeddings::Codes8 { codes, zero, scale } => WordEmbeddings::Codes8 {
+                codes: codes.shallow_clone(),
+                zero: zero.shallow_clone(),
+                scale: scale.shallow_clone(),
             },
         }
     }
@@ -177,9 +194,14 @@ impl WordEmbeddings {
     fn to_device(&self, device: Device) -> Result<Self> {
         Ok(match self {
             WordEmbeddings::Dense(table) => WordEmbeddings::Dense(table.f_to_device(device)?),
-            WordEmbeddings::Q4 { codes, scales } => WordEmbeddings::Q4 {
-                codes: codes.f_to_device(device)?,
+            WordEmbeddings::Q4 { nibbles, scales } => WordEmbeddings::Q4 {
+                nibbles: nibbles.f_to_device(device)?,
                 scales: scales.f_to_device(device)?,
+            },
+            WordEmbeddings::Codes8 { codes, zero, scale } => WordEmbeddings::Codes8 {
+                codes: codes.f_to_device(device)?,
+                zero: zero.f_to_device(device)?,
+                scale: scale.f_to_device(device)?,
             },
         })
     }
@@ -190,14 +212,26 @@ impl WordEmbeddings {
         let flat = ids.f_flatten(0, -1)?;
         let rows = match self {
             WordEmbeddings::Dense(table) => table.f_index_select(0, &flat)?,
-            WordEmbeddings::Q4 { codes, scales } => {
+            WordEmbeddings::Q4 { nibbles, scales } => {
                 let blocks = scales.size()[1];
-                let codes = codes.f_index_select(0, &flat)?.f_to_kind(Kind::Float)?;
+                let packed =
+                    nibbles
+                        .f_index_select(0, &flat)?
+                        .f_view([-1, blocks, hidden / blocks / 2])?;
+                let low = packed.f_bitwise_and(0x0f)?;
+                let high = packed.f_bitwise_right_shift_tensor_scalar(4)?;
+                let codes = Tensor::f_cat(&[low, high], -1)?
+                    .f_to_kind(Kind::Float)?
+                    .f_sub_scalar(8.0)?;
                 let scales = scales.f_index_select(0, &flat)?.f_unsqueeze(-1)?;
-                codes
-                    .f_view([-1, blocks, hidden / blocks])?
-                    .f_mul(&scales)?
+                codes.f_mul(&scales)?
             }
+            // The same operations as the file's weights dequantised whole at load.
+            WordEmbeddings::Codes8 { codes, zero, scale } => codes
+                .f_index_select(0, &flat)?
+                .f_to_kind(Kind::Float)?
+                .f_sub(zero)?
+                .f_mul(scale)?,
         };
         Ok(rows.f_view([batch, len, hidden])?)
     }

@@ -137,40 +137,87 @@ impl OnnxWeights {
         let tensor = match self.initializers.remove(name) {
             Some(tensor) => self.to_float(&tensor)?,
             None => {
-                let codes = self.remove(&format!("{name}_quantized"))?;
-                let scale = self.remove(&format!("{name}_scale"))?;
-                let zero = self.remove(&format!("{name}_zero_point"))?;
-                // One scale and zero point per tensor, or one per column (the last axis, as
-                // `MatMulInteger` reads a weight's zero points), which broadcasting applies.
-                let columns = codes.dims.last().copied();
-                let per = |dims: &[i64]| {
-                    dims.is_empty() || (dims.len() == 1 && dims.last().copied() == columns)
-                };
-                if !per(&scale.dims) || !per(&zero.dims) {
-                    return Err(self.error(format!(
-                        "{name}'s scale {:?} and zero point {:?} are neither one per tensor nor \
-                         one per column of {:?}",
-                        scale.dims, zero.dims, codes.dims
-                    )));
-                }
-                if zero.data_type != codes.data_type {
-                    return Err(self.error(format!(
-                        "{name}'s zero point is of type {}, its codes of type {}",
-                        zero.data_type, codes.data_type
-                    )));
-                }
-                let scale = self.to_float(&scale)?;
-                let zero = self.to_float(&zero)?;
-                self.to_float(&codes)?.f_sub(&zero)?.f_mul(&scale)?
+                let (codes, zero, scale) = self.take_quantised(name)?;
+                codes.f_to_kind(Kind::Float)?.f_sub(&zero)?.f_mul(&scale)?
             }
         };
+        self.check_shape(name, &tensor, shape)?;
+        Ok(tensor)
+    }
+
+    /// The weight `name` of shape `shape` as [`Table8::Quantised`] where it is stored
+    /// quantised (its 8-bit codes kept as they are: a quarter of float32's memory, the same
+    /// values when dequantised), else as float32.
+    pub(crate) fn take_table(&mut self, name: &str, shape: &[i64]) -> Result<Table8> {
+        if self.initializers.contains_key(name) {
+            return Ok(Table8::Float(self.take(name, shape)?));
+        }
+        let (codes, zero, scale) = self.take_quantised(name)?;
+        self.check_shape(name, &codes, shape)?;
+        Ok(Table8::Quantised { codes, zero, scale })
+    }
+
+    fn check_shape(&self, name: &str, tensor: &Tensor, shape: &[i64]) -> Result<()> {
         if tensor.size() != shape {
             return Err(self.error(format!(
                 "tensor {name:?} has shape {:?}, expected {shape:?}",
                 tensor.size()
             )));
         }
-        Ok(tensor)
+        Ok(())
+    }
+
+    /// The codes (int8 or uint8, as stored), zero point and scale (float32, one per tensor
+    /// or per column) of the quantised weight `name`.
+    fn take_quantised(&mut self, name: &str) -> Result<(Tensor, Tensor, Tensor)> {
+        let codes = self.remove(&format!("{name}_quantized"))?;
+        let scale = self.remove(&format!("{name}_scale"))?;
+        let zero = self.remove(&format!("{name}_zero_point"))?;
+        // One scale and zero point per tensor, or one per column (the last axis, as
+        // `MatMulInteger` reads a weight's zero points), which broadcasting applies.
+        let columns = codes.dims.last().copied();
+        let per =
+            |dims: &[i64]| dims.is_empty() || (dims.len() == 1 && dims.last().copied() == columns);
+        if !per(&scale.dims) || !per(&zero.dims) {
+            return Err(self.error(format!(
+                "{name}'s scale {:?} and zero point {:?} are neither one per tensor nor \
+                 one per column of {:?}",
+                scale.dims, zero.dims, codes.dims
+            )));
+        }
+        if zero.data_type != codes.data_type {
+            return Err(self.error(format!(
+                "{name}'s zero point is of type {}, its codes of type {}",
+                zero.data_type, codes.data_type
+            )));
+        }
+        let scale = self.to_float(&scale)?;
+        let zero = self.to_float(&zero)?;
+        Ok((self.to_codes(&codes)?, zero, scale))
+    }
+
+    /// The 8-bit codes of `tensor` as a tensor of their own type (int8 or uint8).
+    fn to_codes(&self, tensor: &TensorProto) -> Result<Tensor> {
+        let raw = &tensor.raw_data;
+        let codes = match tensor.data_type {
+            UINT8 if !raw.is_empty() => Tensor::f_from_slice(raw.as_slice())?,
+            INT8 if !raw.is_empty() => {
+                let signed: Vec<i8> = raw.iter().map(|&v| i8::from_le_bytes([v])).collect();
+                Tensor::f_from_slice(&signed)?
+            }
+            // Codes kept one a value in `int32_data`, or of another type: as float32 values.
+            _ => return self.to_float(tensor),
+        };
+        let count: i64 = tensor.dims.iter().product();
+        if codes.numel() as i64 != count {
+            return Err(self.error(format!(
+                "tensor {:?} holds {} values, its dims {:?} need {count}",
+                tensor.name,
+                codes.numel(),
+                tensor.dims
+            )));
+        }
+        Ok(codes.f_view(tensor.dims.as_slice())?)
     }
 
     fn remove(&mut self, name: &str) -> Result<TensorProto> {
@@ -217,6 +264,22 @@ impl OnnxWeights {
         debug_assert_eq!(tensor.kind(), Kind::Float);
         Ok(tensor)
     }
+}
+
+/// A table read from an ONNX file: float32, or the 8-bit codes with the zero point and scale
+/// that dequantise them (`(code - zero) * scale`).
+pub(crate) enum Table8 {
+    /// As stored, float32.
+    Float(Tensor),
+    /// Stored quantised.
+    Quantised {
+        /// int8 or uint8 codes.
+        codes: Tensor,
+        /// One zero point per tensor or per column, float32.
+        zero: Tensor,
+        /// One scale per tensor or per column, float32.
+        scale: Tensor,
+    },
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //!   Matrices are row-major `[out, in]`, blocks running along `in`.
 //!
 //! Matmul weights are dequantised to float32 at load; the word table keeps its 4-bit codes as
-//! int8 and is dequantised row by row on lookup (the same numbers, a quarter of the memory).
+//! the file packs them, two a byte, and is dequantised row by row on lookup (the same numbers,
+//! an eighth of float32's memory).
 //! Quirks of the format: position ids start at 0 (the file holds XLM-R's table from its padding
 //! offset on: 512 rows, not 514); the vocabulary has 250002 pieces while the word table has
 //! 250037 rows; and the reference engine also rounds activations to int8 blocks before each
@@ -212,9 +213,9 @@ impl WeightSource for E5s1<'_> {
                 Tensor::f_from_slice(&values)?.f_view([vocab, hidden])?,
             ));
         }
-        let (codes, scales) = q4_codes(data);
+        let (nibbles, scales) = q4_nibbles(data);
         Ok(WordEmbeddings::Q4 {
-            codes: Tensor::f_from_slice(&codes)?.f_view([vocab, hidden])?,
+            nibbles: Tensor::f_from_slice(&nibbles)?.f_view([vocab, hidden / 2])?,
             scales: Tensor::f_from_slice(&scales)?.f_view([vocab, hidden / BLOCK as i64])?,
         })
     }
@@ -259,6 +260,19 @@ pub(crate) fn dequantize_q4(data: &[u8]) -> Vec<f32> {
         .zip(scales)
         .flat_map(|(block, scale)| block.iter().map(move |&code| f32::from(code) * scale))
         .collect()
+}
+
+/// Splits Q4_0 blocks into their 16 bytes of nibbles (as the file packs them) and one float32
+/// scale per block.
+pub(crate) fn q4_nibbles(data: &[u8]) -> (Vec<u8>, Vec<f32>) {
+    let blocks = data.len() / BLOCK_BYTES;
+    let mut nibbles = Vec::with_capacity(blocks * BLOCK / 2);
+    let mut scales = Vec::with_capacity(blocks);
+    for block in data.chunks_exact(BLOCK_BYTES) {
+        scales.push(f16::from_le_bytes([block[0], block[1]]).to_f32());
+        nibbles.extend_from_slice(&block[2..]);
+    }
+    (nibbles, scales)
 }
 
 /// Splits Q4_0 blocks into centred int8 codes (`nibble - 8`) and one float32 scale per block.

@@ -7,7 +7,7 @@ use tch::Tensor;
 
 use super::{BertConfig, LayerParam, Param, WeightSource, WordEmbeddings, hf};
 use crate::error::Result;
-use crate::onnx::OnnxWeights;
+use crate::onnx::{OnnxWeights, Table8};
 
 /// An ONNX file as a [`WeightSource`]. `module` is the path of the BERT inside the exported
 /// model: `bert` for a classifier (`bert.embeddings...`, nodes `/bert/encoder/...`), empty
@@ -81,7 +81,16 @@ impl WeightSource for OnnxBert {
 
     fn word_embeddings(&mut self, config: &BertConfig) -> Result<WordEmbeddings> {
         let name = self.name("embeddings.word_embeddings.weight");
-        let table = self.weights.take(&name, &[config.vocab, config.hidden])?;
-        Ok(WordEmbeddings::Dense(table))
+        Ok(
+            match self
+                .weights
+                .take_table(&name, &[config.vocab, config.hidden])?
+            {
+                Table8::Float(table) => WordEmbeddings::Dense(table),
+                Table8::Quantised { codes, zero, scale } => {
+                    WordEmbeddings::Codes8 { codes, zero, scale }
+                }
+            },
+        )
     }
 }

@@ -252,10 +252,18 @@ fn forward_matches_the_bert_equations_with_and_without_padding() {
 
 #[test]
 fn a_q4_word_table_looks_up_as_its_dequantised_values() {
-    let codes: Vec<i8> = (0..3 * 64).map(|i| (i % 16) as i8 - 8).collect();
+    let codes: Vec<i8> = (0..3 * 64).map(|i| ((i * 7) % 16) as i8 - 8).collect();
+    // Each block of 32 codes packed as the file does: byte j holds code j (low nibble) and
+    // code j + 16 (high nibble), each plus 8.
+    let nibbles: Vec<u8> = codes
+        .chunks_exact(32)
+        .flat_map(|block| {
+            (0..16).map(move |j| (block[j] + 8) as u8 | ((block[j + 16] + 8) as u8) << 4)
+        })
+        .collect();
     let scales = [0.5_f32, -0.25, 2.0, 1.0, 0.125, 3.0];
     let q4 = WordEmbeddings::Q4 {
-        codes: Tensor::from_slice(&codes).view([3, 64]),
+        nibbles: Tensor::from_slice(&nibbles).view([3, 32]),
         scales: Tensor::from_slice(&scales).view([3, 2]),
     };
     let ids = Tensor::from_slice(&[2_i64, 0]).view([1, 2]);
@@ -271,4 +279,25 @@ fn a_q4_word_table_looks_up_as_its_dequantised_values() {
             );
         }
     }
+}
+
+#[test]
+fn an_8_bit_word_table_looks_up_as_its_dequantised_values() {
+    let codes: Vec<u8> = (0..3 * 4).map(|i| (i * 37 % 256) as u8).collect();
+    let zero = Tensor::from_slice(&[128.0_f32]);
+    let scale = Tensor::from_slice(&[0.01_f32, 0.02, 0.5, -1.0]);
+    let table = WordEmbeddings::Codes8 {
+        codes: Tensor::from_slice(&codes).view([3, 4]),
+        zero: zero.shallow_clone(),
+        scale: scale.shallow_clone(),
+    };
+    let ids = Tensor::from_slice(&[1_i64, 2, 0]).view([1, 3]);
+    let rows = table.lookup(&ids, 4).expect("lookup").view([3, 4]);
+    // What the load gave before: the whole table dequantised, then rows selected.
+    let whole = (Tensor::from_slice(&codes).view([3, 4]).to_kind(Kind::Float) - &zero) * &scale;
+    let expected = whole.index_select(0, &Tensor::from_slice(&[1_i64, 2, 0]));
+    assert_eq!(
+        Vec::<Vec<f32>>::try_from(&rows).expect("f32"),
+        Vec::<Vec<f32>>::try_from(&expected).expect("f32")
+    );
 }

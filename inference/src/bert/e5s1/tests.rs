@@ -7,7 +7,7 @@ use half::f16;
 use proptest::prelude::*;
 use tch::{Device, Tensor};
 
-use super::{BLOCK_BYTES, E5s1, dequantize_q4, q4_codes};
+use super::{BLOCK_BYTES, E5s1, dequantize_q4, q4_codes, q4_nibbles};
 use crate::bert::{Bert, BertConfig, LayerParam, Param, WeightSource, WordEmbeddings};
 use crate::error::Error;
 use crate::linear::Precision;
@@ -163,11 +163,13 @@ fn parse_reads_header_vocabulary_and_tensors() -> anyhow::Result<()> {
     assert_eq!(Vec::<f32>::try_from(&bias)?[1], 0.5 + 1e-3);
 
     match file.word_embeddings(&config)? {
-        WordEmbeddings::Q4 { codes, scales } => {
-            assert_eq!(codes.size(), [6, 32]);
+        WordEmbeddings::Q4 { nibbles, scales } => {
+            assert_eq!(nibbles.size(), [6, 16]);
             assert_eq!(scales.size(), [6, 1]);
         }
-        WordEmbeddings::Dense(_) => panic!("a Q4_0 word table must stay quantised"),
+        WordEmbeddings::Dense(_) | WordEmbeddings::Codes8 { .. } => {
+            panic!("a Q4_0 word table must stay in its 4-bit blocks")
+        }
     }
     let bert = Bert::load(config, &mut file, Device::Cpu, Precision::Float32)?;
     let ids = Tensor::from_slice(&[0_i64, 4, 2]).view([1, 3]);
@@ -186,6 +188,8 @@ fn q4_blocks_dequantise_low_nibbles_first() {
     assert!(values[16..].iter().all(|&v| v == 0.0));
     let (codes, scales) = q4_codes(&block);
     assert_eq!((codes[0], codes[16], scales[0]), (-8, 0, 0.5));
+    let (nibbles, scales) = q4_nibbles(&block);
+    assert_eq!((nibbles.len(), nibbles[0], scales[0]), (16, 0x80, 0.5));
 }
 
 #[test]

@@ -65,14 +65,20 @@ def free_port():
         return s.getsockname()[1]
 
 
-def status(pid):
-    """VmRSS and VmHWM in bytes."""
+def status_fields(pid):
+    """The memory fields of `/proc/<pid>/status` (VmRSS, VmHWM, RssAnon, RssFile...) in bytes."""
     fields = {}
     with open('/proc/%d/status' % pid) as f:
         for line in f:
             key, _, value = line.partition(':')
-            if key in ('VmRSS', 'VmHWM'):
+            if key.startswith('Vm') or key.startswith('Rss'):
                 fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
+def status(pid):
+    """VmRSS and VmHWM in bytes."""
+    fields = status_fields(pid)
     return fields.get('VmRSS', 0), fields.get('VmHWM', 0)
 
 
@@ -159,6 +165,15 @@ def largest_mappings(pid):
             elif parts[0] == 'Rss:':
                 out.append((int(parts[1]), name))
     return sorted(out, reverse=True)
+
+
+def resident_by_file(pid):
+    """(resident KiB, file) summed over each file's mappings, the largest first."""
+    totals = {}
+    for rss_kb, name in largest_mappings(pid):
+        if not name.startswith('['):
+            totals[name] = totals.get(name, 0) + rss_kb
+    return sorted(((v, k) for k, v in totals.items()), reverse=True)
 
 
 def metric(text, name):
@@ -324,9 +339,15 @@ def main():
         with open('/proc/%d/stat' % node.pid) as f:
             fields = f.read().rsplit(')', 1)[1].split()
         print('node CPU time: user %.0f s, system %.0f s' % (int(fields[11]) / ticks, int(fields[12]) / ticks))
+        fields = status_fields(node.pid)
+        print('of VmRSS: anonymous %.0f MB, files %.0f MB, shared memory %.0f MB'
+              % tuple(fields.get(k, 0) / 1e6 for k in ('RssAnon', 'RssFile', 'RssShmem')))
         if args.smaps:
             print('largest mappings (resident MB, name):')
             for rss_kb, name in largest_mappings(node.pid)[:args.smaps]:
+                print('  %8.1f  %s' % (rss_kb / 1024.0, name))
+            print('files by resident MB, all their mappings together:')
+            for rss_kb, name in resident_by_file(node.pid)[:args.smaps]:
                 print('  %8.1f  %s' % (rss_kb / 1024.0, name))
     finally:
         stop.set()

@@ -34,8 +34,9 @@ What it does:
    would be answered by the node's query cache). Mem0 and Engram's search get the same
    questions. A few questions outside the measured ones warm each system up first.
 4. Prints per level and endpoint p50/p99 and Engram / Mem0 ratios, the share of Engram's
-   answers ranked with their question's vector (the replies' `fallback` says why not), and
-   the resident memory (VmRSS now, VmHWM peak, from /proc) of the Engram node and of this
+   answers ranked with their question's vector (the replies' `fallback` says why not), the
+   tokens a second the node's distiller decoded in the background while Engram's questions
+   of the level ran (`engram_generation_tokens_total`), and the resident memory (VmRSS now, VmHWM peak, from /proc) of the Engram node and of this
    process, which holds Mem0 (its encoder, FAISS, its SQLite history).
 
 Both systems share the machine with this script's clients. It is a benchmark, not a test.
@@ -308,6 +309,16 @@ class Engram:
     def client(self):
         return Http(self.port, self.key)
 
+    def generated_tokens(self):
+        """The distiller's tokens so far (`engram_generation_tokens_total`), 0 without it."""
+        conn = http.client.HTTPConnection('127.0.0.1', self.port, timeout=30)
+        conn.request('GET', '/metrics')
+        total = 0.0
+        for line in conn.getresponse().read().decode().splitlines():
+            if line.startswith('engram_generation_tokens_total'):
+                total += float(line.rsplit(' ', 1)[1])
+        return total
+
     def pending(self):
         reply = Http(self.port, self.admin).call('GET', '/v1/cluster/pipeline')
         return reply.get('pending_entries', 0) if reply.get('enabled') else 0
@@ -523,9 +534,11 @@ def main():
             asked = rest[2 * n * per_level:(2 * n + 2) * per_level]
             searched, contexts = asked[:per_level], asked[per_level:]
             m, _ = closed_loop(searched, clients, mem0_search)
+            tokens, began = engram.generated_tokens(), time.perf_counter()
             s, _ = closed_loop(searched, clients, engram_search)
             c, _ = closed_loop(contexts, clients, engram_context)
-            rows.append((clients, m, s, c))
+            decoded = (engram.generated_tokens() - tokens) / (time.perf_counter() - began)
+            rows.append((clients, m, s, c, decoded))
 
         def stats(results):
             ms = sorted(r[0] for r in results)
@@ -541,17 +554,17 @@ def main():
 
         print('| clients | Mem0 search p50 / p99 | Engram search p50 / p99 | Engram / Mem0 (p50, p99) '
               '| Engram context p50 / p99 | context / Mem0 search (p50, p99) | ranked with vector: search, context '
-              '| without it (why) |')
-        print('|---:|---:|---:|---:|---:|---:|---:|---|')
-        for clients, m, s, c in rows:
+              '| without it (why) | distiller tokens/s during them |')
+        print('|---:|---:|---:|---:|---:|---:|---:|---|---:|')
+        for clients, m, s, c, decoded in rows:
             (m50, m99), (s50, s99), (c50, c99) = stats(m), stats(s), stats(c)
             sv, sr = with_vector(s, 'embedded')
             cv, cr = with_vector(c, 'query_embedded')
             why = {k: sr.get(k, 0) + cr.get(k, 0) for k in set(sr) | set(cr)}
             print('| %d | %.1f / %.1f ms | %.1f / %.1f ms | %.2f, %.2f | %.1f / %.1f ms | %.2f, %.2f '
-                  '| %.0f%%, %.0f%% | %s |' % (
+                  '| %.0f%%, %.0f%% | %s | %.1f |' % (
                       clients, m50, m99, s50, s99, s50 / m50, s99 / m99, c50, c99, c50 / m50, c99 / m99,
-                      sv, cv, ', '.join('%s %d' % kv for kv in sorted(why.items())) or 'none'))
+                      sv, cv, ', '.join('%s %d' % kv for kv in sorted(why.items())) or 'none', decoded))
         node_now, node_peak = rss(engram.process.pid)
         mem0_now, mem0_peak = rss(os.getpid())
         print('\nresident memory after the run (now / peak): Engram node %.2f / %.2f GiB; '

@@ -5,8 +5,9 @@
 //! torch-sys links `torch_cuda`, but rustc links with `--as-needed`, so a binary that uses no
 //! CUDA symbol directly drops it and `Cuda::is_available()` then says false even on a GPU
 //! machine (tch issues #980 and #907). Link arguments of a library's build script reach only
-//! that package's own binaries and tests, so every binary crate that runs an encoder repeats
-//! them in its own `build.rs`, reading `DEP_ENGRAM_INFERENCE_LIBTORCH_LIB` set from here.
+//! that package's own binaries and tests. The node does not link the CUDA half: it loads it
+//! at run time where NVIDIA's driver is (`src/cuda.rs`), finding it through the rpath its own
+//! `build.rs` sets from `DEP_ENGRAM_INFERENCE_LIBTORCH_LIB`, passed on from here.
 
 use std::path::Path;
 

@@ -174,15 +174,19 @@ pub(crate) fn passes(
     groups
 }
 
-/// How many CUDA devices libtorch sees (0 on a machine without one, or when the binary was
-/// linked without libtorch's CUDA library: see the crate's `build.rs`).
+/// How many CUDA devices libtorch sees: 0 on a machine without NVIDIA's driver; elsewhere
+/// libtorch's CUDA half is loaded first where the binary did not link it (`cuda`).
 pub fn cuda_devices() -> usize {
+    if !crate::cuda::load_cuda() {
+        return 0;
+    }
     usize::try_from(Cuda::device_count()).unwrap_or(0)
 }
 
 pub(crate) fn resolve_device(choice: DeviceChoice) -> Result<Device> {
     match choice {
-        DeviceChoice::Auto => Ok(Device::cuda_if_available()),
+        DeviceChoice::Auto if cuda_devices() > 0 => Ok(Device::Cuda(0)),
+        DeviceChoice::Auto => Ok(Device::Cpu),
         DeviceChoice::Cpu => Ok(Device::Cpu),
         DeviceChoice::Cuda(index) => {
             let available = cuda_devices();

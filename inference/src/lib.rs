@@ -30,6 +30,7 @@ mod allocator;
 mod bert;
 mod config;
 pub mod constrain;
+mod cuda;
 pub mod distil;
 mod encoder;
 mod error;

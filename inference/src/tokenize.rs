@@ -79,11 +79,13 @@ impl Inner {
         Ok(())
     }
 
-    fn encode_batch<'s, E>(&self, inputs: Vec<E>) -> tokenizers::Result<Vec<Encoding>>
+    /// Encodes `inputs` with special tokens; a failure says it was `action`.
+    fn encode_batch<'s, E>(&self, inputs: Vec<E>, action: &'static str) -> Result<Vec<Encoding>>
     where
         E: Into<EncodeInput<'s>> + Send,
     {
         with_inner!(self, t => t.encode_batch(inputs, true))
+            .map_err(|source| Error::Tokenizer { action, source })
     }
 
     fn token_to_id(&self, token: &str) -> Option<u32> {
@@ -195,13 +197,7 @@ impl TextTokenizer {
             .iter()
             .map(|second| (first.to_owned(), (*second).to_owned()))
             .collect();
-        let encodings = self
-            .inner
-            .encode_batch(inputs)
-            .map_err(|source| Error::Tokenizer {
-                action: "encoding text pairs",
-                source,
-            })?;
+        let encodings = self.inner.encode_batch(inputs, "encoding text pairs")?;
         Ok(encodings
             .into_iter()
             .map(|encoding| {
@@ -220,13 +216,7 @@ impl TextTokenizer {
             .iter()
             .map(|text| format!("{prefix}{}", text.as_ref()))
             .collect();
-        let encodings = self
-            .inner
-            .encode_batch(inputs)
-            .map_err(|source| Error::Tokenizer {
-                action: "encoding texts",
-                source,
-            })?;
+        let encodings = self.inner.encode_batch(inputs, "encoding texts")?;
         Ok(encodings
             .into_iter()
             .map(|encoding| encoding.get_ids().to_vec())

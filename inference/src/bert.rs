@@ -10,9 +10,12 @@
 
 pub(crate) mod e5s1;
 pub(crate) mod hf;
+mod loops;
 pub(crate) mod onnx;
 #[cfg(test)]
 mod tests;
+
+use std::sync::Arc;
 
 use tch::{Device, Kind, Tensor};
 
@@ -270,6 +273,9 @@ pub struct Bert {
     token_type: Tensor,
     embedding_norm: (Tensor, Tensor),
     layers: Vec<Layer>,
+    /// The layers as loops over plain memory ([`loops`]), where every linear layer is int8
+    /// rows on the CPU; the forward pass then runs them instead of `layers`' operators.
+    loops: Option<Arc<[loops::LoopLayer]>>,
 }
 
 impl Bert {
@@ -287,6 +293,7 @@ impl Bert {
                 self.embedding_norm.1.shallow_clone(),
             ),
             layers: self.layers.iter().map(Layer::share).collect(),
+            loops: self.loops.clone(),
         }
     }
 
@@ -363,6 +370,12 @@ impl Bert {
             });
         }
         let word = source.word_embeddings(&config)?.to_device(device)?;
+        let loops = layers
+            .iter()
+            .map(loops::LoopLayer::new)
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .collect::<Option<Arc<[_]>>>();
         Ok(Bert {
             config,
             device,
@@ -371,6 +384,7 @@ impl Bert {
             token_type,
             embedding_norm,
             layers,
+            loops,
         })
     }
 
@@ -422,6 +436,9 @@ impl Bert {
             &self.embedding_norm,
         )?;
 
+        if let Some(layers) = &self.loops {
+            return loops::layers(layers, &x, mask, heads, eps);
+        }
         // True where a query may attend to a key: every real token, no padding.
         let keep = mask.f_to_kind(Kind::Bool)?.f_view([batch, 1, 1, len])?;
         for layer in &self.layers {

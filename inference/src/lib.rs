@@ -27,6 +27,7 @@
 //! link arguments in its own `build.rs` (see `build.rs` here).
 
 mod allocator;
+mod avx2;
 mod bert;
 mod config;
 pub mod constrain;

@@ -28,7 +28,7 @@ use torch_sys::C_tensor;
 use crate::error::{Error, Result};
 
 mod rows;
-pub(crate) use rows::Rows;
+pub(crate) use rows::{Rows, cpu_slice, cpu_slice_mut};
 
 unsafe extern "C" {
     fn engram_qlinear_pack(
@@ -207,6 +207,14 @@ impl Linear {
         match self.forward(x) {
             Ok(y) => y,
             Err(error) => panic!("linear layer: {error}"),
+        }
+    }
+
+    /// The int8-rows layer, where this is one.
+    pub(crate) fn rows(&self) -> Option<&Arc<Rows>> {
+        match self {
+            Linear::Rows(rows) => Some(rows),
+            Linear::Dense { .. } | Linear::Packed(_) => None,
         }
     }
 

@@ -301,3 +301,50 @@ fn an_8_bit_word_table_looks_up_as_its_dequantised_values() {
         Vec::<Vec<f32>>::try_from(&expected).expect("f32")
     );
 }
+
+#[test]
+fn int8_rows_layers_as_loops_compute_what_the_operators_compute_and_ignore_the_batch() {
+    let config = tiny_config();
+    let mut source = RandomSource::new(11);
+    let bert = Bert::load(config, &mut source, Device::Cpu, Precision::Int8Rows).expect("load");
+    assert!(bert.loops.is_some(), "int8 rows on the CPU run as loops");
+    let mut operators = bert.share();
+    operators.loops = None;
+    let short: &[i64] = &[1, 5, 2];
+    let long: &[i64] = &[1, 7, 3, 9, 10, 4, 2];
+    let types = Tensor::from_slice(&[0_i64, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0]).view([2, 7]);
+    let ids = Tensor::from_slice(&[1_i64, 7, 3, 9, 10, 4, 2, 1, 5, 2, 0, 0, 0, 0]).view([2, 7]);
+    let mask = Tensor::from_slice(&[1_i64, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0]).view([2, 7]);
+    let states = |bert: &Bert| {
+        let x = tch::no_grad(|| bert.hidden_states(&ids, &mask, Some(&types))).expect("forward");
+        Vec::<Vec<Vec<f32>>>::try_from(&x).expect("[batch, len, hidden]")
+    };
+    let (looped, operated) = (states(&bert), states(&operators));
+    for (text, real) in [(0, long.len()), (1, short.len())] {
+        for token in 0..real {
+            let (got, want) = (&looped[text][token], &operated[text][token]);
+            let err = got
+                .iter()
+                .zip(want)
+                .map(|(g, w)| (g - w).abs())
+                .fold(0.0, f32::max);
+            assert!(
+                err < 1e-4,
+                "text {text} token {token}: largest difference {err}"
+            );
+        }
+    }
+    // A text's vector is the same bits alone and beside a longer text.
+    let alone = embed(&bert, &[short]);
+    let padded = embed(&bert, &[long, short]);
+    assert_eq!(
+        alone[0], padded[1],
+        "a text's vector does not depend on its batch"
+    );
+    let want = embed(&operators, &[short]);
+    let cosine: f32 = alone[0].iter().zip(&want[0]).map(|(a, b)| a * b).sum();
+    assert!(
+        cosine > 0.99999,
+        "cosine {cosine} against the operators' pass"
+    );
+}

@@ -103,31 +103,51 @@ impl Rows {
             .f_to_kind(Kind::Float)?
             .f_contiguous()?;
         let count = rows.size()[0];
-        let mut codes = Tensor::f_empty([count, input], (Kind::Int8, Device::Cpu))?;
-        let mut row_scales = vec![0f32; usize::try_from(count).unwrap_or(0)];
-        {
-            let values = cpu_slice::<f32>(&rows, Kind::Float)?;
-            let codes = cpu_slice_mut::<i8>(&mut codes, Kind::Int8)?;
-            quantise_rows(values, codes, &mut row_scales);
-        }
-        let sums = codes.f_internal_int_mm(&self.codes)?.f_contiguous()?;
         let mut y = Tensor::f_empty([count, out], (Kind::Float, Device::Cpu))?;
-        scale_back(
-            cpu_slice::<i32>(&sums, Kind::Int)?,
-            &row_scales,
-            &self.scales,
-            self.bias.as_deref(),
+        self.forward_rows(
+            cpu_slice::<f32>(&rows, Kind::Float)?,
             cpu_slice_mut::<f32>(&mut y, Kind::Float)?,
-        );
+        )?;
         if let Some(last) = shape.last_mut() {
             *last = out;
         }
         Ok(y.f_reshape(shape)?)
     }
+
+    /// `x W^T + b` for the rows of `x` (`[rows, in]`, row after row) into `y` (`[rows, out]`):
+    /// [`Rows::forward`] for callers that hold their activations in plain memory.
+    pub(crate) fn forward_rows(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
+        let (out, input) = self.shape();
+        let (width, count) = (usize::try_from(input).unwrap_or(0), x.len());
+        let count = count.checked_div(width).unwrap_or(0);
+        if count * width != x.len() || y.len() != count * usize::try_from(out).unwrap_or(0) {
+            return Err(Error::Quantise(format!(
+                "{} inputs and {} outputs do not make whole rows of {input} and {out}",
+                x.len(),
+                y.len()
+            )));
+        }
+        let mut codes = Tensor::f_empty([count as i64, input], (Kind::Int8, Device::Cpu))?;
+        let mut row_scales = vec![0f32; count];
+        quantise_rows(
+            x,
+            cpu_slice_mut::<i8>(&mut codes, Kind::Int8)?,
+            &mut row_scales,
+        );
+        let sums = codes.f_internal_int_mm(&self.codes)?.f_contiguous()?;
+        scale_back(
+            cpu_slice::<i32>(&sums, Kind::Int)?,
+            &row_scales,
+            &self.scales,
+            self.bias.as_deref(),
+            y,
+        );
+        Ok(())
+    }
 }
 
 /// The elements of `tensor`, a contiguous CPU tensor of `kind` holding `T`s.
-fn cpu_slice<T>(tensor: &Tensor, kind: Kind) -> Result<&[T]> {
+pub(crate) fn cpu_slice<T>(tensor: &Tensor, kind: Kind) -> Result<&[T]> {
     check_plain(tensor, kind)?;
     let len = tensor.numel();
     if len == 0 {
@@ -142,7 +162,7 @@ fn cpu_slice<T>(tensor: &Tensor, kind: Kind) -> Result<&[T]> {
 
 /// The elements of `tensor`, a contiguous CPU tensor of `kind` holding `T`s that the caller
 /// made and that nothing else refers to, to be written.
-fn cpu_slice_mut<T>(tensor: &mut Tensor, kind: Kind) -> Result<&mut [T]> {
+pub(crate) fn cpu_slice_mut<T>(tensor: &mut Tensor, kind: Kind) -> Result<&mut [T]> {
     check_plain(tensor, kind)?;
     let len = tensor.numel();
     if len == 0 {
@@ -165,26 +185,29 @@ fn check_plain(tensor: &Tensor, kind: Kind) -> Result<()> {
     Ok(())
 }
 
-/// Quantises each row of `values` (`scales.len()` rows) to int8 `codes` with its own scale:
-/// the row's largest magnitude over 127, the code the value over the scale rounded half to
-/// even (as libtorch's `round`).
-pub(super) fn quantise_rows(values: &[f32], codes: &mut [i8], scales: &mut [f32]) {
-    let width = values.len() / scales.len().max(1);
-    if width == 0 {
-        return;
-    }
-    let rows = values
-        .chunks_exact(width)
-        .zip(codes.chunks_exact_mut(width));
-    for ((row, row_codes), scale) in rows.zip(scales.iter_mut()) {
-        *scale = largest_magnitude(row).max(f32::MIN_POSITIVE) / 127.0;
-        for (code, &value) in row_codes.iter_mut().zip(row) {
-            *code = round_code(value / *scale);
+crate::avx2::avx2_or_baseline! {
+    /// Quantises each row of `values` (`scales.len()` rows) to int8 `codes` with its own scale:
+    /// the row's largest magnitude over 127, the code the value over the scale rounded half to
+    /// even (as libtorch's `round`).
+    pub(super) fn quantise_rows(values: &[f32], codes: &mut [i8], scales: &mut [f32]) {
+        let width = values.len() / scales.len().max(1);
+        if width == 0 {
+            return;
+        }
+        let rows = values
+            .chunks_exact(width)
+            .zip(codes.chunks_exact_mut(width));
+        for ((row, row_codes), scale) in rows.zip(scales.iter_mut()) {
+            *scale = largest_magnitude(row).max(f32::MIN_POSITIVE) / 127.0;
+            for (code, &value) in row_codes.iter_mut().zip(row) {
+                *code = round_code(value / *scale);
+            }
         }
     }
 }
 
 /// The largest `|v|` of `row`, in eight lanes so the compiler vectorises it.
+#[inline(always)]
 fn largest_magnitude(row: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let mut chunks = row.chunks_exact(8);
@@ -201,32 +224,35 @@ fn largest_magnitude(row: &[f32]) -> f32 {
 /// `q` clamped to [-127, 127] and rounded half to even: adding 1.5 * 2^23 leaves no fraction
 /// bits, so the hardware's round-to-nearest-even does the rounding, and the sum's low mantissa
 /// bits are then the code (integer operations only, so the loop vectorises).
+#[inline(always)]
 pub(super) fn round_code(q: f32) -> i8 {
     const SHIFT: f32 = 12_582_912.0;
     let q = q.clamp(-127.0, 127.0);
     ((q + SHIFT).to_bits().wrapping_sub(SHIFT.to_bits()) as i32) as i8
 }
 
-/// `y[r][o] = sums[r][o] * row_scales[r] * scales[o] + bias[o]`.
-fn scale_back(
-    sums: &[i32],
-    row_scales: &[f32],
-    scales: &[f32],
-    bias: Option<&[f32]>,
-    y: &mut [f32],
-) {
-    let width = scales.len();
-    if width == 0 {
-        return;
-    }
-    let rows = sums.chunks_exact(width).zip(y.chunks_exact_mut(width));
-    for ((row_sums, row_y), &row_scale) in rows.zip(row_scales) {
-        for ((value, &sum), &scale) in row_y.iter_mut().zip(row_sums).zip(scales) {
-            *value = sum as f32 * row_scale * scale;
+crate::avx2::avx2_or_baseline! {
+    /// `y[r][o] = sums[r][o] * row_scales[r] * scales[o] + bias[o]`.
+    fn scale_back(
+        sums: &[i32],
+        row_scales: &[f32],
+        scales: &[f32],
+        bias: Option<&[f32]>,
+        y: &mut [f32],
+    ) {
+        let width = scales.len();
+        if width == 0 {
+            return;
         }
-        if let Some(bias) = bias {
-            for (value, &b) in row_y.iter_mut().zip(bias) {
-                *value += b;
+        let rows = sums.chunks_exact(width).zip(y.chunks_exact_mut(width));
+        for ((row_sums, row_y), &row_scale) in rows.zip(row_scales) {
+            for ((value, &sum), &scale) in row_y.iter_mut().zip(row_sums).zip(scales) {
+                *value = sum as f32 * row_scale * scale;
+            }
+            if let Some(bias) = bias {
+                for (value, &b) in row_y.iter_mut().zip(bias) {
+                    *value += b;
+                }
             }
         }
     }

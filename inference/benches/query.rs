@@ -11,7 +11,7 @@
 //! turns running beside them: p50/p99 and the share answered within 20 ms and 200 ms, for
 //! float32 with questions waiting 5 ms for batch-mates in an idle pool and a libtorch thread
 //! per core in each lane (the pool as it was), then float32 and int8-rows as the pool runs
-//! now.
+//! now (two pairs of workers on one copy of the weights), and int8-rows with one pair.
 //!
 //! Questions are LoCoMo's (`locomo-dev.json` in the evaluation data directory,
 //! `ENGRAM_EVAL_DATA`, default `../shared/data`), asked as queries ("query: " prefix).
@@ -147,18 +147,26 @@ fn direct(questions: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The pool configurations of part 2: the precision, how long a question waits for
-/// batch-mates in an idle pool, and libtorch's threads a lane (0: one per core). The first is
-/// the pool as it was before questions left at once on one thread a lane.
-const POOLS: [(&str, Precision, Duration, usize); 3] = [
+/// The pools of part 2: label, precision, how long a question waits for batch-mates in an
+/// idle pool, libtorch's threads a lane (0: one per core), pairs of workers. The first is the
+/// pool as it was before questions left at once on one thread a lane.
+const POOLS: [(&str, Precision, Duration, usize, usize); 4] = [
     (
         "float32, waits 5 ms for batch-mates, a thread per core a lane",
         Precision::Float32,
         Duration::from_millis(5),
         0,
+        1,
     ),
-    ("float32", Precision::Float32, Duration::ZERO, 1),
-    ("int8-rows", Precision::Int8Rows, Duration::ZERO, 1),
+    ("float32", Precision::Float32, Duration::ZERO, 1, 2),
+    (
+        "int8-rows, one pair of workers",
+        Precision::Int8Rows,
+        Duration::ZERO,
+        1,
+        1,
+    ),
+    ("int8-rows", Precision::Int8Rows, Duration::ZERO, 1, 2),
 ];
 
 /// Part 2: the pool, as reads use it.
@@ -179,7 +187,7 @@ async fn pooled(
     );
     println!("|---|---:|---|---:|---:|---:|---:|---:|");
     let next = Arc::new(AtomicUsize::new(0));
-    for (label, precision, interactive_max_wait, intra_op_threads) in POOLS {
+    for (label, precision, interactive_max_wait, intra_op_threads, workers) in POOLS {
         let pool = EmbeddingPool::start(PoolConfig {
             encoder: EncoderConfig {
                 precision,
@@ -187,6 +195,7 @@ async fn pooled(
             },
             interactive_max_wait,
             intra_op_threads,
+            workers,
             ..PoolConfig::default()
         })
         .await?;

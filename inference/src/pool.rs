@@ -1,8 +1,8 @@
 //! The embedding pool: encoders behind ractor actors, with dynamic batching, a bounded queue
 //! that sheds load, and metrics.
 //!
-//! Shape: one router actor ([`router`]) owns the queue and forms batches; for each of the
-//! `workers` models loaded, two worker actors ([`worker`]) share its weights, one for batches
+//! Shape: one router actor ([`router`]) owns the queue and forms batches; `workers` pairs of
+//! worker actors ([`worker`]) share one copy of the weights, in each pair one for batches
 //! someone waits for and one for background-only batches, each running one batch at a time
 //! on its own thread under `no_grad`. A request someone waits for leaves at once when an
 //! interactive worker is idle; otherwise a batch leaves when `max_batch` texts wait or the
@@ -65,8 +65,9 @@ use crate::error::{Error, Result};
 pub struct PoolConfig {
     /// The model every worker loads.
     pub encoder: EncoderConfig,
-    /// Models loaded, each with its own copy of the weights (at least 1); each serves an
-    /// interactive and a background worker.
+    /// Pairs of workers (at least 1), one for what requests wait for (interactive) and one
+    /// for background batches, all on one copy of the weights: with two, two questions (or
+    /// two batches of them) are embedded at once, on two cores.
     pub workers: usize,
     /// The most texts in one batch (at least 1); a single larger request runs alone.
     pub max_batch: usize,
@@ -108,7 +109,7 @@ impl Default for PoolConfig {
     fn default() -> Self {
         PoolConfig {
             encoder: EncoderConfig::default(),
-            workers: 1,
+            workers: 2,
             max_batch: 32,
             max_wait: Duration::from_millis(5),
             interactive_max_wait: Duration::ZERO,
@@ -149,19 +150,19 @@ struct Inner {
 }
 
 impl EmbeddingPool {
-    /// Loads `config.workers` encoders (one after another, on blocking threads) and starts
-    /// the router and its workers.
+    /// Loads the encoder (on a blocking thread) and starts the router and `config.workers`
+    /// pairs of workers on its weights.
     pub async fn start(config: PoolConfig) -> Result<EmbeddingPool> {
-        let mut encoders = Vec::with_capacity(config.workers.max(1));
-        for _ in 0..config.workers.max(1) {
-            let encoder_config = config.encoder.clone();
-            let encoder = tokio::task::spawn_blocking(move || Encoder::load(&encoder_config))
-                .await
-                .map_err(|err| Error::PoolStart {
-                    reason: format!("encoder load panicked: {err}"),
-                })??;
-            encoders.push(encoder);
-        }
+        let encoder_config = config.encoder.clone();
+        let encoder = tokio::task::spawn_blocking(move || Encoder::load(&encoder_config))
+            .await
+            .map_err(|err| Error::PoolStart {
+                reason: format!("encoder load panicked: {err}"),
+            })??;
+        let mut encoders: Vec<Encoder> = (1..config.workers.max(1))
+            .map(|_| encoder.share())
+            .collect();
+        encoders.insert(0, encoder);
         let dim = encoders.first().map_or(0, Encoder::dim);
         let metrics = Arc::new(Metrics::default());
         let shares = Arc::new(Shares::new(

@@ -272,8 +272,10 @@ async fn a_background_batch_still_running_holds_up_neither_an_interactive_reques
 /// A pool with the default settings, once its background lane's thread has put itself in the
 /// idle class (as it does when it starts).
 async fn idle_class_pool() -> Result<EmbeddingPool> {
+    // One pair of workers, so the one background lane is `embed-1-bg`.
     let pool = EmbeddingPool::start(PoolConfig {
         encoder: encoder_config(),
+        workers: 1,
         ..PoolConfig::default()
     })
     .await?;

@@ -31,8 +31,8 @@ pub struct InferenceConfig {
     /// for the English encoders); `"float32"`, `"float16"` (CPU only), `"int8"` or
     /// `"int8-rows"` (both multilingual-e5-small on the CPU only).
     pub precision: Option<Precision>,
-    /// Models loaded, each with its own copy of the weights and two workers on them (one for
-    /// what requests wait for, one for background batches).
+    /// Pairs of workers on one copy of the weights (one for what requests wait for, one for
+    /// background batches); two by default, so two questions are embedded at once.
     pub workers: usize,
     /// The most texts in one batch.
     pub max_batch: usize,

@@ -27,7 +27,9 @@ use torch_sys::C_tensor;
 
 use crate::error::{Error, Result};
 
+mod helper;
 mod rows;
+pub(crate) use helper::help_this_thread;
 pub(crate) use rows::{Rows, cpu_slice, cpu_slice_mut};
 
 unsafe extern "C" {
@@ -458,6 +460,55 @@ mod tests {
         ] {
             assert!(together.narrow(0, 0, 1).equal(&alone));
         }
+    }
+
+    /// A layer whose second half of columns the helper thread computes gives the same bits
+    /// as one thread alone, with several helped threads sharing the one helper (each half
+    /// taken by the helper or taken back).
+    #[test]
+    fn a_layer_helped_by_a_second_core_computes_the_same_bits() {
+        let layer = Arc::new(
+            Rows::new(
+                &(gaussian(&[200, 96], 41) * 0.1),
+                Some(&gaussian(&[200], 42)),
+            )
+            .unwrap(),
+        );
+        let inputs = gaussian(&[7, 96], 43);
+        let want = Vec::<f32>::try_from(layer.forward(&inputs).unwrap().flatten(0, -1)).unwrap();
+        let x = Vec::<f32>::try_from(inputs.flatten(0, -1)).unwrap();
+        let before = helper::helped_halves();
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (layer, x) = (Arc::clone(&layer), x.clone());
+                std::thread::spawn(move || {
+                    help_this_thread();
+                    assert!(helper::helped() || available_cores() == 1);
+                    (0..300)
+                        .map(|_| {
+                            let mut y = vec![0f32; 7 * 200];
+                            layer.forward_rows(&x, &mut y).unwrap();
+                            y
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for thread in threads {
+            for y in thread.join().unwrap() {
+                assert_eq!(y, want, "helped and alone differ");
+            }
+        }
+        if available_cores() > 1 {
+            assert!(
+                helper::helped_halves() > before,
+                "the helper took no half in 900 products"
+            );
+        }
+    }
+
+    fn available_cores() -> usize {
+        std::thread::available_parallelism().map_or(1, usize::from)
     }
 
     /// Codes round half to even, as libtorch's `round`, and never leave [-127, 127].

@@ -5,6 +5,7 @@
 
 use tch::{Device, Kind, Tensor};
 
+use super::helper;
 use crate::error::{Error, Result};
 
 /// A weight as int8 codes with one scale per output channel, multiplied with activations
@@ -22,6 +23,9 @@ pub(crate) struct Rows {
     scales: Vec<f32>,
     /// One bias per output channel.
     bias: Option<Vec<f32>>,
+    /// Where the layer is wide enough to split its output columns between two threads: the
+    /// first column of the second half, and views of `codes`' two halves.
+    halves: Option<(usize, Tensor, Tensor)>,
 }
 
 // SAFETY: the codes are never written after `Rows::new` and libtorch's operators only read
@@ -77,10 +81,23 @@ impl Rows {
                 "{len} scales or biases for {out} output channels"
             )));
         }
+        let codes = codes.f_tr()?;
+        // Halves of whole 16-column blocks (a vector register of int32 sums).
+        let half = (out / 2) / 16 * 16;
+        let halves = if half > 0 {
+            Some((
+                usize::try_from(half).unwrap_or(0),
+                codes.f_narrow(1, 0, half)?,
+                codes.f_narrow(1, half, out - half)?,
+            ))
+        } else {
+            None
+        };
         Ok(Rows {
-            codes: codes.f_tr()?,
+            codes,
             scales,
             bias,
+            halves,
         })
     }
 
@@ -134,6 +151,32 @@ impl Rows {
             cpu_slice_mut::<i8>(&mut codes, Kind::Int8)?,
             &mut row_scales,
         );
+        let width = usize::try_from(out).unwrap_or(0);
+        if let Some((half, first, second)) = self.halves.as_ref().filter(|_| helper::helped()) {
+            let (theirs, second) = (codes.shallow_clone(), second.shallow_clone());
+            let (mine, theirs) = helper::split(
+                || -> Result<Tensor> { Ok(codes.f_internal_int_mm(first)?.f_contiguous()?) },
+                Box::new(move || Ok(theirs.f_internal_int_mm(&second)?.f_contiguous()?)),
+            );
+            let bias = self.bias.as_deref().map(|b| b.split_at(*half));
+            scale_back(
+                cpu_slice::<i32>(&mine?, Kind::Int)?,
+                &row_scales,
+                &self.scales[..*half],
+                bias.map(|(b, _)| b),
+                y,
+                width,
+            );
+            scale_back(
+                cpu_slice::<i32>(&theirs?, Kind::Int)?,
+                &row_scales,
+                &self.scales[*half..],
+                bias.map(|(_, b)| b),
+                &mut y[*half..],
+                width,
+            );
+            return Ok(());
+        }
         let sums = codes.f_internal_int_mm(&self.codes)?.f_contiguous()?;
         scale_back(
             cpu_slice::<i32>(&sums, Kind::Int)?,
@@ -141,6 +184,7 @@ impl Rows {
             &self.scales,
             self.bias.as_deref(),
             y,
+            width,
         );
         Ok(())
     }
@@ -232,20 +276,23 @@ pub(super) fn round_code(q: f32) -> i8 {
 }
 
 crate::avx2::avx2_or_baseline! {
-    /// `y[r][o] = sums[r][o] * row_scales[r] * scales[o] + bias[o]`.
+    /// `y[r][o] = sums[r][o] * row_scales[r] * scales[o] + bias[o]` for the `scales.len()`
+    /// columns of `sums`, each row `r` of them written at `y[r * stride..]`.
     fn scale_back(
         sums: &[i32],
         row_scales: &[f32],
         scales: &[f32],
         bias: Option<&[f32]>,
         y: &mut [f32],
+        stride: usize,
     ) {
         let width = scales.len();
-        if width == 0 {
+        if width == 0 || stride < width {
             return;
         }
-        let rows = sums.chunks_exact(width).zip(y.chunks_exact_mut(width));
+        let rows = sums.chunks_exact(width).zip(y.chunks_mut(stride));
         for ((row_sums, row_y), &row_scale) in rows.zip(row_scales) {
+            let row_y = &mut row_y[..width];
             for ((value, &sum), &scale) in row_y.iter_mut().zip(row_sums).zip(scales) {
                 *value = sum as f32 * row_scale * scale;
             }

@@ -130,6 +130,10 @@ impl Actor for EncoderWorker {
                 Some(args.closed),
             ),
         };
+        if args.serves == Serves::Interactive && args.encoder.on_cpu() {
+            // What someone waits for may take a second core's help with its int8 products.
+            lane.run(crate::linear::help_this_thread).await;
+        }
         Ok(WorkerState {
             index: args.index,
             serves: args.serves,

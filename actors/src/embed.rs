@@ -265,6 +265,14 @@ impl Embedder {
         QueryVector::Fallback(fallback)
     }
 
+    /// Whether the cache holds the embedding of a search query of a user of `tenant` (a
+    /// look that neither counts nor refreshes it).
+    pub fn holds_query(&self, tenant: &str, text: &str) -> bool {
+        self.cache
+            .lock()
+            .contains(&cache_key(tenant, TextRole::Query, text))
+    }
+
     /// Forgets every cached embedding (a user was forgotten: their queries may be cached).
     pub fn clear_cache(&self) {
         self.cache.lock().clear();

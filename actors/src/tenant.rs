@@ -190,7 +190,7 @@ impl Actor for TenantActor {
             }
             UserMsg::Fail => return Err("fault injected".into()),
             // A user's messages only.
-            UserMsg::Embedded(_) | UserMsg::Reranked { .. } => {}
+            UserMsg::Embedded(_) | UserMsg::Asked { .. } | UserMsg::Reranked { .. } => {}
             UserMsg::Tick => {
                 if let Err(err) = state.sweep().await {
                     tracing::warn!(tenant = %state.args.key.tenant, error = %err, "sweep of the shared sets failed");

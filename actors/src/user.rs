@@ -10,6 +10,7 @@
 //! for `idle_timeout` stops itself (passivation) and is started again on next use.
 
 mod access;
+mod calls;
 mod guard;
 pub mod intents;
 mod load;
@@ -43,11 +44,11 @@ use tokio::time::Instant;
 pub use self::access::FLUSH_AT;
 use self::load::load_index;
 use self::ops::{Prepared, TurnTexts, turn_text};
-use self::reads::{PendingRerank, Reranked};
-use self::serve::Served;
+use self::reads::Reranked;
 pub use self::validate::{
     MAX_ASSISTANT_TEXT, MAX_ID_LEN, MAX_MEMORY_TEXT, MAX_USER_TEXT, check_id,
 };
+use crate::embed::QueryVector;
 use crate::error::{Error, Result};
 use crate::model::formation::{Feedback, from_feedback};
 use crate::model::index::MemoryIndex;
@@ -90,6 +91,20 @@ pub enum UserMsg {
     /// Vectors the pipeline stored for the user's records (after their commit): indexed
     /// where the record is still indexed by the same text.
     Embedded(Vec<EmbeddedText>),
+    /// A read back with its question's embedding (sent by the actor's own task, which
+    /// embedded it off the actor's turn), to be answered with that vector.
+    Asked {
+        /// Who asks.
+        reader: Reader,
+        /// The read.
+        request: Box<UserRequest>,
+        /// The question embedded.
+        question: String,
+        /// Its vector, or why the read goes on without one.
+        vector: QueryVector,
+        /// Where the answer goes.
+        reply: RpcReplyPort<Result<UserReply>>,
+    },
     /// A search's candidates back from the reranker (sent by the actor's own rerank task),
     /// to be answered with what is still there of them.
     Reranked {
@@ -152,6 +167,8 @@ pub struct UserState {
     caller: String,
     /// When this actor last pruned the user's idempotency entries.
     pruning: prune::Pruning,
+    /// The question and vector of the read being answered, embedded off the actor's turn.
+    asked: Option<(String, QueryVector)>,
 }
 
 /// Turns up to this many bytes (user and assistant text) are analysed on the actor's own
@@ -226,6 +243,7 @@ impl Actor for UserActor {
             // The first pruning waits an hour: an actor that stops sooner leaves its user's
             // old entries to the sweeps.
             pruning: prune::Pruning::started(),
+            asked: None,
         };
         state.count_records();
         Ok(state)
@@ -258,38 +276,28 @@ impl Actor for UserActor {
                 reader,
                 request,
                 reply,
+            } => match state.question_to_embed(&request) {
+                Some((embedder, question)) => {
+                    let tenant = state.args.key.tenant.clone();
+                    let asked = calls::Asked {
+                        reader,
+                        request,
+                        reply,
+                    };
+                    calls::embed_off_the_actor(&myself, embedder, tenant, question, asked);
+                }
+                None => state.answer(&myself, reader, request, reply).await,
+            },
+            UserMsg::Asked {
+                reader,
+                request,
+                question,
+                vector,
+                reply,
             } => {
-                let forget = matches!(*request, UserRequest::Forget(_));
-                let writes = request.writes();
-                let result = state.serve(&reader, *request).await;
-                let forgotten = forget && result.is_ok();
-                state.has_data |= writes && result.is_ok() && !forgotten;
-                match result {
-                    Ok(Served::Rerank(pending)) => {
-                        rerank_off_the_actor(&myself, reader, *pending, reply)
-                    }
-                    Ok(Served::Reply(answer)) => {
-                        let _ = reply.send(Ok(answer));
-                    }
-                    Err(err) => {
-                        let _ = reply.send(Err(err));
-                    }
-                }
-                state.count_records();
-                if forgotten {
-                    state.accessed.clear();
-                    state.used.clear();
-                } else if state.accessed.len() >= access::FLUSH_AT {
-                    state.flush_access(false).await;
-                }
-                if forgotten {
-                    // Nothing of the user may stay cached: leave the directory and stop.
-                    state.leave(&myself, "forgotten");
-                } else if !state.has_data {
-                    // Answered for a user with no data: hold nothing (queued requests are
-                    // redelivered to a fresh actor).
-                    state.leave(&myself, "no data");
-                }
+                state.asked = Some((question, vector));
+                state.answer(&myself, reader, request, reply).await;
+                state.asked = None;
             }
             UserMsg::Sweep(what, reply) => {
                 state.flush_access(true).await;
@@ -351,28 +359,6 @@ impl Actor for UserActor {
         }
         Ok(())
     }
-}
-
-/// Reranks `pending` in a task of its own and sends its candidates back to the actor, which
-/// answers `reply`.
-fn rerank_off_the_actor(
-    myself: &ActorRef<UserMsg>,
-    reader: Reader,
-    pending: PendingRerank,
-    reply: RpcReplyPort<Result<UserReply>>,
-) {
-    let actor = myself.clone();
-    tokio::spawn(async move {
-        let done = Box::new(pending.run().await);
-        // An actor that stopped meanwhile (forgotten, passivated, failed) drops the reply,
-        // here or with its mailbox: the directory then asks a fresh actor, as it does for
-        // any request its actor did not answer.
-        let _ = actor.cast(UserMsg::Reranked {
-            reader,
-            done,
-            reply,
-        });
-    });
 }
 
 impl UserState {

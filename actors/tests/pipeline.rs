@@ -1,12 +1,14 @@
 //! The inference pipeline with the real embedding pool on a real SQLite file: a node that
 //! stopped before embedding leaves entries its successor resumes, one noisy tenant does not
-//! starve another, the dispatcher holds a bounded number of users and storage the rest, and a
-//! read past its query deadline falls back to words and says so.
+//! starve another, the dispatcher holds a bounded number of users and storage the rest, a
+//! read past its query deadline falls back to words and says so, and reads of one user wait
+//! for their questions' vectors side by side.
 //! (SIGKILL mid-burst, restart and take-over by another node process are in the cluster
 //! suite, `tests/tests/pipeline.rs`.)
 
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -14,8 +16,9 @@ use engram_actors::embed::Fallback;
 use engram_actors::model::retrieve::SearchMode;
 use engram_actors::pipeline::PipelineConfig;
 use engram_actors::placement::UserKey;
+use engram_inference::PoolConfig;
 use engram_storage::types::MemoryKind;
-use support::{Mode, context, embedder, node_with, pool, search, turn, turn_of};
+use support::{Mode, context, embedder, node_with, pool, pool_with, search, turn, turn_of};
 
 fn not_started(config: PipelineConfig) -> Mode {
     Mode::Behind {
@@ -187,4 +190,59 @@ async fn a_read_past_its_query_deadline_ranks_by_words_says_so_and_its_query_is_
     assert_eq!(again.fallback, Some(Fallback::Deadline));
     node.shutdown().await;
     pool.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_of_one_user_wait_for_their_questions_vectors_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool().await;
+    let writer = node_with(&dir, embedder(&pool), Mode::behind()).await;
+    turn(
+        &writer,
+        "r0",
+        "s1",
+        "We adopted a golden retriever puppy named Oscar",
+    )
+    .await;
+    turn(&writer, "r1", "s1", "Oscar chewed through my running shoes").await;
+    writer.drained().await;
+    writer.shutdown().await;
+    pool.shutdown().await;
+
+    // A pool whose batches leave only when two questions wait: a read that held its actor
+    // while it waited for its vector would keep the other read out of the pool until the
+    // deadline, and both would rank without their vectors.
+    let pairs = pool_with(PoolConfig {
+        workers: 1,
+        max_batch: 2,
+        max_wait: Duration::from_secs(3600),
+        interactive_max_wait: Duration::from_secs(3600),
+        ..PoolConfig::default()
+    })
+    .await;
+    let deadline = embedder(&pairs).with_query_deadline(Some(Duration::from_secs(120)));
+    let reader = Arc::new(node_with(&dir, deadline, Mode::Synchronous).await);
+    let searched = tokio::spawn({
+        let reader = Arc::clone(&reader);
+        async move { search(&reader, "what is the dog called", SearchMode::Hybrid).await }
+    });
+    let ctx = context(&reader, "later", "which shoes were ruined").await;
+    let searched = searched.await.unwrap();
+    assert!(
+        searched.embedded,
+        "the search's question embedded: {:?}",
+        searched.fallback
+    );
+    assert!(
+        ctx.query_embedded,
+        "the context's question embedded: {:?}",
+        ctx.fallback
+    );
+    assert_eq!(
+        pairs.stats().forward_passes,
+        1,
+        "both questions in one pass"
+    );
+    reader.shutdown().await;
+    pairs.shutdown().await;
 }

@@ -261,13 +261,18 @@ impl UserState {
 
     /// The query's embedding, within the query deadline, or why the read goes on without it
     /// (`None`: the node does not embed, or there is nothing to rank).
-    pub(super) async fn query_vector(&self, query: &str) -> Option<QueryVector> {
+    /// A read embedded off the actor's turn brings its vector (`asked`).
+    pub(super) async fn query_vector(&mut self, query: &str) -> Option<QueryVector> {
         let embedder = self.args.services.embedder.as_ref()?;
+        let asked = self.asked.take().filter(|(question, _)| question == query);
         if query.trim().is_empty() || self.index.is_empty() {
             // Nothing to rank: spare the pool.
             return None;
         }
-        let vector = embedder.query(&self.args.key.tenant, query).await;
+        let vector = match asked {
+            Some((_, vector)) => vector,
+            None => embedder.query(&self.args.key.tenant, query).await,
+        };
         if let QueryVector::Fallback(why) = &vector {
             tracing::debug!(user = %self.args.services.log_id(&self.args.key), why = why.as_str(), "query ranked without its vector");
             self.args

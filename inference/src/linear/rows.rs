@@ -135,9 +135,12 @@ impl Rows {
     /// [`Rows::forward`] for callers that hold their activations in plain memory.
     pub(crate) fn forward_rows(&self, x: &[f32], y: &mut [f32]) -> Result<()> {
         let (out, input) = self.shape();
-        let (width, count) = (usize::try_from(input).unwrap_or(0), x.len());
-        let count = count.checked_div(width).unwrap_or(0);
-        if count * width != x.len() || y.len() != count * usize::try_from(out).unwrap_or(0) {
+        let (in_width, width) = (
+            usize::try_from(input).unwrap_or(0),
+            usize::try_from(out).unwrap_or(0),
+        );
+        let count = x.len().checked_div(in_width).unwrap_or(0);
+        if count * in_width != x.len() || y.len() != count * width {
             return Err(Error::Quantise(format!(
                 "{} inputs and {} outputs do not make whole rows of {input} and {out}",
                 x.len(),
@@ -151,7 +154,6 @@ impl Rows {
             cpu_slice_mut::<i8>(&mut codes, Kind::Int8)?,
             &mut row_scales,
         );
-        let width = usize::try_from(out).unwrap_or(0);
         if let Some((half, first, second)) = self.halves.as_ref().filter(|_| helper::helped()) {
             let (theirs, second) = (codes.shallow_clone(), second.shallow_clone());
             let (mine, theirs) = helper::split(

@@ -238,20 +238,29 @@ impl Qwen2 {
 
     /// Attention of `q` over all of `k` and `v` (grouped: each key head serves `heads /
     /// kv_heads` query heads), masked where `mask` is true; `[batch, new, width]`.
+    ///
+    /// A key head's query heads are stacked as rows of one product over that head's keys,
+    /// rather than the keys repeated for each query head: repeated, each decoding step copied
+    /// every cached key and value `heads / kv_heads` times a layer (megabytes each, mapped,
+    /// faulted in and unmapped by the allocator, which slowed the embedding threads sharing
+    /// the process's memory map).
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
         let c = &self.config;
         let (batch, new) = (q.size()[0], q.size()[2]);
         let head_dim = c.width / c.heads;
         let group = c.heads / c.kv_heads;
-        let k = k.repeat_interleave_self_int(group, 1, None);
-        let v = v.repeat_interleave_self_int(group, 1, None);
+        // `[batch, kv_heads, group * new, head_dim]`: query head `h` serves key head
+        // `h / group`, so the heads of one key head are consecutive.
+        let q = q.reshape([batch, c.kv_heads, group * new, head_dim]);
         let mut scores = q.matmul(&k.transpose(-2, -1)) / (head_dim as f64).sqrt();
         if let Some(mask) = mask {
-            scores = scores.masked_fill(mask, f64::NEG_INFINITY);
+            // Row `g * new + n` is position `n` of the group's head `g`.
+            scores = scores.masked_fill(&mask.repeat([group, 1]), f64::NEG_INFINITY);
         }
         scores
             .softmax(-1, Kind::Float)
-            .matmul(&v)
+            .matmul(v)
+            .view([batch, c.heads, new, head_dim])
             .transpose(1, 2)
             .contiguous()
             .view([batch, new, c.width])

@@ -149,6 +149,15 @@ impl Linear {
         )?)))
     }
 
+    /// Whether [`Linear::new_each`] packs weights of these packings on threads of their own:
+    /// fbgemm's int8 and half-precision packing, on the CPU (the others are quick to make).
+    pub(crate) fn packs_in_parallel(packings: &[Packing], device: Device) -> bool {
+        device == Device::Cpu
+            && packings
+                .iter()
+                .any(|p| matches!(p, Packing::Int8 | Packing::Float16))
+    }
+
     /// The layers of `specs` (weight, bias, packing), each as [`Linear::new`] makes it, in the
     /// order given; packed on up to `threads` threads at once, the largest first (fbgemm packs
     /// a layer on one thread, and a decoder has over a hundred to pack at load).
@@ -158,10 +167,8 @@ impl Linear {
         threads: usize,
     ) -> Result<Vec<Linear>> {
         let threads = threads.clamp(1, specs.len().max(1));
-        let packs = specs
-            .iter()
-            .any(|(_, _, p)| matches!(p, Packing::Int8 | Packing::Float16));
-        if threads == 1 || !packs || device != Device::Cpu {
+        let packings: Vec<Packing> = specs.iter().map(|(_, _, p)| *p).collect();
+        if threads == 1 || !Linear::packs_in_parallel(&packings, device) {
             return specs
                 .into_iter()
                 .map(|(weight, bias, packing)| Linear::new(weight, bias, packing, device))

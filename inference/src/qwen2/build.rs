@@ -100,22 +100,50 @@ pub(super) fn build(
                 None => spec,
             };
             let r = rotations;
-            let specs = vec![
-                turn(with_bias("attn_q", q_out)?, r.attn),
-                turn(with_bias("attn_k", kv_out)?, r.attn),
-                turn(with_bias("attn_v", kv_out)?, r.attn),
-                turn(
-                    without_bias("attn_output", [c.width, q_out], ordinary)?,
-                    r.o,
-                ),
-                turn(without_bias("ffn_gate", [c.ffn, c.width], ordinary)?, r.ffn),
-                turn(without_bias("ffn_up", [c.ffn, c.width], ordinary)?, r.ffn),
-                turn(without_bias("ffn_down", [c.width, c.ffn], outlier)?, r.down),
+            let recipes: [Recipe<'_>; 7] = [
+                Box::new(|| Ok(turn(with_bias("attn_q", q_out)?, r.attn))),
+                Box::new(|| Ok(turn(with_bias("attn_k", kv_out)?, r.attn))),
+                Box::new(|| Ok(turn(with_bias("attn_v", kv_out)?, r.attn))),
+                Box::new(|| {
+                    let o = without_bias("attn_output", [c.width, q_out], ordinary)?;
+                    Ok(turn(o, r.o))
+                }),
+                Box::new(|| {
+                    let gate = without_bias("ffn_gate", [c.ffn, c.width], ordinary)?;
+                    Ok(turn(gate, r.ffn))
+                }),
+                Box::new(|| {
+                    Ok(turn(
+                        without_bias("ffn_up", [c.ffn, c.width], ordinary)?,
+                        r.ffn,
+                    ))
+                }),
+                Box::new(|| {
+                    let down = without_bias("ffn_down", [c.width, c.ffn], outlier)?;
+                    Ok(turn(down, r.down))
+                }),
             ];
-            let [q, k, v, o, gate, up, down]: [Linear; 7] =
+            let linears = if Linear::packs_in_parallel(&[ordinary, outlier], device) {
+                let specs = recipes
+                    .into_iter()
+                    .map(|recipe| recipe())
+                    .collect::<Result<_>>()?;
                 Linear::new_each(specs, device, threads)?
-                    .try_into()
-                    .unwrap_or_else(|_| unreachable!("seven specs make seven layers"));
+            } else {
+                // Nothing to pack on other threads: each weight is read in float32 and made
+                // a layer before the next is read, so a layer's float32 weights (190 MB for
+                // the 1.5B) are never held together.
+                recipes
+                    .into_iter()
+                    .map(|recipe| {
+                        let (weight, bias, packing) = recipe()?;
+                        Linear::new(weight, bias, packing, device)
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            };
+            let [q, k, v, o, gate, up, down]: [Linear; 7] = linears
+                .try_into()
+                .unwrap_or_else(|_| unreachable!("seven recipes make seven layers"));
             layers.push(Layer {
                 rotations,
                 attn_norm: t("attn_norm.weight", &[c.width])?,
@@ -182,6 +210,10 @@ pub(super) fn gguf_config(gguf: &Gguf) -> Result<Qwen2Config> {
         context: int("qwen2.context_length")? as usize,
     })
 }
+
+/// How one of a layer's linear weights is read: its float32 weight (rotated where the
+/// precision says), its bias and its packing.
+type Recipe<'a> = Box<dyn FnOnce() -> Result<(Tensor, Option<Tensor>, Packing)> + 'a>;
 
 /// Rows compared by [`same_matrix`], in four runs spread over the vocabulary.
 const SAMPLED_ROWS: i64 = 256;

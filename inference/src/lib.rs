@@ -35,6 +35,7 @@ mod cuda;
 pub mod distil;
 mod encoder;
 mod error;
+mod foreground;
 pub mod generate;
 pub mod gguf;
 mod linear;

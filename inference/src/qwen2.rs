@@ -194,6 +194,7 @@ impl Qwen2 {
         let mut x = self.tokens.lookup(tokens).view([batch, new, c.width]);
         let fresh = cache.layers.is_empty();
         for (i, layer) in self.layers.iter().enumerate() {
+            self.wait_for_questions();
             let (q, k, v) = self.qkv(layer, &x);
             let (q, k) = (rope(&q), rope(&k));
             let (k, v) = if fresh {
@@ -299,6 +300,7 @@ impl Qwen2 {
         let ids = Tensor::from_slice(tokens).to_device(self.device);
         let mut x = self.tokens.lookup(&ids).view([batch, 1, c.width]);
         for (i, layer) in self.layers.iter().enumerate() {
+            self.wait_for_questions();
             let (q, k, v) = self.qkv(layer, &x);
             let (q, k) = (rope(&q), rope(&k));
             let mut outs = Vec::with_capacity(caches.len());
@@ -321,6 +323,16 @@ impl Qwen2 {
         }
         self.output
             .apply(&rms_norm(&x, &self.norm, c.eps).select(1, 0))
+    }
+}
+
+impl Qwen2 {
+    /// On the CPU, waits between layers while questions are being embedded
+    /// ([`crate::foreground`]).
+    fn wait_for_questions(&self) {
+        if self.device == Device::Cpu {
+            crate::foreground::wait_for_questions();
+        }
     }
 }
 

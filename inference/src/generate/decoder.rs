@@ -118,11 +118,16 @@ impl Decoder {
             return work(self);
         };
         let (started, before) = (Instant::now(), Load::now());
+        let waited = crate::foreground::waited();
         let out = work(self);
         let load = before
             .zip(Load::now())
             .map(|(before, after)| after.since(before));
-        self.rest(busy_pause(started.elapsed(), load, share));
+        // The time it waited for questions is not work: a rest is measured against the rest.
+        let worked = started
+            .elapsed()
+            .saturating_sub(crate::foreground::waited().saturating_sub(waited));
+        self.rest(busy_pause(worked, load, share));
         out
     }
 

@@ -22,10 +22,12 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use super::Priority;
 use super::lanes::{BackgroundPriority, Lane, Threads};
 use super::message::{Request, RouterMsg};
 use super::rest::{Load, Rest, busy_pause};
 use super::stats::Metrics;
+use crate::config::TextRole;
 use crate::encoder::Encoder;
 use crate::error::{Error, Result};
 
@@ -187,12 +189,20 @@ impl WorkerState {
         let cancel = self.cancel.clone();
         // Only a worker that may rest reads the machine's and its threads' CPU times.
         let measure = self.busy_share_percent.is_some();
+        // A question someone waits for, embedded on the CPU, holds background decoding back
+        // ([`crate::foreground`]); writes' passages and topic phrases do not.
+        let question = encoder.on_cpu()
+            && requests
+                .iter()
+                .any(|r| r.priority == Priority::Interactive && r.role == TextRole::Query);
         let started = Instant::now();
         let joined = self
             .lane
             .run(move || -> Outcome {
                 let before = measure.then(Load::now).flatten();
+                let pass = question.then(crate::foreground::Question::begin);
                 let result = embed_all(&encoder, &inputs, cancel.as_deref());
+                drop(pass);
                 let load = before
                     .zip(Load::now())
                     .map(|(before, after)| after.since(before));

@@ -243,8 +243,7 @@ impl Qwen2 {
     /// A key head's query heads are stacked as rows of one product over that head's keys,
     /// rather than the keys repeated for each query head: repeated, each decoding step copied
     /// every cached key and value `heads / kv_heads` times a layer (megabytes each, mapped,
-    /// faulted in and unmapped by the allocator, which slowed the embedding threads sharing
-    /// the process's memory map).
+    /// faulted in and unmapped by the allocator every step).
     fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Tensor {
         let c = &self.config;
         let (batch, new) = (q.size()[0], q.size()[2]);

@@ -127,10 +127,10 @@ mod tests {
         );
     }
 
-    /// While a question's pass runs the decoder waits, and gives up at the bound instead of
-    /// waiting for ever; after the pass it still waits out the quiet time, no longer than the
-    /// bound. (Other tests of the crate may embed questions at the same time, so only lower
-    /// bounds are certain.)
+    /// While a question's pass runs the decoder waits at least the bound (and returns: a wait
+    /// without end would hang the test); after the pass it still waits out the quiet time.
+    /// (Other tests of the crate may embed questions at the same time, so only lower bounds
+    /// are asserted.)
     #[test]
     fn the_decoder_waits_while_questions_flow_and_gives_up_at_the_bound() {
         let pass = Question::begin();

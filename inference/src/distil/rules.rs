@@ -47,8 +47,12 @@ const HYPOTHETICAL: &str = r"(\bif (i|we) (book|booked|schedule|reserve|take|get
 
 static HYPOTHETICALLY: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i){HYPOTHETICAL}")));
 
-/// Not wanting it any more ("不想再上了"): a wish, and a cancellation.
-const NOT_WANTED: &str = r"不想(再)?(上|学|用|要|续|订|参加)了";
+/// Not wanting it any more ("不想再上了", "我不需要续订了", "不用续费了"): a wish, and a
+/// cancellation, although "不需要续" alone negates a renewal ("不需要续费就能用吗" asks).
+const NOT_WANTED: &str =
+    r"不想(再)?(上|学|用|要|续|订|参加)了|(不想|不需要|不用|不要)(再)?续(订|费|约|期|办)?了";
+
+static NOT_WANTED_ANY_MORE: LazyLock<Regex> = LazyLock::new(|| re(NOT_WANTED));
 
 /// A request marker: with it, a question form is still a request ("can you book me ...?").
 static REQUEST: LazyLock<Regex> = LazyLock::new(|| {
@@ -197,7 +201,7 @@ pub fn no_new_intent(message: &str) -> bool {
     let fault = || GRIEVANCE.is_match(message) || FAULT.is_match(message);
     let grievance = || fault() || STILL_NOT.is_match(message);
     let request = || REQUEST.is_match(&NO_WISH_OF_ONES_OWN.replace_all(message, ""));
-    NEGATED.is_match(message)
+    (NEGATED.is_match(message) && !NOT_WANTED_ANY_MORE.is_match(message))
         || STATUS.is_match(message)
         || (asked()
             && (STATUS_IF_ASKED.is_match(message)

@@ -195,7 +195,8 @@ pub struct JobsConfig {
     /// what `memory.archive` says); archived turns older than `memory.archive-retention` are
     /// purged.
     pub retention: String,
-    /// Session cleanup: working-memory windows idle for 24 hours are closed.
+    /// Session cleanup: working-memory windows idle for 24 hours are closed (hourly, as the
+    /// seed's working-memory session loop runs every 60 minutes).
     pub session_cleanup: String,
 }
 
@@ -205,8 +206,8 @@ impl Default for JobsConfig {
         JobsConfig {
             time_zone: "UTC".to_owned(),
             expiry_sweep: daily.clone(),
-            retention: daily.clone(),
-            session_cleanup: daily,
+            retention: daily,
+            session_cleanup: "0 * * * *".to_owned(),
         }
     }
 }

@@ -102,6 +102,10 @@ pub struct ContextMemory {
     pub corrected_sql: Option<String>,
     /// Active, or a candidate not yet confirmed.
     pub status: MemoryStatus,
+    /// How sure the memory model is of it (0 to 1): as formed, raised by likes and
+    /// reinforcement.
+    #[serde(default)]
+    pub confidence: f32,
 }
 
 /// A current distilled intent in the context's key-intents slot.
@@ -488,6 +492,7 @@ fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> Con
             score,
             corrected_sql: None,
             status: r.status,
+            confidence: r.confidence,
         };
     }
     ContextMemory {
@@ -502,6 +507,7 @@ fn context_memory(r: &MemoryRecord, score: f32, sensitive_withheld: bool) -> Con
                     .map(gateway_text)
             }),
         status: r.status,
+        confidence: r.confidence,
     }
 }
 

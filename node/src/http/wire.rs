@@ -432,6 +432,10 @@ pub struct ContextMemoryView {
     /// reinforcement, or by use in a successful turn).
     #[serde(default)]
     pub status: String,
+    /// How sure the memory model is of it (0 to 1): as formed (0.5 by default, 0.8 for a
+    /// correction with SQL), raised by likes and reinforcement.
+    #[serde(default)]
+    pub confidence: f32,
 }
 
 /// A current intent in a context's key-intents slot.
@@ -510,6 +514,7 @@ fn memory_views(m: Vec<ContextMemory>) -> Vec<ContextMemoryView> {
             score: m.score,
             corrected_sql: m.corrected_sql,
             status: records::status_name(m.status).to_owned(),
+            confidence: m.confidence,
         })
         .collect()
 }

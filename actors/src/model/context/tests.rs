@@ -464,3 +464,41 @@ fn nl2sql_contexts_show_the_cached_metadata_of_the_tables_mentioned_only() {
         "only nl2sql contexts show table metadata"
     );
 }
+
+#[test]
+fn context_memories_carry_their_confidence() {
+    let mut liked = rec(
+        "p1",
+        MemoryKind::Profile,
+        "prefers line charts for GMV",
+        MemoryStatus::Active,
+        1,
+    );
+    liked.confidence = 0.9;
+    let mut correction = rec(
+        "c1",
+        MemoryKind::Correction,
+        "GMV excludes refunds",
+        MemoryStatus::Active,
+        2,
+    );
+    correction.confidence = 0.8;
+    let ctx = assemble(
+        &request(5_000),
+        &[],
+        &index([liked, correction]),
+        &EXTRACTOR,
+    )
+    .unwrap();
+    assert_eq!(
+        ctx.profile.iter().map(|m| m.confidence).collect::<Vec<_>>(),
+        [0.9]
+    );
+    assert_eq!(
+        ctx.corrections
+            .iter()
+            .map(|m| m.confidence)
+            .collect::<Vec<_>>(),
+        [0.8]
+    );
+}

@@ -11,7 +11,7 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_SET=check-N` (1 to 20) runs a held-out set instead,
+//! `ENGRAM_BENCH_SET=check-N` (1 to 21) runs a held-out set instead,
 //! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;
@@ -62,11 +62,15 @@ fn gated(message: &str, rule: Option<&Distilled>, model: Option<&Distilled>) -> 
         .filter(|d| !(needs_target(&d.intent_type) && d.target.trim().is_empty()))
 }
 
+/// Whether the target names the labelled thing (any target is right for a message that
+/// names none, such as "我不需要续订了").
 fn target_ok(d: Option<&Distilled>, want: &Labelled) -> bool {
     let target = d.map(|d| d.target.to_lowercase()).unwrap_or_default();
-    want.target_any
-        .iter()
-        .any(|k| target.contains(&k.to_lowercase()))
+    want.target_any.is_empty()
+        || want
+            .target_any
+            .iter()
+            .any(|k| target.contains(&k.to_lowercase()))
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -11,6 +11,7 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{Datelike, Timelike};
 use engram_storage::WorkQueue;
 use engram_tests::chaos::{metric, queued_entries};
 use engram_tests::harness::{HttpClient, NodeSpec, Sandbox, turn};
@@ -203,11 +204,9 @@ async fn the_seed_write_distils_by_rules_and_a_cancellation_deactivates_the_rene
     );
     assert_eq!(ack["distilling"], false);
     let renewal = recall(&client, "rita", "subscription_renewal", false).await;
-    assert!(
-        renewal["target_value"]
-            .as_str()
-            .unwrap()
-            .contains("视频会员"),
+    assert_eq!(
+        renewal["target_value"],
+        json!({"product": "视频会员", "cycle": "yearly"}),
         "{renewal}"
     );
     // A retry is answered from the stored outcome, and writes nothing more.
@@ -224,7 +223,7 @@ async fn the_seed_write_distils_by_rules_and_a_cancellation_deactivates_the_rene
     let renewal = recall(&client, "rita", "subscription_renewal", false).await;
     assert!(renewal["target_value"].is_null(), "deactivated: {renewal}");
     let cancel = recall(&client, "rita", "subscription_cancel", false).await;
-    assert!(cancel["target_value"].is_string(), "{cancel}");
+    assert_eq!(cancel["target_value"]["product"], "视频会员", "{cancel}");
 
     // Pre-warm at login: the current key intents, newest first.
     let warm = client.must_post("/v1/users/rita/prewarm", &json!({})).await;
@@ -247,4 +246,93 @@ async fn the_seed_write_distils_by_rules_and_a_cancellation_deactivates_the_rene
         .must_post("/write", &write("r4", "我上次的投诉处理得怎么样了？"))
         .await;
     assert_eq!(ack["intents"], json!([]));
+}
+
+/// The day after `at`, at 09:00 UTC, as the seed writes instants.
+fn tomorrow_at_nine(at: chrono::DateTime<chrono::Utc>) -> String {
+    (at.date_naive() + chrono::Days::new(1))
+        .and_hms_opt(9, 0, 0)
+        .unwrap()
+        .and_utc()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_of_the_seeds_examples_writes_without_request_ids_and_recalls_structured_targets()
+{
+    let sandbox = Sandbox::new();
+    let node = sandbox.node("distil-seed").start().await;
+    let client = node.client();
+    // The seed's own example, as its client sends it: no request id.
+    let before = chrono::Utc::now();
+    let body = json!({"user_id": "test_001", "message": "我要预约明天体检"});
+    let ack = client.must_post("/write", &body).await;
+    let after = chrono::Utc::now();
+    assert_eq!(ack["intents"][0]["intent_type"], "appointment", "{ack}");
+    // A retry of the same body (a client that timed out) replays the first answer.
+    let again = client.must_post("/write", &body).await;
+    assert_eq!(again["replayed"], true, "{again}");
+    let recalled = recall(&client, "test_001", "appointment", true).await;
+    assert_eq!(
+        recalled["intents"].as_array().unwrap().len(),
+        1,
+        "{recalled}"
+    );
+    let target = &recalled["target_value"];
+    let time = target["time"].as_str().expect("an object with a time");
+    assert!(
+        [tomorrow_at_nine(before), tomorrow_at_nine(after)].contains(&time.to_owned()),
+        "明天 resolved against the message's time: {target}"
+    );
+    assert!(target["location"].is_null(), "{target}");
+
+    // A place and a day of next week, as written and resolved.
+    client
+        .must_post(
+            "/write",
+            &json!({"user_id": "test_002", "message": "我想预约下周三上午去社保中心办理养老认证"}),
+        )
+        .await;
+    let target = recall(&client, "test_002", "appointment", false).await["target_value"].clone();
+    assert_eq!(target["location"], "社保中心", "{target}");
+    let time = chrono::DateTime::parse_from_rfc3339(target["time"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (time.weekday(), time.hour()),
+        (chrono::Weekday::Wed, 9),
+        "{target}"
+    );
+
+    // The seed's cancellation example, for a user with no renewal on record.
+    let ack = client
+        .must_post(
+            "/write",
+            &json!({"user_id": "test_003", "message": "我不需要续订了"}),
+        )
+        .await;
+    assert_eq!(
+        ack["intents"][0]["intent_type"], "subscription_cancel",
+        "{ack}"
+    );
+    let cancel = recall(&client, "test_003", "subscription_cancel", false).await;
+    assert_eq!(
+        cancel["target_value"],
+        json!({"product": null, "cycle": null}),
+        "{cancel}"
+    );
+
+    // A gateway's own object target is answered as written, not as "".
+    client
+        .must_post(
+            "/write",
+            &json!({"user_id": "test_004", "intent_type": "appointment",
+                "fields": {"target_value": {"time": "2024-06-16T09:00:00Z", "location": "体检中心A区"}}}),
+        )
+        .await;
+    let written = recall(&client, "test_004", "appointment", false).await;
+    assert_eq!(
+        written["target_value"],
+        json!({"time": "2024-06-16T09:00:00Z", "location": "体检中心A区"}),
+        "{written}"
+    );
 }

@@ -355,6 +355,7 @@ async fn store(
                 Some(d) => gate(
                     u,
                     now,
+                    entry.queued_at,
                     d,
                     Source::Model,
                     &entry.text,

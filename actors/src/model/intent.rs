@@ -8,6 +8,8 @@ use serde_json::Value;
 
 use super::pii;
 
+pub mod target;
+
 /// Intent types whose latest versions the context and pre-warm serve.
 pub const KEY_INTENT_TYPES: [&str; 4] = [
     "appointment",
@@ -16,11 +18,13 @@ pub const KEY_INTENT_TYPES: [&str; 4] = [
     "subscription_cancel",
 ];
 
-/// The target of a stored version: `target_value`, else the seed's
-/// `business_intent.target`, else `target` (gateway-written fields); empty without one.
+/// The target of a stored version as text: a string `target_value`, else the seed's
+/// `business_intent.target`, else `target` (gateway-written fields), else a structured
+/// `target_value`'s strings joined (its place, product or service, and so on); empty without
+/// one. What the context shows and a cancellation is matched by.
 pub fn target_of(intent: &Intent) -> String {
     let fields: Value = serde_json::from_str(&intent.fields).unwrap_or(Value::Null);
-    [
+    let text = [
         fields.get("target_value"),
         fields.pointer("/business_intent/target"),
         fields.get("target"),
@@ -28,8 +32,28 @@ pub fn target_of(intent: &Intent) -> String {
     .into_iter()
     .flatten()
     .find_map(Value::as_str)
-    .unwrap_or_default()
-    .to_owned()
+    .filter(|t| !t.trim().is_empty());
+    match (text, fields.get("target_value")) {
+        (Some(text), _) => text.to_owned(),
+        (None, Some(Value::Object(parts))) => parts
+            .values()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(" "),
+        (None, _) => String::new(),
+    }
+}
+
+/// The target of a stored version as the seed answers it (`/recall`'s `target_value`): the
+/// stored `target_value` as it is, an object for the types with a structure
+/// ([`target::structured`]) or whatever JSON a gateway wrote; else the text of
+/// [`target_of`].
+pub fn target_value_of(intent: &Intent) -> Value {
+    let fields: Value = serde_json::from_str(&intent.fields).unwrap_or(Value::Null);
+    match fields.get("target_value") {
+        Some(value) if !value.is_null() && !value.is_string() => value.clone(),
+        _ => Value::String(target_of(intent)),
+    }
 }
 
 /// Whether a version is served at `now` (active, and its `expires_at`, if any, not passed).

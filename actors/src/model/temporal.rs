@@ -26,6 +26,8 @@ use regex::Regex;
 
 use super::policy::DAY_MS;
 
+pub mod when;
+
 /// A span of days, both ends included, in days since 1970-01-01 (UTC).
 pub type DaySpan = (i64, i64);
 

@@ -277,6 +277,9 @@ pub struct MemoryAck {
 pub struct ClearAck {
     /// Turns deleted.
     pub deleted: usize,
+    /// Messages deleted: the user's of each turn, and the assistant's where it answered.
+    #[serde(default)]
+    pub messages: usize,
     /// True when this is the stored outcome of an earlier identical request.
     #[serde(default)]
     pub replayed: bool,

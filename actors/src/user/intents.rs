@@ -26,7 +26,10 @@ use engram_storage::types::{Intent, PiiLevel, Timestamp};
 use serde_json::{Value, json};
 
 use crate::distillation::GateRules;
-pub use crate::model::intent::{KEY_INTENT_TYPES, is_current, target_matches, target_of};
+use crate::model::intent::target::{product, structured};
+pub use crate::model::intent::{
+    KEY_INTENT_TYPES, is_current, target_matches, target_of, target_value_of,
+};
 use crate::model::pii;
 use crate::request::user::IntentAck;
 
@@ -60,9 +63,11 @@ pub enum Verdict {
 }
 
 /// The stored fields of a distilled result: the seed's shape, plus where it came from, when
-/// it expires and its protection.
+/// it expires and its protection. `target_value` is the structured target of the type
+/// ([`structured`]), or the short target as a string for a type without one.
 pub fn seed_fields(
     d: &Distilled,
+    structured_target: Option<Value>,
     source: Source,
     anchor: Option<&str>,
     sensitive: bool,
@@ -72,7 +77,7 @@ pub fn seed_fields(
         "identity_anchor": anchor,
         "business_intent": {"intent_type": d.intent_type, "target": d.target.trim()},
         "decision_basis": {"key_reason": d.key_reason.trim(), "priority": d.priority.as_str()},
-        "target_value": d.target.trim(),
+        "target_value": structured_target.unwrap_or_else(|| json!(d.target.trim())),
         "source": source.as_str(),
         "expires_at": expires_at.0,
     });
@@ -83,12 +88,14 @@ pub fn seed_fields(
     fields
 }
 
-/// Runs `d` (found in `message` of turn `turn`) through the gate and writes it if it passes.
-/// `attempts` counts the model runs before this one; `types` are the tenant's.
+/// Runs `d` (found in `message` of turn `turn`, written at `written`) through the gate and
+/// writes it if it passes. `attempts` counts the model runs before this one; `types` are the
+/// tenant's.
 #[allow(clippy::too_many_arguments)]
 pub fn gate(
     u: &mut UserData<'_>,
     now: Timestamp,
+    written: Timestamp,
     d: &Distilled,
     source: Source,
     message: &str,
@@ -119,8 +126,17 @@ pub fn gate(
     // Fields never hold an identifier in clear (the anchor names its kind only).
     masked.target = pii::mask(&d.target, PiiLevel::Medium);
     masked.key_reason = pii::mask(&d.key_reason, PiiLevel::Medium);
+    let masked_message = pii::mask(message, PiiLevel::Medium);
+    let target = structured(&d.intent_type, &masked_message, &masked.target, written);
+    // A cancellation that names no subscription ("我不需要续订了"), in the message or the
+    // short target, matches any renewal.
+    let names_none = target
+        .as_ref()
+        .is_some_and(|t| t.get("product").is_some_and(Value::is_null))
+        && product(&masked.target).is_none();
     let fields = seed_fields(
         &masked,
+        target,
         source,
         anchor,
         sensitive,
@@ -137,7 +153,8 @@ pub fn gate(
     )?;
     ack.flagged = sensitive;
     if d.intent_type == "subscription_cancel" {
-        ack.renewal_deactivated = deactivate_renewal(u, d.target.trim())?;
+        let target = if names_none { "" } else { d.target.trim() };
+        ack.renewal_deactivated = deactivate_renewal(u, target)?;
     }
     Ok(Verdict::Written(ack))
 }
@@ -267,6 +284,7 @@ pub fn on_message(
     if let Some(rule) = &plan.rule
         && let Verdict::Written(ack) = gate(
             u,
+            now,
             now,
             rule,
             Source::Rule,

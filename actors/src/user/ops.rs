@@ -352,10 +352,16 @@ pub fn write_intent(
 
 /// Deletes a session's turns and row.
 pub fn clear_session(u: &mut UserData<'_>, session: &str) -> Outcome<ClearAck> {
+    let messages = u
+        .last_turns(session, 0)?
+        .iter()
+        .map(|t| 1 + usize::from(!t.assistant_text.is_empty()))
+        .sum();
     match u.delete_session(session)? {
         Some(deleted) => Ok(Ok((
             ClearAck {
                 deleted,
+                messages,
                 replayed: false,
             },
             Vec::new(),

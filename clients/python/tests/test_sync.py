@@ -220,6 +220,8 @@ def test_intents_write_recall_distil_and_prewarm(gateway: Engram) -> None:
     distilled = gateway.distil_message(user, "please cancel my gym subscription")
     assert [i.intent_type for i in distilled.intents] == ["subscription_cancel"]
     assert distilled.intent_type is None and distilled.replayed is False
+    cancelled = gateway.recall_intent(user, "subscription_cancel")
+    assert cancelled.target_value == {"product": "gym subscription", "cycle": None}
 
     current = gateway.prewarm(user)
     types = {i.intent_type for i in current}

@@ -13,7 +13,8 @@ fn turn(rid: &str, session: &str, user: &str, assistant: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seed_chat_endpoints_answer_in_the_seed_envelope_with_titles_and_message_rows() {
+async fn seed_chat_endpoints_answer_the_seeds_fields_in_its_envelope_with_limit_and_deleted_counting_messages()
+ {
     let dir = tempfile::tempdir().unwrap();
     let app = app(&dir).await;
     let first = "What was the GMV of East China last month? Call me on 13812345678 when done";
@@ -85,11 +86,43 @@ async fn seed_chat_endpoints_answer_in_the_seed_envelope_with_titles_and_message
     );
     for row in rows {
         assert!(!row["summary"].as_str().unwrap().is_empty(), "{row}");
-        assert!(
-            row["entities"].is_array() && row["created_at"].is_string(),
+        assert_eq!(
+            (&row["user_id"], &row["session_id"]),
+            (&json!("carol"), &json!("s1")),
             "{row}"
         );
+        // The seed stores entities as a JSON array in a string.
+        let entities: Vec<String> =
+            serde_json::from_str(row["entities"].as_str().expect("a string")).unwrap();
+        assert!(row["created_at"].is_string(), "{row}");
+        if row["content"].as_str().unwrap().contains("dw_orders") {
+            assert!(entities.contains(&"dw_orders".to_owned()), "{row}");
+        }
     }
+    let ids: Vec<u64> = rows.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "unique ids in order: {ids:?}"
+    );
+
+    // `limit` counts messages: the newest three, oldest first.
+    let (_, three) = send(
+        &app,
+        Method::GET,
+        "/chat/sessions/s1/memory?user_id=carol&limit=3",
+        None,
+    )
+    .await;
+    let three = three["data"].as_array().unwrap();
+    assert_eq!(
+        three
+            .iter()
+            .map(|r| r["id"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        ids[1..],
+        "{three:?}"
+    );
+    assert_eq!(listed["data"][0]["user_id"], "carol", "{listed}");
 
     // Errors, whichever layer answers them, in the same envelope with their status.
     let (status, missing) = send(
@@ -150,8 +183,8 @@ async fn seed_chat_endpoints_answer_in_the_seed_envelope_with_titles_and_message
     .await;
     assert_eq!(
         (status, &deleted["code"], &deleted["data"]["deleted"]),
-        (StatusCode::OK, &json!(0), &json!(2)),
-        "{deleted}"
+        (StatusCode::OK, &json!(0), &json!(4)),
+        "the seed counts the deleted messages: {deleted}"
     );
 }
 

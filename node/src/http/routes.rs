@@ -7,9 +7,9 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use engram_actors::placement::UserKey;
 use engram_actors::request::user::{
-    Clarification, ClearSession, ContextQuery, FeedbackRequest, Forget, ListFlags, ListMemories,
-    ListSessions, MemoryWrite, ResolveConflict, SearchQuery, SessionMemory, SessionQuery,
-    StatusChange, TurnRequest,
+    Clarification, ClearAck, ClearSession, ContextQuery, FeedbackRequest, Forget, ListFlags,
+    ListMemories, ListSessions, MemoryWrite, ResolveConflict, SearchQuery, SessionMemory,
+    SessionQuery, StatusChange, TurnRequest,
 };
 use engram_storage::types::PiiLevel;
 use serde::Deserialize;
@@ -403,9 +403,8 @@ pub async fn clear_session(
     Path((user, session)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &user)?;
-    Ok(ok(
-        clear_session_of(&s, &caller, &key, &headers, session).await?
-    ))
+    let ack = clear_session_of(&s, &caller, &key, &headers, session).await?;
+    Ok(ok(DeletedResponse::from(ack)))
 }
 
 /// Deletes a session's turns, for `/v1` and the seed endpoint.
@@ -415,20 +414,18 @@ pub async fn clear_session_of(
     key: &UserKey,
     headers: &HeaderMap,
     session: String,
-) -> Result<DeletedResponse, ApiError> {
+) -> Result<ClearAck, ApiError> {
     engram_actors::user::check_id("session_id", &session)?;
     let request_id = idempotency_key(headers)?;
-    let ack = s
-        .ask(
-            caller,
-            key,
-            ClearSession {
-                request_id,
-                session,
-            },
-        )
-        .await?;
-    Ok(DeletedResponse::from(ack))
+    s.ask(
+        caller,
+        key,
+        ClearSession {
+            request_id,
+            session,
+        },
+    )
+    .await
 }
 
 #[utoipa::path(get, path = "/v1/users/{user}/conflicts", tag = "memories",

@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::Response;
-use engram_actors::model::intent::target_of;
+use engram_actors::model::intent::target_value_of;
 use engram_actors::model::text::extractive_summary;
 use engram_actors::request::user::{
     IntentQuery, IntentWrite, KeyIntents, ListSessions, MAX_INTENT_PAGE, MessageWrite,
@@ -16,8 +16,8 @@ use engram_storage::types::Timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::routes::{clear_session_of, sensitive_if, session_memory_of};
-use super::wire::{DeletedResponse, IntentVersionView};
+use super::routes::{DEFAULT_LIMIT, MAX_LIMIT, clear_session_of, sensitive_if, session_memory_of};
+use super::wire::IntentVersionView;
 use super::{ApiError, ApiJson, AppState, ErrorBody, ok, user_key};
 use crate::caller::Caller;
 
@@ -35,7 +35,7 @@ pub struct UserQuery {
 pub struct UserLimitQuery {
     /// The user.
     pub user_id: String,
-    /// Newest turns to return (default 50, at most 500).
+    /// Newest messages to return (default 50, at most 500).
     pub limit: Option<usize>,
 }
 
@@ -73,6 +73,8 @@ pub struct SeedSessions {
 pub struct SeedSession {
     /// Id.
     pub session_id: String,
+    /// The user.
+    pub user_id: String,
     /// The session's first user message (at most 50 characters, personal data masked);
     /// null once retention removed that turn.
     pub title: Option<String>,
@@ -89,13 +91,20 @@ pub struct SeedSessionMemory {
     pub code: u16,
     /// "ok".
     pub message: String,
-    /// The messages of the session's newest turns, oldest first.
+    /// The session's newest messages, oldest first.
     pub data: Vec<SeedMessage>,
 }
 
 /// One message of a session, as the seed answers it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct SeedMessage {
+    /// The message's id, unique among the user's messages and stable: its turn's sequence
+    /// number times two, plus one for the assistant's answer.
+    pub id: u64,
+    /// The user.
+    pub user_id: String,
+    /// The session.
+    pub session_id: String,
     /// `user` or `assistant`.
     pub role: String,
     /// The text (personal data masked).
@@ -103,8 +112,9 @@ pub struct SeedMessage {
     /// The turn's summary (20 to 60 characters): the model's when stored, else the
     /// extractive one.
     pub summary: String,
-    /// Entities the turn mentions.
-    pub entities: Vec<String>,
+    /// Entities the turn mentions, as the seed stores them: a JSON array in a string
+    /// (`"[\"sales_data\",\"TotalRevenue\"]"`).
+    pub entities: String,
     /// Written at, RFC 3339 in UTC.
     pub created_at: String,
 }
@@ -117,7 +127,18 @@ pub struct SeedDeleted {
     /// "ok".
     pub message: String,
     /// What was deleted.
-    pub data: DeletedResponse,
+    pub data: SeedDeletedData,
+}
+
+/// What deleting a session's memory deleted, counted as the seed counts.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SeedDeletedData {
+    /// Messages deleted (the user's of each turn, and the assistant's where it answered).
+    pub deleted: usize,
+    /// Turns deleted.
+    pub turns: usize,
+    /// True when this replays an earlier request.
+    pub replayed: bool,
 }
 
 /// The seed's envelope of an error: the HTTP status as `code`, the stable code of `/v1`'s
@@ -164,6 +185,7 @@ pub async fn sessions(
     let data = sessions
         .into_iter()
         .map(|l| SeedSession {
+            user_id: q.user_id.clone(),
             message_count: l.session.turn_count.saturating_mul(2),
             last_activity: rfc3339(l.session.last_turn_at.0),
             session_id: l.session.session_id,
@@ -180,7 +202,7 @@ pub async fn sessions(
 #[utoipa::path(get, path = "/chat/sessions/{session_id}/memory", tag = "seed",
     params(("session_id" = String, Path, description = "Session id"), UserLimitQuery),
     responses((status = 200, body = SeedSessionMemory), (status = 404, body = SeedError)))]
-/// The messages of a session's newest turns (default 50 turns, at most 500), oldest first.
+/// A session's newest messages (default 50, at most 500), oldest first.
 pub async fn session_memory(
     State(s): State<AppState>,
     caller: Caller,
@@ -189,7 +211,12 @@ pub async fn session_memory(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    let (memory, sensitive) = session_memory_of(&s, &caller, &key, session, q.limit).await?;
+    // `limit` counts messages; a turn holds one or two, so `limit` turns hold enough.
+    let limit = super::page_limit(q.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
+    let (memory, sensitive) =
+        session_memory_of(&s, &caller, &key, session.clone(), Some(limit)).await?;
+    let entities_of =
+        |entities: &[String]| serde_json::to_string(entities).unwrap_or_else(|_| "[]".to_owned());
     let mut rows = Vec::with_capacity(memory.turns.len() * 2);
     for turn in memory.turns {
         let summary = memory
@@ -201,19 +228,25 @@ pub async fn session_memory(
                 |(_, text)| text.clone(),
             );
         let created_at = rfc3339(turn.created_at.0);
-        for (role, content) in [("user", turn.user_text), ("assistant", turn.assistant_text)] {
+        let entities = entities_of(&turn.entities);
+        let roles = [("user", turn.user_text), ("assistant", turn.assistant_text)];
+        for (id, (role, content)) in (turn.seq * 2..).zip(roles) {
             if role == "assistant" && content.is_empty() {
                 continue;
             }
             rows.push(SeedMessage {
+                id,
+                user_id: q.user_id.clone(),
+                session_id: session.clone(),
                 role: role.to_owned(),
                 content,
                 summary: summary.clone(),
-                entities: turn.entities.clone(),
+                entities: entities.clone(),
                 created_at: created_at.clone(),
             });
         }
     }
+    let rows = rows.split_off(rows.len().saturating_sub(limit));
     Ok(sensitive_if(
         sensitive,
         ok(SeedSessionMemory {
@@ -237,11 +270,15 @@ pub async fn clear_session(
 ) -> Result<Response, ApiError> {
     let Query(q) = query?;
     let key = user_key(&caller, &q.user_id)?;
-    let data = clear_session_of(&s, &caller, &key, &headers, session).await?;
+    let ack = clear_session_of(&s, &caller, &key, &headers, session).await?;
     Ok(ok(SeedDeleted {
         code: 0,
         message: SEED_OK.into(),
-        data,
+        data: SeedDeletedData {
+            deleted: ack.messages,
+            turns: ack.deleted,
+            replayed: ack.replayed,
+        },
     }))
 }
 
@@ -291,8 +328,10 @@ pub async fn error_envelope(request: Request, next: Next) -> Response {
 pub struct WriteBody {
     /// The user.
     pub user_id: String,
-    /// Idempotency key.
-    pub request_id: String,
+    /// Idempotency key. Optional, as in the seed: without one, the key is derived from the
+    /// body and the ten-minute period it arrives in ([`derived_request_id`]), so a retry of
+    /// the same body within that period replays the first answer.
+    pub request_id: Option<String>,
     /// The user's message to distil (without `intent_type` and `fields`).
     pub message: Option<String>,
     /// Intent type (with `fields`, without `message`).
@@ -300,6 +339,46 @@ pub struct WriteBody {
     /// Extracted fields (a JSON object).
     #[schema(value_type = Option<Object>)]
     pub fields: Option<serde_json::Value>,
+}
+
+/// The period a derived idempotency key lasts: the gate's window in which a distilled intent
+/// of the same type replaces the previous one (`distillation.replace-within`, 10 minutes by
+/// default).
+pub const DERIVED_ID_PERIOD_MS: i64 = 10 * 60 * 1000;
+
+/// The idempotency key of a `/write` sent without `request_id`: a hash of what it writes
+/// (the message, or the type and fields) and the [`DERIVED_ID_PERIOD_MS`] period `now_ms`
+/// falls in. A retry of the same body in the same period replays the first answer; one that
+/// crosses into the next period runs again, and the gate's replace window then leaves one
+/// version of the intent (the newer), never two. The same message sent again later is a new
+/// write, as the seed treats it.
+pub fn derived_request_id(body: &WriteBody, now_ms: i64) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    for part in [
+        body.message.as_deref(),
+        body.intent_type.as_deref(),
+        body.fields.as_ref().map(ToString::to_string).as_deref(),
+    ] {
+        // Each part framed by its presence and length, so no two bodies hash alike.
+        match part {
+            Some(text) => {
+                hash.update([1]);
+                hash.update((text.len() as u64).to_le_bytes());
+                hash.update(text.as_bytes());
+            }
+            None => hash.update([0]),
+        }
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("seed-{hex}-{}", now_ms.div_euclid(DERIVED_ID_PERIOD_MS))
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The recorded version, or what distilling the message did at once.
@@ -332,10 +411,14 @@ pub async fn write(
     ApiJson(body): ApiJson<WriteBody>,
 ) -> Result<Response, ApiError> {
     let key = user_key(&caller, &body.user_id)?;
+    let request_id = match body.request_id {
+        Some(id) => id,
+        None => derived_request_id(&body, unix_ms()),
+    };
     match (body.message, body.intent_type, body.fields) {
         (Some(message), None, None) => {
             let req = MessageWrite {
-                request_id: body.request_id,
+                request_id,
                 message,
             };
             let ack = s.ask(&caller, &key, req).await?;
@@ -350,7 +433,7 @@ pub async fn write(
         }
         (None, Some(intent_type), Some(fields)) => {
             let req = IntentWrite {
-                request_id: body.request_id,
+                request_id,
                 intent_type,
                 fields,
             };
@@ -389,9 +472,12 @@ pub struct IntentView {
 pub struct RecallResponse {
     /// The intent type.
     pub intent_type: String,
-    /// The target of the current version (absent when none is current: none written,
-    /// cancelled or past its TTL).
-    pub target_value: Option<String>,
+    /// The target of the current version (null when none is current: none written,
+    /// cancelled or past its TTL): an object for the types with a structure (appointment
+    /// `{time, location, what}`, complaint `{service, problem}`, subscriptions
+    /// `{product, cycle}`), else a string.
+    #[schema(value_type = Option<Object>)]
+    pub target_value: Option<serde_json::Value>,
     /// The current version (Unix ms).
     pub version: Option<i64>,
     /// The latest version only; with `all`, a page of every version, newest first.
@@ -434,7 +520,7 @@ pub async fn recall(
     let current = intents.first().filter(|i| i.active && q.before.is_none());
     Ok(ok(RecallResponse {
         intent_type: q.intent_type,
-        target_value: current.map(target_of),
+        target_value: current.map(target_value_of),
         version: current.map(|i| i.version.0),
         next_before,
         intents: intents.into_iter().map(IntentView::from).collect(),

@@ -53,6 +53,7 @@ fn passed(
         gate(
             u,
             Timestamp(at),
+            Timestamp(at),
             d,
             source,
             message,
@@ -87,7 +88,11 @@ fn a_result_is_written_in_the_seeds_shape_with_its_ttl_and_no_intent_writes_noth
     assert_eq!(fields["business_intent"]["intent_type"], "appointment");
     assert_eq!(fields["business_intent"]["target"], "明天体检");
     assert_eq!(fields["decision_basis"]["priority"], "medium");
-    assert_eq!(fields["target_value"], "明天体检");
+    // 1970-01-02 at 09:00: tomorrow, at the hour of a day named without one.
+    assert_eq!(
+        fields["target_value"],
+        json!({"time": "1970-01-02T09:00:00Z", "location": null, "what": "明天体检"})
+    );
     assert_eq!(fields["source"], "rule");
     assert_eq!(fields["expires_at"], 1_000 + RULES.ttl_ms);
     assert_eq!(stored[0].source_turn, Some(1));
@@ -311,4 +316,50 @@ fn the_sweep_removes_versions_past_their_ttl_with_their_expiry_entries() {
     assert_eq!(due, 1);
     assert!(versions(&store, "complaint").is_empty());
     assert!(entries().is_empty(), "its expiry entry went with it");
+}
+
+#[test]
+fn a_cancellation_naming_no_subscription_is_recorded_and_deactivates_the_renewal() {
+    let store = Store::in_memory().unwrap();
+    // Without a renewal on record, the cancellation is still a version of its own.
+    let first = passed(
+        &store,
+        1_000,
+        &intent("subscription_cancel", "我不需要续订了"),
+        Source::Rule,
+        "我不需要续订了",
+        0,
+    );
+    let Verdict::Written(ack) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!(ack.renewal_deactivated, None);
+    let stored = versions(&store, "subscription_cancel");
+    let fields: Value = serde_json::from_str(&stored[0].fields).unwrap();
+    assert_eq!(
+        fields["target_value"],
+        json!({"product": null, "cycle": null})
+    );
+    // With one, it names none, so it ends whichever is active.
+    passed(
+        &store,
+        20 * MINUTE,
+        &intent("subscription_renewal", "视频会员续费一年"),
+        Source::Rule,
+        "帮我把视频会员续费一年",
+        0,
+    );
+    let again = passed(
+        &store,
+        40 * MINUTE,
+        &intent("subscription_cancel", "我不需要续订了"),
+        Source::Rule,
+        "我不需要续订了",
+        0,
+    );
+    let Verdict::Written(ack) = again else {
+        panic!("{again:?}")
+    };
+    assert_eq!(ack.renewal_deactivated, Some(Timestamp(20 * MINUTE)));
+    assert!(!versions(&store, "subscription_renewal")[0].active);
 }

@@ -143,6 +143,13 @@ class Intent:
         )
 
 
+def _target_value(d: dict[str, Any]) -> str | dict[str, Any] | None:
+    value = d.get("target_value")
+    if value is None or isinstance(value, str):
+        return value
+    return obj(value)
+
+
 def intents_from_json(value: Any) -> list[Intent]:
     """``{"intents": [...]}`` (pre-warm)."""
     return items(obj(value), "intents", Intent.from_json)
@@ -151,11 +158,14 @@ def intents_from_json(value: Any) -> list[Intent]:
 @dataclass(frozen=True, slots=True)
 class Recall:
     """An intent type's current target and version (``None`` when none is current), with
-    the versions asked for, newest first; ``next_before`` continues a page of every version."""
+    the versions asked for, newest first; ``next_before`` continues a page of every version.
+    ``target_value`` is an object for the types with a structure (an appointment's
+    ``time`` and ``location``, a complaint's ``service`` and ``problem``, a subscription's
+    ``product`` and ``cycle``), else a string."""
 
     intent_type: str
     intents: list[Intent]
-    target_value: str | None = None
+    target_value: str | dict[str, Any] | None = None
     version: int | None = None
     next_before: int | None = None
 
@@ -165,7 +175,7 @@ class Recall:
         return cls(
             string(d, "intent_type"),
             items(d, "intents", Intent.from_json),
-            opt_string(d, "target_value"),
+            _target_value(d),
             opt_integer(d, "version"),
             opt_integer(d, "next_before"),
         )

@@ -67,7 +67,7 @@ static CANCEL: LazyLock<Regex> = LazyLock::new(|| {
     re(&format!(
         "{}{NOT_WANTED}{}",
         r"(?i)((取消|退订|停掉|关掉|关闭|终止|注销|不要再续|别再续|停止).{0,8}(订阅|会员|自动续费|续费|套餐|服务|包月|包年|月卡|年卡|会籍|合约|计划|扣费)|(订阅|会员|自动续费|套餐|服务|包月|月卡|年卡|健身卡|宽带|会籍|合约).{0,8}(取消|关掉|关闭|停掉|退掉|不要了|不续了|注销)|退订|不再续(费|订|约)?|(宽带|会员|套餐|服务|订阅|月卡|年卡|包月).{0,4}就?不用了|(别|不要)再扣|(别|不要|不用)再?(给我|帮我)?自动(续|扣)|停止扣费|(配送|送货|订阅|会员|服务|套餐).{0,6}先停(了|掉|一下)?吧?|(配送|送货).{0,6}停(了|掉)吧|\b(cancel|terminate|end|stop|discontinue)\b.{0,30}\b(subscription|membership|plan|service|contract|auto-?renew(al)?)\b|\bunsubscribe\b|\b(i|we) want out\b|\bmake\b.{0,40}\b(charges?|payments?|billing|deliveries|emails)\b.{0,10}\bstop\b|\bdrop (the|my|our)\b.{0,30}\b(line|plan|subscription|membership|package|add-?on)\b|(包月|自动续费|连续包|扣费|扣款).{0,20}(关了|关掉|停了|停掉)|",
-        r"|\b(i'?m |we'?re )?done with (the|my|our)\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b|\b(don'?t|do not|never) auto[- ]?renew\b|\b(don'?t|do not) want\b.{0,40}\bto auto[- ]?renew\b|\blet it (run out|lapse|expire)\b)"
+        r"|\b(i'?m |we'?re )?done with (the|my|our)\b|\b(don'?t|do not|no longer) (need|want) (the|my|our|this|that|a|an|any)( \w+)? (renewal|subscription|membership|plan)( any ?more)?\b|\bno more\b.{0,30}\bafter (this|the|next)\b|(下(个)?(月|学期|季度|年)|以后|从.{0,6}起).{0,6}就?不(参加|上|来|去|报|订|用|要)了|\bwon'?t (be needing|need)\b|\bno longer (need|want)\b|\bget out of\b.{0,30}\b(subscription|membership|plan|contract)\b|\b(turn|switch|shut) off\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bdisable\b.{0,20}\bauto[- ]?renew(al|ing|s)?\b|\bstop (charging|billing) me\b|\bdon'?t renew\b|\b(don'?t|do not|never) auto[- ]?renew\b|\b(don'?t|do not) want\b.{0,40}\bto auto[- ]?renew\b|\blet it (run out|lapse|expire)\b)"
     ))
 });
 
@@ -80,14 +80,14 @@ static RENEW: LazyLock<Regex> = LazyLock::new(|| {
 
 /// Getting a lapsed or stopped plan active again: a renewal, even beside the words of its
 /// stopping ("之前停掉的会员能重新开通吗").
-const REACTIVATE_PHRASE: &str = r"\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用)";
+const REACTIVATE_PHRASE: &str = r"\bre-?activate\b|\bget (it|them|my \w+( \w+)?) (active|activated) again\b|\breinstate (it|my)\b|重新(开通|激活|启用)|(停掉|停了|暂停|退掉|取消)的.{0,12}恢复|恢复(之前|原来)?的?(会员|套餐|订阅|服务|课程|包月)";
 
 static REACTIVATE: LazyLock<Regex> = LazyLock::new(|| re(&format!("(?i)({REACTIVATE_PHRASE})")));
 
 /// The word for a complaint (a question naming only the word asks about complaints).
 const COMPLAINT_WORD: &str = r"投诉|差评|\bcomplain(t|ts|ing)?\b|\bfile a complaint\b";
 /// What customers complain of (something not arrived, broken, refused, too slow, rude).
-const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一|好几|几)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bstill not (ready|done|finished|fixed|sorted|here|back)\b|\bwhat('?s| is) going on\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b|(说|反映|提|打|找|讲)(了|过)?(好几|很多|无数)次|到现在(还是|也|都)";
+const GRIEVANCE_PHRASE: &str = r"还没(到|来|收到|送到|到账|发货|处理|人)|没人(来|管|理|处理|回)|没收到|怎么回事|太差|太慢|态度(很|太)?差|坏了|破损|漏发|错发|给(我)?(个|一个)?说法|讨(个)?说法|蟑螂|污渍|发霉|之前没有的|(多了|有)(一|好几|几)?(道|条)?(划痕|刮痕|凹痕)|\bwasn'?t (there|like that) before\b|\b(new|fresh) (scratch|dent|stain|crack)|\b(filthy|dirty|cockroach(es)?|mou?ldy)\b|把我的.{0,10}(洗|弄|剪|修|烫|染|改)(成|坏|丢|错|花)|(洗|弄|剪|修|烫|染)(坏|丢|错|花)了|离谱|搞什么|\bseriously\?|\bcharged\b.{0,40}\b(i|we) (cancell?ed|downgraded|stopped|ended)\b|(取消|退订|降级)了?.{0,10}(还|又)在?扣|算错了|收错了|扣错了|多收|找(你们)?(经理|领导|负责人)|\b(speak|talk) to (a|the|your) (manager|supervisor)\b|多扣|乱扣|重复扣|扣了.{0,3}(两|2)(次|遍)|(让|叫)(人|我)怎么(吃|用|穿|住|睡|喝|看|过)|凉透了|(汤|饭|菜|饮料|奶茶|咖啡|粥|餐|外卖)(全|都|也|还)?洒(了|出来)|这(叫|算)?什么(服务|态度|质量|玩意)(啊|呀|嘛|吧|[!！])|\b(it'?s|it is|that'?s|this is|feels|felt) (\w+ ){0,2}(unsafe|dangerous)\b|\bgot\b.{0,40}\binstead\b|\b(came|arrived|was|were|showed up|turned up|delivered|is|are) (\w+ ){0,3}(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|(^|[.!?]\s*)(\d+|an?|two|three|several) (minutes?|mins?|hours?|days?|weeks?) late\b|\b(charged|billed)\b.{0,30}\btwice\b|根本(没|不)(发|给|到|来|送|修|处理|管)|骗人|(那|还).{0,6}有什么用|\b(nobody|no one|no-one) (showed|turned|came|called|answered|replied|got back)\b|\bnever (showed|turned) up\b|\bstill waiting\b|\bstill not (ready|done|finished|fixed|sorted|here|back)\b|\bwhat('?s| is) going on\b|\bdouble[- ](charged|billed)\b|\bovercharg|\b(never|still hasn'?t|hasn'?t|still not|didn'?t) (arrived?|come|shown up|been (delivered|refunded|fixed))\b|\bwhere is (it|my)\b|\bridiculous\b|\bunacceptable\b|\bnot (thrilled|happy|pleased|impressed)\b|\b(than|not what) (i|we) asked for\b|\bterrible\b|\brude\b|\b(arrived|came) (broken|damaged|cracked)\b|\b(now )?you'?re (now )?telling me\b|(说|反映|提|打|找|讲)(了|过)?(好几|很多|无数)次|到现在(还是|也|都)";
 
 /// Something that does not work, told as it happens ("一直加载不出来", "the air con isn't
 /// working", "had a broken brake"): enough to keep a question from being vetoed as a plain
@@ -168,7 +168,7 @@ static INFORMING: LazyLock<Regex> = LazyLock::new(|| {
 /// ([`INFORMING`]), no new intent.
 static DONE: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)((刚|已经|今天|今早|昨天|昨晚|上午|早上|前天).{0,10}(续|订|约|退订|取消|付|交|充|办)了|(^|[,.;]\s*)((i|we) )?(just |already )?(renewed|cancell?ed|booked|paid|topped up|re-?booked|signed up)\b)",
+        r"(?i)((刚|已经|今天|今早|昨天|昨晚|上午|早上|前天).{0,10}(续|订|约|退订|取消|付|交|充|办)(好|完|过)?[^，,。！？!?]{0,8}了|(^|[,.;]\s*)((i|we) )?(just |already )?(renewed|cancell?ed|booked|paid|topped up|re-?booked|signed up)\b)",
     )
 });
 
@@ -195,6 +195,7 @@ static STILL_NOT: LazyLock<Regex> = LazyLock::new(|| {
 /// (a laugh, the weather) and asks for nothing, or tells of something the customer already
 /// did. Naming an earlier complaint ("我上周投诉的") voices no new grievance.
 pub fn no_new_intent(message: &str) -> bool {
+    let message = &*FILLER.replace_all(message, "");
     let asked = || QUESTION.is_match(message) || ASKED.is_match(message);
     // A grievance or a fault told; with "still not" or "again", a question about an earlier
     // request complains too.
@@ -230,6 +231,9 @@ pub fn no_new_intent(message: &str) -> bool {
             && !INTENT_CUE.is_match(message))
         || (INFORMING.is_match(message) && DONE.is_match(message) && !request() && !grievance())
 }
+
+/// Fillers that only hesitate ("那个什么杂志订阅", "会员什么的"): no question in them.
+static FILLER: LazyLock<Regex> = LazyLock::new(|| re(r"那个什么|什么的"));
 
 /// Something the business made or sent ("the translation you sent back", "你们寄来的"): an
 /// error in it is the business's fault, a complaint, not a correction of one's own details.

@@ -129,6 +129,79 @@ fn not_needing_a_renewal_any_more_is_a_cancellation_and_not_needing_one_to_act_i
 }
 
 #[test]
+fn a_filler_is_no_question_and_stopping_what_it_names_is_a_cancellation() {
+    for message in ["那个什么健身房会员，帮我停掉吧", "音乐会员什么的都取消掉"]
+    {
+        assert!(!no_new_intent(message), "{message}");
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_cancel"),
+            "{message}"
+        );
+    }
+    assert!(no_new_intent("会员有什么用？"), "a real question stays one");
+}
+
+#[test]
+fn a_booking_already_made_and_told_carries_no_new_intent() {
+    for message in [
+        "已经约好后天下午了，跟你们说一声我可能晚十分钟",
+        "刚订好周五的位子了，告诉你们一声",
+    ] {
+        assert_eq!(found(message), None, "{message}");
+    }
+}
+
+#[test]
+fn getting_back_a_stopped_plan_is_a_renewal() {
+    for message in ["上个月暂停的游泳课想恢复", "帮我恢复之前的会员"] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_renewal"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        found("手机里的照片能恢复吗？"),
+        None,
+        "restoring data is no renewal"
+    );
+}
+
+#[test]
+fn not_needing_the_plan_any_more_in_english_is_a_cancellation() {
+    for message in [
+        "we don't need the membership anymore",
+        "I no longer want my storage plan",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("subscription_cancel"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        found("Do I need the membership to book a class?"),
+        None,
+        "a question about needing one"
+    );
+}
+
+#[test]
+fn work_not_done_as_asked_is_a_grievance_even_as_a_question() {
+    for message in [
+        "They painted the fence a different colour than we asked for. Can you fix it?",
+        "Not happy with the cleaning today, the kitchen was skipped",
+    ] {
+        assert_eq!(
+            found(message).map(|f| f.0).as_deref(),
+            Some("complaint"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
 fn status_questions_negations_and_plain_questions_carry_no_new_intent() {
     for message in [
         "我报修的单子处理得怎么样了",

@@ -14,6 +14,7 @@ pub mod anchor;
 pub mod archive;
 pub mod choice;
 mod intents;
+pub mod notice;
 pub mod pending;
 pub mod users;
 
@@ -45,6 +46,8 @@ pub struct ForgetReport {
     pub records: usize,
     /// Expiry-index entries removed.
     pub expiry_entries: usize,
+    /// The tenant's compliance notices naming the user, removed.
+    pub notices: usize,
 }
 
 impl<'t> UserData<'t> {
@@ -59,6 +62,11 @@ impl<'t> UserData<'t> {
             user,
             data_key: None,
         }
+    }
+
+    /// The user's id.
+    pub fn user(&self) -> &str {
+        self.user
     }
 
     /// The user's keys.
@@ -402,6 +410,7 @@ impl<'t> UserData<'t> {
             }
         }
         self.clear_pending_mark()?;
+        report.notices = self.clear_notices()?;
         let all = self.keys.all();
         self.txn.clear_range(&all.begin, &all.end)?;
         Ok(report)

@@ -376,6 +376,17 @@ impl Keyspace {
         (tag == "audit").then_some((tenant, Timestamp(at)))
     }
 
+    /// A compliance notice of `tenant` (a health condition a distilled intent holds), ordered
+    /// by time.
+    pub fn notice(&self, tenant: &str, at: Timestamp, notice_id: &str) -> Vec<u8> {
+        self.root.pack(&("notice", tenant, at.0, notice_id))
+    }
+
+    /// Every compliance notice of `tenant`, oldest first.
+    pub fn notices_of(&self, tenant: &str) -> KeyRange {
+        KeyRange::of(&self.root.subspace(&("notice", tenant)))
+    }
+
     /// The key that pseudonymises user ids in the audit trail.
     pub fn audit_pepper(&self) -> Vec<u8> {
         self.root.pack(&("audit-pepper",))

@@ -165,6 +165,17 @@ impl UserKeys {
         self.space.pack(&("choice", topic, value))
     }
 
+    /// The pointer to a compliance notice of this user (its key in the tenant's notices), so
+    /// forgetting the user finds and removes it.
+    pub fn notice(&self, notice_id: &str) -> Vec<u8> {
+        self.space.pack(&("notice", notice_id))
+    }
+
+    /// Every notice pointer of this user.
+    pub fn notices(&self) -> KeyRange {
+        self.range(&("notice",))
+    }
+
     /// The identity anchor of a keyed hash.
     pub fn anchor(&self, mac: &[u8; 32]) -> Vec<u8> {
         self.space.pack(&("anchor", &mac[..]))

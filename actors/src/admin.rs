@@ -95,6 +95,25 @@ impl Admin {
             .await
     }
 
+    /// Up to `limit` of `tenant`'s compliance notices, oldest first, after the one at
+    /// `after` (its time and id).
+    pub async fn notices_page(
+        &self,
+        tenant: &str,
+        after: Option<(Timestamp, String)>,
+        limit: usize,
+    ) -> engram_storage::Result<Vec<engram_storage::data::notice::Notice>> {
+        let services = self.services();
+        let (ks, tenant) = (services.keyspace.clone(), tenant.to_owned());
+        services
+            .store
+            .read(move |txn| {
+                let after = after.as_ref().map(|(at, id)| (*at, id.as_str()));
+                engram_storage::data::notice::notices_page(txn, &ks, &tenant, after, limit)
+            })
+            .await
+    }
+
     /// A page of `tenant`'s audit trail between `from` and `to`, oldest first: up to `limit`
     /// entries that `filter` keeps, and where the next page starts.
     pub async fn audit_page(

@@ -20,8 +20,8 @@
 //! and first-generation ID numbers) and e-mail addresses must stand alone: no ASCII letter or
 //! digit right before or after them (Chinese text around them is fine).
 //!
-//! Levels: ID, bank card and passport numbers are `high`; mobile numbers `medium`; e-mail
-//! addresses `low`. Masks keep at most the last 4 characters, never the leading ones (the
+//! Levels: ID, bank card and passport numbers are `high`, and so is a text naming a health
+//! condition ([`health`]); mobile numbers `medium`; e-mail addresses `low`. Masks keep at most the last 4 characters, never the leading ones (the
 //! region and birth date of an ID number, a card's issuer, a mobile's carrier prefix are what
 //! would narrow a guess): `**************251X`, `***************1234`, `*******5678`,
 //! `a***@example.com`, `*******78`.
@@ -366,14 +366,24 @@ fn rank(level: PiiLevel) -> u8 {
     }
 }
 
-/// The highest level of the items in `texts`.
+/// The highest level of the items in `texts`; a text naming a health condition
+/// ([`health`]) is `high`.
 pub fn level_of<'a>(texts: impl IntoIterator<Item = &'a str>) -> PiiLevel {
-    texts
-        .into_iter()
-        .flat_map(detect)
-        .map(|f| f.kind.level())
-        .max_by_key(|l| rank(*l))
-        .unwrap_or(PiiLevel::None)
+    let mut level = PiiLevel::None;
+    for text in texts {
+        if health::names_condition(text) {
+            return PiiLevel::High;
+        }
+        if let Some(found) = detect(text)
+            .into_iter()
+            .map(|f| f.kind.level())
+            .max_by_key(|l| rank(*l))
+            && rank(found) > rank(level)
+        {
+            level = found;
+        }
+    }
+    level
 }
 
 /// The mask of one item.
@@ -517,6 +527,7 @@ pub fn mask_cut_digits(text: &str) -> String {
     out
 }
 
+pub mod health;
 mod numbers;
 
 /// Text as a gateway may see it: ID, bank card, passport and mobile numbers masked, and what

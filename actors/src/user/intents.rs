@@ -11,6 +11,11 @@
 //!   one the message is distilled once more ([`Verdict::Retry`]), then dropped and counted;
 //! - personal data in the message or the fields: the version is marked `protection: high`
 //!   and `compliance_review: true` (and masked on every gateway read, as all intents are);
+//! - identity facts: the message's identity anchor (`{user_id, anchor, age,
+//!   health_condition}`) is kept in the version; a health condition is high-level personal
+//!   data (so `protection: high`, and every read of the version is a sensitive read the
+//!   breaker counts), the version says whether it is `sealed` at rest, and the tenant gets a
+//!   notice and an audit entry naming neither the condition nor any text;
 //! - the same type again within the replace window (10 minutes by default): the newer
 //!   result replaces the earlier version, so a rule's result and the model's of the same
 //!   message leave one version;
@@ -22,6 +27,7 @@
 use engram_inference::distil::{Distilled, needs_target};
 use engram_storage::Result as StorageResult;
 use engram_storage::data::UserData;
+use engram_storage::data::notice::Notice;
 use engram_storage::types::{Intent, PiiLevel, Timestamp};
 use serde_json::{Value, json};
 
@@ -31,6 +37,7 @@ pub use crate::model::intent::{
     KEY_INTENT_TYPES, is_current, target_matches, target_of, target_value_of,
 };
 use crate::model::pii;
+use crate::model::pii::health;
 use crate::request::user::IntentAck;
 
 /// Where a distilled result comes from.
@@ -62,6 +69,19 @@ pub enum Verdict {
     Dropped(&'static str),
 }
 
+/// The identity facts a message gives of its user, as the seed's identity anchor holds them:
+/// `{user_id, anchor, age, health_condition}`, `anchor` the kind of identifier given (its
+/// value is never stored here), `age` when the user gave theirs, `health_condition` the
+/// conditions named ([`health::conditions_in`]).
+pub fn identity_anchor(user_id: &str, message: &str) -> Value {
+    json!({
+        "user_id": user_id,
+        "anchor": pii::anchors_in(message).first().map(|(kind, _)| kind.as_str()),
+        "age": health::age_in(message),
+        "health_condition": health::conditions_in(message),
+    })
+}
+
 /// The stored fields of a distilled result: the seed's shape, plus where it came from, when
 /// it expires and its protection. `target_value` is the structured target of the type
 /// ([`structured`]), or the short target as a string for a type without one.
@@ -69,18 +89,19 @@ pub fn seed_fields(
     d: &Distilled,
     structured_target: Option<Value>,
     source: Source,
-    anchor: Option<&str>,
+    identity: Value,
     sensitive: bool,
     expires_at: Timestamp,
 ) -> Value {
     let mut fields = json!({
-        "identity_anchor": anchor,
+        "identity_anchor": null,
         "business_intent": {"intent_type": d.intent_type, "target": d.target.trim()},
         "decision_basis": {"key_reason": d.key_reason.trim(), "priority": d.priority.as_str()},
         "target_value": structured_target.unwrap_or_else(|| json!(d.target.trim())),
         "source": source.as_str(),
         "expires_at": expires_at.0,
     });
+    fields["identity_anchor"] = identity;
     if sensitive {
         fields["protection"] = json!("high");
         fields["compliance_review"] = json!(true);
@@ -119,9 +140,10 @@ pub fn gate(
     }
     let sensitive = pii::level_of([message]) >= PiiLevel::Medium
         || pii::level_of([d.target.as_str(), d.key_reason.as_str()]) >= PiiLevel::Medium;
-    let anchor = pii::anchors_in(message)
-        .first()
-        .map(|(kind, _)| kind.as_str());
+    let identity = identity_anchor(u.user(), message);
+    let health = identity["health_condition"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty());
     let mut masked = d.clone();
     // Fields never hold an identifier in clear (the anchor names its kind only).
     masked.target = pii::mask(&d.target, PiiLevel::Medium);
@@ -134,14 +156,20 @@ pub fn gate(
         .as_ref()
         .is_some_and(|t| t.get("product").is_some_and(Value::is_null))
         && product(&masked.target).is_none();
-    let fields = seed_fields(
+    let mut fields = seed_fields(
         &masked,
         target,
         source,
-        anchor,
+        identity,
         sensitive,
         Timestamp(now.0 + rules.ttl_ms),
     );
+    let sealed = u.seals();
+    if health {
+        // The gate's health rule: protection high (a health condition is high-level
+        // personal data), and whether the version is sealed at rest.
+        fields["sealed"] = json!(sealed);
+    }
     let mut ack = write_version(
         u,
         now,
@@ -152,11 +180,47 @@ pub fn gate(
         Some(rules.replace_within_ms),
     )?;
     ack.flagged = sensitive;
+    if health {
+        protect_health(u, now, &d.intent_type, ack.version, sealed)?;
+    }
     if d.intent_type == "subscription_cancel" {
         let target = if names_none { "" } else { d.target.trim() };
         ack.renewal_deactivated = deactivate_renewal(u, target)?;
     }
     Ok(Verdict::Written(ack))
+}
+
+/// The principal of what the memory model does on its own in the audit trail.
+pub const MEMORY_MODEL: &str = "memory-model";
+
+/// The gate's health rule, for a version of `intent_type` written at `version` whose
+/// identity anchor holds a health condition: a notice the tenant's admins read
+/// (`GET /v1/admin/notices`) and an entry in the audit trail (`intent.health_protected`),
+/// neither naming the condition.
+fn protect_health(
+    u: &mut UserData<'_>,
+    now: Timestamp,
+    intent_type: &str,
+    version: Timestamp,
+    sealed: bool,
+) -> StorageResult<()> {
+    let notice_id = format!("{:032x}", rand::random::<u128>());
+    u.put_notice(&Notice {
+        notice_id: notice_id.clone(),
+        at: now,
+        user_id: u.user().to_owned(),
+        reason: "health_condition".to_owned(),
+        intent_type: intent_type.to_owned(),
+        version,
+        sealed,
+    })?;
+    u.audit(
+        notice_id.clone(),
+        now,
+        MEMORY_MODEL,
+        "intent.health_protected",
+        vec![format!("{intent_type}:{}", version.0), notice_id],
+    )
 }
 
 /// Writes a new version of `intent_type`; the active earlier versions become inactive

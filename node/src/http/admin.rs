@@ -17,7 +17,7 @@ use super::wire::admin::{
     AnchorBody, AnchorResponse, ApprovalResponse, ArchiveKindParam, ArchiveMatchBody,
     ArchiveMatchResponse, ArchiveNext, ArchiveParams, ArchiveResponse, ArchivedDigestView,
     ArchivedTurnView, AuditQuery, AuditResponse, KeyBody, KeysResponse, MatchRole, NewKeyResponse,
-    RotateBody, UserView, UsersQuery, UsersResponse,
+    NoticesQuery, NoticesResponse, RotateBody, UserView, UsersQuery, UsersResponse,
 };
 use super::{ApiError, ApiJson, AppState, ErrorBody, ok, optional_json, page_limit, user_key};
 use crate::caller::Caller;
@@ -243,6 +243,45 @@ pub async fn list_users(
             .map(|user_id| UserView { user_id })
             .collect(),
         next_after: page.next,
+    }))
+}
+
+#[utoipa::path(get, path = "/v1/admin/notices", tag = "admin",
+    params(NoticesQuery),
+    responses((status = 200, body = NoticesResponse), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
+/// The tenant's compliance notices, oldest first, a page at a time: what the memory model
+/// protected on its own (a distilled intent whose identity holds a health condition) and
+/// whether it is sealed at rest. A forgotten user's notices are gone.
+pub async fn list_notices(
+    State(s): State<AppState>,
+    caller: Caller,
+    query: Result<Query<NoticesQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let limit = page_limit(query.limit, 100, MAX_USERS_PAGE)?;
+    let after = match &query.after {
+        None => None,
+        Some(cursor) => Some(
+            cursor
+                .split_once('-')
+                .and_then(|(at, id)| Some((Timestamp(at.parse().ok()?), id.to_owned())))
+                .filter(|(_, id)| !id.is_empty())
+                .ok_or_else(|| {
+                    ApiError::invalid("invalid after: give the next_after of the previous page")
+                })?,
+        ),
+    };
+    let notices = s.admin.notices_page(&caller.tenant, after, limit).await?;
+    let next_after = (notices.len() == limit)
+        .then(|| {
+            notices
+                .last()
+                .map(|n| format!("{}-{}", n.at.0, n.notice_id))
+        })
+        .flatten();
+    Ok(ok(NoticesResponse {
+        notices: notices.into_iter().map(Into::into).collect(),
+        next_after,
     }))
 }
 

@@ -128,6 +128,7 @@ pub fn table() -> Vec<Route> {
         Route::new(routes!(admin::revoke_key), Admin, "key.revoke"),
         Route::new(routes!(admin::audit), Admin, "audit.read"),
         Route::new(routes!(admin::list_users), Admin, "user.list"),
+        Route::new(routes!(admin::list_notices), Admin, "notice.list"),
         Route::new(
             routes!(admin::approve_sensitive_reads),
             Admin,

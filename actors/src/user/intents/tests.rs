@@ -220,7 +220,11 @@ fn personal_data_raises_protection_flags_for_compliance_and_is_never_stored_in_c
     let fields: Value = serde_json::from_str(&stored.fields).unwrap();
     assert_eq!(fields["protection"], "high");
     assert_eq!(fields["compliance_review"], true);
-    assert_eq!(fields["identity_anchor"], "resident-id");
+    assert_eq!(
+        fields["identity_anchor"],
+        json!({"user_id": "alice", "anchor": "resident-id", "age": null, "health_condition": []})
+    );
+    assert!(fields.get("sealed").is_none(), "no health condition");
     assert!(
         !stored.fields.contains("110101199003074514"),
         "{}",
@@ -362,4 +366,74 @@ fn a_cancellation_naming_no_subscription_is_recorded_and_deactivates_the_renewal
     };
     assert_eq!(ack.renewal_deactivated, Some(Timestamp(20 * MINUTE)));
     assert!(!versions(&store, "subscription_renewal")[0].active);
+}
+
+#[test]
+fn a_health_condition_in_the_identity_protects_the_version_with_a_notice_and_an_audit_entry() {
+    let store = Store::in_memory().unwrap();
+    let message = "我今年35岁，有高血压，帮我预约明天体检";
+    let Verdict::Written(gated) = passed(
+        &store,
+        1_000,
+        &intent("appointment", "明天体检"),
+        Source::Rule,
+        message,
+        0,
+    ) else {
+        panic!("not written");
+    };
+    assert!(gated.flagged);
+    let stored = &versions(&store, "appointment")[0];
+    let fields: Value = serde_json::from_str(&stored.fields).unwrap();
+    assert_eq!(
+        fields["identity_anchor"],
+        json!({"user_id": "alice", "anchor": null, "age": 35, "health_condition": ["hypertension"]})
+    );
+    assert_eq!(
+        (
+            &fields["protection"],
+            &fields["compliance_review"],
+            &fields["sealed"]
+        ),
+        (&json!("high"), &json!(true), &json!(false)),
+        "this store has no key service"
+    );
+    let ks = Keyspace::new("engram");
+    let (notices, audit) = store
+        .run_blocking(|txn| {
+            let notices = engram_storage::data::notice::notices_page(txn, &ks, "acme", None, 10)?;
+            let audit = engram_storage::access::audit_page(
+                txn,
+                &ks,
+                "acme",
+                (Timestamp(0), Timestamp(i64::MAX)),
+                10,
+                |_| true,
+            )?;
+            Ok((notices, audit))
+        })
+        .unwrap();
+    assert_eq!(notices.len(), 1);
+    let notice = &notices[0];
+    assert_eq!(
+        (
+            notice.user_id.as_str(),
+            notice.reason.as_str(),
+            notice.version
+        ),
+        ("alice", "health_condition", stored.version)
+    );
+    let entries = audit.0;
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].action, "intent.health_protected");
+    assert_eq!(entries[0].principal, MEMORY_MODEL);
+    let trail = serde_json::to_string(&entries[0]).unwrap();
+    assert!(
+        !trail.contains("hypertension") && !trail.contains("高血压"),
+        "{trail}"
+    );
+    assert!(
+        !trail.contains("alice"),
+        "the trail names users by pseudonym: {trail}"
+    );
 }

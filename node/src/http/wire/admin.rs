@@ -123,6 +123,59 @@ pub struct UsersResponse {
     pub next_after: Option<String>,
 }
 
+/// `?after=&limit=` of `GET /v1/admin/notices`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct NoticesQuery {
+    /// Only notices after this one (the previous page's `next_after`).
+    pub after: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<usize>,
+}
+
+/// A compliance notice: what the memory model protected and why, naming no condition and no
+/// text.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NoticeView {
+    /// Notice id.
+    pub notice_id: String,
+    /// When (Unix ms).
+    pub at: i64,
+    /// The user it concerns.
+    pub user_id: String,
+    /// Why: `health_condition` (a distilled intent's identity anchor holds one).
+    pub reason: String,
+    /// The protected version's intent type.
+    pub intent_type: String,
+    /// Its version (Unix ms).
+    pub version: i64,
+    /// Whether it is sealed at rest (false on a node without a key service).
+    pub sealed: bool,
+}
+
+/// `GET /v1/admin/notices`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NoticesResponse {
+    /// The tenant's notices, oldest first.
+    pub notices: Vec<NoticeView>,
+    /// When more follow: the `after` of the next page.
+    pub next_after: Option<String>,
+}
+
+impl From<engram_storage::data::notice::Notice> for NoticeView {
+    fn from(n: engram_storage::data::notice::Notice) -> Self {
+        NoticeView {
+            notice_id: n.notice_id,
+            at: n.at.0,
+            user_id: n.user_id,
+            reason: n.reason,
+            intent_type: n.intent_type,
+            version: n.version.0,
+            sealed: n.sealed,
+        }
+    }
+}
+
 /// An audit entry.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AuditView {

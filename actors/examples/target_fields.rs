@@ -11,7 +11,8 @@
 //! ```sh
 //! cargo run --release -p engram-actors --example target_fields [FILE.jsonl ...]
 //! ```
-//! Without files it reads every set of `inference/data` that labels fields.
+//! Without files it reads every set of `inference/data` that labels fields; `ENGRAM_DETAIL=1`
+//! prints each wrong field (ids, what was found and what was labelled).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ fn main() {
     let mut fields: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     let mut types: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut lines = 0;
+    // `ENGRAM_DETAIL=1`: each wrong field, with what was found and labelled.
+    let detail = std::env::var_os("ENGRAM_DETAIL").is_some();
     for file in &files {
         let text =
             std::fs::read_to_string(file).unwrap_or_else(|err| panic!("{}: {err}", file.display()));
@@ -69,10 +72,14 @@ fn main() {
             ) else {
                 continue;
             };
+            let id = item["id"].as_str().unwrap_or_default();
             let mut score = |field: &'static str, right: bool| {
                 let f = fields.entry(field).or_default();
                 f.0 += usize::from(right);
                 f.1 += 1;
+                if !right && detail {
+                    println!("{id} {field}: got {got}, labelled {labels:?}");
+                }
             };
             match want {
                 "appointment" => {

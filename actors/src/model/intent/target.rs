@@ -51,13 +51,13 @@ const NOT_IN_A_PLACE: &str =
 /// The subscription a message names: a kind of plan, with up to four characters naming it.
 static PRODUCT_ZH: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"\p{Han}{0,4}?(?:会员|年卡|月卡|季卡|次卡|健身卡|宽带|套餐|订阅|杂志|报纸|包月|会籍|合约|保险|保单|课程|流量包|云盘|网盘|服务)",
+        r"\p{Han}{0,4}?(?:会员|年卡|月卡|季卡|次卡|健身卡|宽带|套餐|订阅|杂志|报纸|会籍|合约|保险|保单|课程|流量包|云盘|网盘|服务|险|卡)",
     )
 });
 
 static PRODUCT_EN: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)\b((?:[\w'-]+\s+){0,2}(?:subscription|membership|plan|contract|policy|package|pass|license|licence))\b",
+        r"(?i)\b((?:[\w'-]+\s+){0,2}(?:subscriptions?|memberships?|plans?|contracts?|polic(?:y|ies)|packages?|pass|licen[cs]e|newsletters?|deliver(?:y|ies)|boxe?s?|kits?|insurance|magazines?))\b",
     )
 });
 
@@ -66,14 +66,14 @@ const NOT_IN_A_PRODUCT: &str = "我你帮把取消续费订停掉关的了个给
 
 static CYCLE: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(包月|月卡|月费|每个?月|按月|连续包月|一个月|\bmonthly\b|\bper month\b|\ba month\b|\bevery month\b)|(季卡|季度|每季|按季|\bquarterly\b|\bper quarter\b)|(年卡|包年|年费|每年|按年|一年|1年|全年|\byearly\b|\bannual(ly)?\b|\bper year\b|\ba year\b|\bevery year\b|\b12 months\b)",
+        r"(?i)(包月|月卡|月费|每个?月|按月|连续包月|一个月|\bmonthly\b|\bper month\b|\ba month\b|\bevery month\b|\bmonth[- ]to[- ]month\b)|(季卡|季度|每季|按季|\bquarterly\b|\bper quarter\b)|(年卡|包年|年费|每年|按年|一年|1年|全年|\byearly\b|\bannual(ly)?\b|\bper year\b|\b(a|another|one) year\b|\bevery year\b|\b12 months\b)",
     )
 });
 
 /// What went wrong, as a customer writes it.
 static PROBLEM: LazyLock<Regex> = LazyLock::new(|| {
     re(
-        r"(?i)(还没(到|来|收到|送到|到账|发货|处理|人管)|没人(来|管|理|处理|回)|没收到|坏了|破损|漏发|错发|发错|送错|态度(很|太)?差|太慢|太差|多扣|扣错|重复扣|乱扣|多收|收错|算错|不制冷|不出水|打不开|用不了|不能用|登不上|凉了|洒了|迟到|\bnot (arrived|delivered|working|fixed)\b|\bnever (arrived|came|showed up)\b|\bhasn'?t (arrived|come)\b|\b(is|are|was|were) (broken|damaged|late|cold|wrong|missing)\b|\bbroken\b|\bdamaged\b|\blate\b|\brude\b|\bcharged twice\b|\bdouble[- ]charged\b|\bovercharged\b|\bmissing\b|\bwrong (item|order|size|colou?r)\b|\bstopped working\b|\bdoesn'?t work\b)",
+        r"(?i)(还没(到|来|收到|送到|到账|发货|处理|人管)|没人(来|管|理|处理|回)|没收到|坏了|破损|漏发|错发|发错|送错|态度(很|太)?(差|冲|凶)|不耐烦|又?不(转|动|亮|响|通|灵|制冷|出水)了|(又|还是)(坏|停|断)了|太慢|太差|\bleak(s|ing|ed)?\b|\bstill nothing\b|\bnever (showed|arrived|came|turned up)\b|\b(dropped|drops|dropping) out\b|\bcut (\w+ ){0,3}(more|less|too much)( off)?\b|多扣|扣错|重复扣|乱扣|多收|收错|算错|不制冷|不出水|打不开|用不了|不能用|登不上|凉了|洒了|迟到|\bnot (arrived|delivered|working|fixed)\b|\bnever (arrived|came|showed up)\b|\bhasn'?t (arrived|come)\b|\b(is|are|was|were) (broken|damaged|late|cold|wrong|missing)\b|\bbroken\b|\bdamaged\b|\blate\b|\brude\b|\bcharged twice\b|\bdouble[- ]charged\b|\bovercharged\b|\bmissing\b|\bwrong (item|order|size|colou?r)\b|\bstopped working\b|\bdoesn'?t work\b)",
     )
 });
 

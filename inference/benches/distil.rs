@@ -11,7 +11,7 @@
 //! ENGRAM_BENCH_ALONE=10 cargo test --release -p engram-inference --bench distil
 //! ```
 //!
-//! `ENGRAM_BENCH_SET=check-N` (1 to 21) runs a held-out set instead,
+//! `ENGRAM_BENCH_SET=check-N` (1 to 22) runs a held-out set instead,
 //! `inference/data/intents_check_N.jsonl` (84 messages each, written from the label
 //! definitions alone); `ENGRAM_BENCH_ALONE` (default 20) is how many messages are
 //! timed one at a time; `ENGRAM_BENCH_RULES_ONLY=1` skips the model;

@@ -400,7 +400,7 @@ fn every_labelled_set_is_well_formed() {
         .collect();
     sets.sort();
     let names: Vec<&str> = sets.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(names.len(), 22, "{names:?}");
+    assert_eq!(names.len(), 23, "{names:?}");
     let mut ids = std::collections::HashSet::new();
     for (file, text) in &sets {
         for (n, line) in text.lines().enumerate() {
@@ -427,5 +427,5 @@ fn every_labelled_set_is_well_formed() {
             );
         }
     }
-    assert_eq!(ids.len(), 186 + 21 * 84);
+    assert_eq!(ids.len(), 186 + 22 * 84);
 }

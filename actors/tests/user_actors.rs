@@ -322,11 +322,10 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
         1,
         "idle for a day"
     );
-    assert!(
-        context(&node, &key, "s1", "GMV")
-            .await
-            .recent_turns
-            .is_empty()
+    assert_eq!(
+        context(&node, &key, "s1", "GMV").await.recent_turns.len(),
+        1,
+        "the last six turns stay raw after a day away"
     );
     node.clock.advance(20 * DAY_MS);
     assert_eq!(
@@ -374,7 +373,8 @@ async fn sweeps_expire_then_purge_records_and_apply_retention_by_the_clock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn earlier_windows_of_a_session_stay_in_the_context_as_summaries_within_retention() {
+async fn the_last_six_turns_stay_raw_across_windows_and_older_ones_are_summaries_within_retention()
+{
     let dir = tempfile::tempdir().unwrap();
     let node = node(&dir, Settings::default());
     let key = alice();
@@ -394,25 +394,28 @@ async fn earlier_windows_of_a_session_stay_in_the_context_as_summaries_within_re
         seqs(&context(&node, &key, "s1", "GMV").await),
         (vec![0, 1, 2], vec![])
     );
-    // Idle for a day: the window closed, and its turns are summaries now, not gone.
+    // Idle for a day: the window closed, and the last six turns are still raw.
     node.clock.advance(DAY_MS + 1);
     assert_eq!(
         seqs(&context(&node, &key, "s1", "GMV").await),
-        (vec![], vec![0, 1, 2])
+        (vec![0, 1, 2], vec![])
     );
-    // The next turn opens a new window: it is raw, the earlier window summarised.
-    append(&node, &key, turn("b0", "s1", "and by week?"))
-        .await
-        .unwrap();
+    // The next turns open a new window; the last six of the session are raw, whichever
+    // window they were written in, the older ones summarised.
+    for i in 0..4 {
+        append(&node, &key, turn(&format!("b{i}"), "s1", "and by week?"))
+            .await
+            .unwrap();
+    }
     assert_eq!(
         seqs(&context(&node, &key, "s1", "GMV").await),
-        (vec![3], vec![0, 1, 2])
+        (vec![1, 2, 3, 4, 5, 6], vec![0])
     );
     // Past the retention period (30 days) a turn leaves the working memory.
     node.clock.advance(29 * DAY_MS + 1);
     assert_eq!(
         seqs(&context(&node, &key, "s1", "GMV").await),
-        (vec![], vec![3])
+        (vec![3, 4, 5, 6], vec![])
     );
 }
 

@@ -1,6 +1,6 @@
 //! The admin's and operator's handle: what the gateway's admin and operations endpoints may
 //! do beside asking users' and tenants' actors through the front door ([`crate::front`]).
-//! API keys ([`KeyRing`]), a tenant's users and audit trail, the cluster as storage records
+//! API keys ([`KeyRing`]), a tenant's users, compliance notices and audit trail, the cluster as storage records
 //! it, this node's pipeline, drain marks and the clock's time, each as one method, so that no
 //! handler reaches the node's services (the store, the keyspace, the leases) itself.
 //!
@@ -14,6 +14,8 @@ use engram_storage::access::{self, ApiKey, AuditEntry};
 use engram_storage::data::users::UsersPage;
 use engram_storage::types::{Member, ShardLease, Timestamp};
 use engram_storage::{Keyspace, Store};
+
+pub use engram_storage::data::notice::Notice;
 
 use crate::directory::Directory;
 use crate::error::Result;
@@ -102,7 +104,7 @@ impl Admin {
         tenant: &str,
         after: Option<(Timestamp, String)>,
         limit: usize,
-    ) -> engram_storage::Result<Vec<engram_storage::data::notice::Notice>> {
+    ) -> engram_storage::Result<Vec<Notice>> {
         let services = self.services();
         let (ks, tenant) = (services.keyspace.clone(), tenant.to_owned());
         services

@@ -75,3 +75,29 @@ mod tests {
         assert!(parse_schedule("61 4 * * *").is_err());
     }
 }
+
+#[cfg(test)]
+mod default_tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::{next_fire, parse_schedule, parse_time_zone};
+    use crate::config::JobsConfig;
+
+    #[test]
+    fn the_working_memory_session_loop_runs_hourly_and_retention_daily_at_four() {
+        let jobs = JobsConfig::default();
+        let utc = parse_time_zone(&jobs.time_zone).unwrap();
+        let from = Utc.with_ymd_and_hms(2026, 11, 29, 10, 20, 0).unwrap();
+        let next = |schedule: &str| next_fire(&parse_schedule(schedule).unwrap(), utc, from);
+        assert_eq!(
+            next(&jobs.session_cleanup),
+            Some(Utc.with_ymd_and_hms(2026, 11, 29, 11, 0, 0).unwrap())
+        );
+        for daily in [&jobs.retention, &jobs.expiry_sweep] {
+            assert_eq!(
+                next(daily),
+                Some(Utc.with_ymd_and_hms(2026, 11, 30, 4, 0, 0).unwrap())
+            );
+        }
+    }
+}

@@ -86,6 +86,16 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         b_adm.get("/v1/admin/few-shot/export").await.unwrap().text(),
         b_adm.must_get("/v1/admin/shared/settings").await,
     );
+    // A notice of B's: a distilled intent whose user names a health condition.
+    b.must_post(
+        "/write",
+        &json!({"user_id": "b-patient-NT41", "message": "我有高血压，帮我预约明天体检"}),
+    )
+    .await;
+    assert_eq!(
+        b_adm.must_get("/v1/admin/notices").await["notices"][0]["user_id"],
+        "b-patient-NT41"
+    );
     // B's state in full, as B sees it (the memory list is B's first sensitive read).
     let before = b.must_get("/v1/users/bob/memories").await;
     let metadata_before = b.must_get("/v1/metadata").await;
@@ -104,6 +114,7 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         "SCHEMA-B-7731",
         "SQL-B-5521",
         "FEWSHOT-B-8812",
+        "NT41",
         &b_gateway_id,
         &b_admin_id,
     ];
@@ -209,6 +220,7 @@ async fn a_tenants_keys_never_reach_another_tenants_data_on_any_endpoint() {
         ),
         (Method::GET, "/v1/admin/audit?user=bob".into(), None),
         (Method::GET, "/v1/admin/users".into(), None),
+        (Method::GET, "/v1/admin/notices".into(), None),
         (Method::POST, "/v1/admin/users/bob/approvals".into(), None),
         (Method::GET, "/v1/admin/users/bob/archive".into(), None),
         (

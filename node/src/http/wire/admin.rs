@@ -162,8 +162,8 @@ pub struct NoticesResponse {
     pub next_after: Option<String>,
 }
 
-impl From<engram_storage::data::notice::Notice> for NoticeView {
-    fn from(n: engram_storage::data::notice::Notice) -> Self {
+impl From<engram_actors::admin::Notice> for NoticeView {
+    fn from(n: engram_actors::admin::Notice) -> Self {
         NoticeView {
             notice_id: n.notice_id,
             at: n.at.0,

@@ -7,6 +7,7 @@
 
 pub mod chaos;
 pub mod harness;
+pub mod history;
 pub mod load;
 pub mod modules;
 pub mod netns;

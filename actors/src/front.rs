@@ -34,9 +34,12 @@ use crate::placement::UserKey;
 use crate::request::typed;
 pub use crate::request::{Ask, Credential, Reader, UserReply, UserRequest};
 
+mod fault;
 #[cfg(test)]
 mod tests;
 mod wire;
+
+pub use fault::FAULT_ENV;
 
 pub use wire::{Fault, PeerCall, decode_call, decode_reply, encode_call, encode_reply};
 
@@ -112,6 +115,8 @@ pub struct Users {
     caller_check: OnceLock<Arc<dyn CallerCheck>>,
     /// Counters.
     pub metrics: FrontMetrics,
+    /// The deliberately broken build's stale answers ([`FAULT_ENV`]); `None` otherwise.
+    stale_reads: Option<fault::StaleReads>,
 }
 
 impl fmt::Debug for Users {
@@ -137,6 +142,7 @@ impl Users {
             handoff_wait,
             caller_check: OnceLock::new(),
             metrics: FrontMetrics::default(),
+            stale_reads: fault::StaleReads::from_env(),
         }
     }
 
@@ -212,7 +218,18 @@ impl Users {
                 // Served here, whatever the outcome: a write fenced because this node lost
                 // the shard meanwhile answers `NotOwner`, and the client retries it with the
                 // same request id (it may have been stalled past any wait).
-                return self.directory.serve(reader, user, request).await;
+                let Some(stale) = &self.stale_reads else {
+                    return self.directory.serve(reader, user, request).await;
+                };
+                let reply = self.directory.serve(reader, user, request.clone()).await;
+                stale.remember(user, &request, &reply);
+                return reply;
+            } else if let Some(reply) = self
+                .stale_reads
+                .as_ref()
+                .and_then(|stale| stale.recall(user, &request))
+            {
+                return Ok(reply);
             } else if let Some(owner) = ownership.owner(shard).filter(|o| o != ownership.node()) {
                 let frame =
                     frame.get_or_insert_with(|| encode_call(reader, credential, user, &request));

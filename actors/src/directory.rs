@@ -121,6 +121,11 @@ impl Directory {
         key: &UserKey,
         request: UserRequest,
     ) -> Result<UserReply> {
+        if request.writes() && self.services.store.disk_full() {
+            return Err(Error::Storage(engram_storage::Error::Full(
+                "the store's filesystem has too little room; writes resume once it has".into(),
+            )));
+        }
         self.call(key, |reply| UserMsg::Call {
             reader: reader.clone(),
             request: Box::new(request.clone()),

@@ -340,6 +340,10 @@ pub struct SqliteConfig {
     /// WAL pages after which the WAL is checkpointed into the database file (by a thread of its
     /// own with group commit, else by the commit that reaches it).
     pub wal_autocheckpoint: u32,
+    /// MiB kept free on the store's filesystem (a file beside the database) for the node's
+    /// own writes once the disk fills: heartbeats, leases and audit entries go on, reads are
+    /// served, clients' writes are answered 507 until there is room again. 0 keeps none.
+    pub reserve_mib: u32,
 }
 
 impl Default for SqliteConfig {
@@ -351,6 +355,7 @@ impl Default for SqliteConfig {
             read_pool: 8,
             group_commit: true,
             wal_autocheckpoint: SqliteOptions::default().wal_autocheckpoint,
+            reserve_mib: u32::try_from(engram_storage::sqlite::DEFAULT_RESERVE >> 20).unwrap_or(16),
         }
     }
 }
@@ -558,6 +563,7 @@ impl SqliteConfig {
             busy_timeout: self.busy_timeout,
             read_pool: self.read_pool,
             wal_autocheckpoint: self.wal_autocheckpoint,
+            reserve: u64::from(self.reserve_mib) << 20,
         }
     }
 }

@@ -110,6 +110,17 @@ pub enum Error {
     #[error("cannot open store: {0}")]
     Open(String),
 
+    /// The store's disk is full (507: nothing of the transaction was written; writes may
+    /// succeed once space returns, reads go on). [`crate::Store::run`] does not retry it.
+    #[error("the store's disk is full: {0}")]
+    Full(String),
+
+    /// The store's disk failed to write or sync (503: nothing of the transaction was
+    /// acknowledged; a later retry with the same request id may succeed).
+    /// [`crate::Store::run`] does not retry it.
+    #[error("the store's disk failed: {0}")]
+    Io(String),
+
     /// SQLite reported an error that is not a conflict or busy condition (ours, 500).
     #[error("sqlite: {0}")]
     Sqlite(rusqlite::Error),
@@ -133,6 +144,10 @@ pub enum Outcome {
     Busy,
     /// The key service failed (503: a later retry may succeed).
     KeyService,
+    /// The store's disk is full (507: a later retry may succeed once space returns).
+    Full,
+    /// The store's disk failed to write or sync (503: a later retry may succeed).
+    Io,
     /// Ours (500).
     Internal,
 }
@@ -149,6 +164,8 @@ impl Error {
             | Error::RetriesExhausted { .. }
             | Error::Fenced { .. } => Outcome::Busy,
             Error::KeyService(_) => Outcome::KeyService,
+            Error::Full(_) => Outcome::Full,
+            Error::Io(_) => Outcome::Io,
             Error::ReadOnly
             | Error::Decode { .. }
             | Error::Encode { .. }
@@ -173,6 +190,8 @@ impl Error {
             | Error::Decode { .. }
             | Error::Encode { .. }
             | Error::KeyService(_)
+            | Error::Full(_)
+            | Error::Io(_)
             | Error::Open(_)
             | Error::Sqlite(_)
             | Error::Task(_) => false,

@@ -145,6 +145,16 @@ pub trait Engine: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Called when a write transaction failed because the disk is full ([`Error::Full`]):
+    /// the backend may release room it kept for the node's own writes. Nothing by default.
+    fn disk_filled(&self) {}
+
+    /// Whether clients' writes are to be refused for want of room ([`Error::Full`]) without
+    /// being tried: the disk filled and has not room enough again. False by default.
+    fn disk_full(&self) -> bool {
+        false
+    }
+
     /// Whether this backend commits write transactions in groups. If so, [`crate::Store::run`]
     /// hands each attempt to [`Engine::submit`] instead of opening its own transaction.
     fn group_commit(&self) -> bool {

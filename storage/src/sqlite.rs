@@ -30,6 +30,7 @@ use crate::kv::{Engine, EngineTxn, Figure, TxnMode, WriteJob};
 mod backup;
 mod checkpoint;
 mod group;
+mod reserve;
 mod txn;
 
 pub use backup::{Backup, backup};
@@ -76,7 +77,13 @@ pub struct SqliteOptions {
     /// by many transactions between two checkpoints is copied once: fewer, larger checkpoints
     /// copy fewer pages an append, for a larger WAL file and a longer recovery after a crash.
     pub wal_autocheckpoint: u32,
+    /// Bytes kept free on the store's filesystem for the node's own writes once the disk
+    /// fills (a file beside the database, the `reserve` module); 0 keeps none.
+    pub reserve: u64,
 }
+
+/// The room kept by default for the node's own writes once the disk fills: 16 MiB.
+pub const DEFAULT_RESERVE: u64 = 16 << 20;
 
 /// SQLite's own default for `wal_autocheckpoint`, in pages.
 pub const SQLITE_WAL_AUTOCHECKPOINT: u32 = 1_000;
@@ -88,6 +95,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             read_pool: 8,
             wal_autocheckpoint: SQLITE_WAL_AUTOCHECKPOINT,
+            reserve: DEFAULT_RESERVE,
         }
     }
 }
@@ -134,6 +142,8 @@ pub struct SqliteEngine {
     /// With group commit, the thread that checkpoints the WAL (the writer thread does not).
     /// Last: it stops after the writer thread has.
     checkpointer: Option<Checkpointer>,
+    /// Room kept for the node's own writes once the disk fills (file stores only).
+    reserve: Option<reserve::Reserve>,
 }
 
 struct ReaderPool {
@@ -162,12 +172,15 @@ impl SqliteEngine {
         } else {
             None
         };
+        let reserve = reserve::Reserve::keep(path, options.reserve);
         let readers = ReaderPool {
             path: path.to_owned(),
             options,
             idle: Mutex::new(Vec::new()),
         };
-        Self::assemble(writer, Some(Arc::new(readers)), group, checkpointer)
+        let mut engine = Self::assemble(writer, Some(Arc::new(readers)), group, checkpointer)?;
+        engine.reserve = reserve;
+        Ok(engine)
     }
 
     /// A private in-memory store with one connection and group commit, for unit tests.
@@ -204,6 +217,7 @@ impl SqliteEngine {
             readers,
             group,
             checkpointer,
+            reserve: None,
         })
     }
 
@@ -284,7 +298,8 @@ fn init_schema(conn: &Connection) -> Result<()> {
     .map_err(map_err)
 }
 
-/// Maps SQLite's lock errors to the retryable variants and keeps the rest.
+/// Maps SQLite's lock errors to the retryable variants, a full disk and failing I/O to their
+/// own, and keeps the rest.
 fn map_err(err: rusqlite::Error) -> Error {
     if let rusqlite::Error::SqliteFailure(e, _) = &err {
         if e.extended_code == rusqlite::ffi::SQLITE_BUSY_SNAPSHOT {
@@ -292,6 +307,12 @@ fn map_err(err: rusqlite::Error) -> Error {
         }
         if e.code == ErrorCode::DatabaseBusy || e.code == ErrorCode::DatabaseLocked {
             return Error::Busy;
+        }
+        if e.code == ErrorCode::DiskFull {
+            return Error::Full(err.to_string());
+        }
+        if e.code == ErrorCode::SystemIoFailure {
+            return Error::Io(err.to_string());
         }
     }
     Error::Sqlite(err)
@@ -346,6 +367,16 @@ impl Engine for SqliteEngine {
 
     fn group_commit(&self) -> bool {
         self.group.is_some()
+    }
+
+    fn disk_filled(&self) {
+        if let Some(reserve) = &self.reserve {
+            reserve.release();
+        }
+    }
+
+    fn disk_full(&self) -> bool {
+        self.reserve.as_ref().is_some_and(reserve::Reserve::full)
     }
 
     fn erase_history(&self) -> Result<()> {

@@ -138,6 +138,13 @@ impl Store {
         self.engine.durable_commits()
     }
 
+    /// Whether clients' writes are to be refused for want of room ([`Error::Full`], 507)
+    /// without being tried: the disk filled and has not room enough again. The node's own
+    /// writes (heartbeats, leases, audit) go on in the room the backend kept for them.
+    pub fn disk_full(&self) -> bool {
+        self.engine.disk_full()
+    }
+
     /// Transaction counters.
     pub fn stats(&self) -> &StoreStats {
         &self.stats
@@ -291,6 +298,9 @@ impl<'a> Attempts<'a> {
     /// After a failed attempt: the backoff to wait before trying again, or the error the
     /// transaction ends with.
     fn failed(&mut self, err: Error) -> Result<Duration> {
+        if matches!(err, Error::Full(_)) {
+            self.store.engine.disk_filled();
+        }
         if !err.is_retryable() {
             return Err(err);
         }

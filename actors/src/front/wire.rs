@@ -88,6 +88,16 @@ fn storage_fault(err: &engram_storage::Error) -> Fault {
             tracing::warn!(error = %err, "key service failed");
             Fault::Unavailable("the key service is unavailable; retry".into())
         }
+        Outcome::Full => {
+            tracing::warn!(error = %err, "the store's disk is full");
+            Fault::Unavailable("the store's disk is full; retry with the same request id".into())
+        }
+        Outcome::Io => {
+            tracing::warn!(error = %err, "the store's disk failed");
+            Fault::Unavailable(
+                "the store's disk failed to write; retry with the same request id".into(),
+            )
+        }
         Outcome::Internal => {
             tracing::error!(error = %err, "request from a peer failed in storage");
             Fault::Internal

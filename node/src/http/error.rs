@@ -145,6 +145,24 @@ impl From<engram_storage::Error> for ApiError {
                     "the key service is unavailable; retry with the same request id",
                 )
             }
+            Outcome::Full => {
+                tracing::warn!(error = %err, "the store's disk is full");
+                ApiError::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    "storage_full",
+                    "the store's disk is full: nothing of this request was written; retry with \
+                     the same request id once space is freed",
+                )
+            }
+            Outcome::Io => {
+                tracing::warn!(error = %err, "the store's disk failed");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "storage_unavailable",
+                    "the store's disk failed to write: nothing of this request was \
+                     acknowledged; retry with the same request id",
+                )
+            }
             Outcome::Internal => internal(&err),
         }
     }

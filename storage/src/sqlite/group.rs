@@ -369,7 +369,8 @@ fn rollback(conn: &Connection) {
 }
 
 /// A copy of `err` for another job of the same batch (errors are not `Clone`): the same
-/// retryable variant, the same SQLite failure, or a storage task error naming it.
+/// retryable variant, the same full or failing disk, the same SQLite failure, or a storage
+/// task error naming it.
 fn copy_of(err: &Error) -> Error {
     if let Error::Sqlite(rusqlite::Error::SqliteFailure(code, message)) = err {
         return Error::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone()));
@@ -379,6 +380,12 @@ fn copy_of(err: &Error) -> Error {
     }
     if matches!(err, Error::Conflict) {
         return Error::Conflict;
+    }
+    if let Error::Full(why) = err {
+        return Error::Full(why.clone());
+    }
+    if let Error::Io(why) = err {
+        return Error::Io(why.clone());
     }
     Error::Task(format!("the shared transaction failed: {err}"))
 }

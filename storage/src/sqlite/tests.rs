@@ -598,3 +598,35 @@ fn a_range_scan_is_not_compiled_again_when_its_limit_changes() {
     }
     assert_eq!(found, [1, 2, 3, 4, 5]);
 }
+
+#[test]
+fn the_reserve_is_kept_beside_the_file_released_on_a_full_disk_and_kept_again_with_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("engram.sqlite");
+    let options = SqliteOptions {
+        reserve: 1 << 20,
+        ..SqliteOptions::default()
+    };
+    let engine = SqliteEngine::open(&path, options).unwrap();
+    let reserve = dir.path().join("engram.sqlite.reserve");
+    let kept = std::fs::metadata(&reserve).unwrap();
+    assert_eq!(kept.len(), 1 << 20, "written out in full");
+    assert!(!engine.disk_full());
+    engine.disk_filled();
+    assert!(!reserve.exists(), "released for the node's own writes");
+    // This filesystem has room: the next question makes the reserve again.
+    assert!(!engine.disk_full());
+    assert_eq!(std::fs::metadata(&reserve).unwrap().len(), 1 << 20);
+    // Without a reserve, nothing is kept and writes are never refused untried.
+    let bare = SqliteEngine::open(
+        &dir.path().join("bare.sqlite"),
+        SqliteOptions {
+            reserve: 0,
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    bare.disk_filled();
+    assert!(!bare.disk_full());
+    assert!(!dir.path().join("bare.sqlite.reserve").exists());
+}

@@ -60,7 +60,9 @@ pub async fn record(
         s.audit.append_batched(entry).await;
         return response;
     }
-    if s.audit.append(entry).await {
+    // A refused request changed nothing: its answer stands even when its audit entry cannot
+    // be written (a full disk refuses both).
+    if s.audit.append(entry).await || !response.status().is_success() {
         response
     } else {
         ApiError::new(

@@ -40,13 +40,6 @@ pub use self::client::{HttpClient, HttpError, KeyRing, REQUEST_TIMEOUT, Reply, t
 pub use self::python::{checked_python, venv_python};
 pub use self::spec::{NodeSpec, Sandbox, write_secret};
 
-/// Whether the suites run under CI (`CI=true`, as CI services set it): there a test that
-/// would skip for want of something on the machine (root, iproute2) fails instead, since CI
-/// provides it (.ci/setup).
-pub fn under_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
-
 /// How long a node may take from spawn to answering `/ready` (a debug build on a busy
 /// 2-core machine included).
 pub const START_DEADLINE: Duration = Duration::from_secs(60);

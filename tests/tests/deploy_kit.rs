@@ -16,15 +16,15 @@
 //!   cluster address, covers its drain and shutdown, and its ConfigMap's cluster.toml
 //!   passes `engram-node check-config` with the pods' environment.
 //!
-//! promtool (Debian's prometheus) and python3-kubernetes come from `.ci/setup`: under CI
-//! (`CI=true`) a test without them fails; elsewhere it says what it skipped and passes.
-//! `systemd-analyze` comes with systemd, which .ci/setup does not install: without it the
-//! unit is only parsed.
+//! promtool (Debian's prometheus), python3-kubernetes (with python3-yaml, under Debian's
+//! /usr/bin/python3) and `systemd-analyze` (Debian's systemd) come from `.ci/setup`. A test
+//! whose tool is missing fails, naming the tool and the package `.ci/setup` installs it
+//! with, on any machine, under CI or not: no test here skips.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use engram_tests::harness::{under_ci, workspace_root};
+use engram_tests::harness::workspace_root;
 
 #[path = "deploy_kit/kubernetes.rs"]
 mod kubernetes;
@@ -45,17 +45,15 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Whether `what` is on this machine; when it is not, fails under CI (which installs
-/// `package`) and otherwise prints that `test` was skipped.
-fn available(what: &str, found: bool, package: &str, test: &str) -> bool {
-    if !found {
-        assert!(
-            !under_ci(),
-            "CI=true but {what} is missing; .ci/setup installs {package}"
-        );
-        println!("skipped {test}: {what} is missing (apt-get install {package})");
-    }
-    found
+/// Fails the test unless `what` was `found` on this machine, naming the Debian `package`
+/// that `.ci/setup` installs it with.
+#[track_caller]
+fn require(what: &str, found: bool, package: &str) {
+    assert!(
+        found,
+        "{what} is missing, so this test cannot run: .ci/setup installs it with Debian's \
+         {package} (or: apt-get install {package})"
+    );
 }
 
 /// Whether `program args` runs and exits 0.
@@ -68,10 +66,10 @@ fn runs(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether promtool is here (see [`available`]).
-fn promtool(test: &str) -> bool {
-    let found = runs("promtool", &["--version"]);
-    available("promtool", found, "prometheus", test)
+/// Fails the test unless promtool runs here (see [`require`]).
+#[track_caller]
+fn require_promtool() {
+    require("promtool", runs("promtool", &["--version"]), "prometheus");
 }
 
 /// Runs `command` and returns its output, panicking when it cannot start.

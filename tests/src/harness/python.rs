@@ -1,6 +1,7 @@
 //! The project's Python interpreter for the suites that drive a node from Python (the client,
 //! the MCP client, the console's browser): the virtual environment `.ci/setup` makes under
-//! `${ENGRAM_CACHE:-~/.cache/engram}/venv`, checked for the packages a suite needs.
+//! `${ENGRAM_CACHE:-~/.cache/engram}/venv`, checked for the packages a suite needs. What is
+//! missing comes back as the reason, which those suites fail with (they never skip).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -15,12 +16,14 @@ pub fn venv_python() -> PathBuf {
 }
 
 /// The interpreter, when it runs `import_check` (Python code that fails without the suite's
-/// packages); otherwise why not, naming `needs` (what `.ci/setup` installs for the suite).
+/// packages); otherwise why not, naming what is missing and `needs` (what `.ci/setup`
+/// installs there for the suite).
 pub fn checked_python(import_check: &str, needs: &str) -> Result<PathBuf, String> {
     let python = venv_python();
     if !python.is_file() {
         return Err(format!(
-            "{} does not exist (.ci/setup makes it)",
+            "the virtual environment's interpreter {} does not exist (.ci/setup makes it and \
+             installs {needs} there)",
             python.display()
         ));
     }
@@ -30,7 +33,7 @@ pub fn checked_python(import_check: &str, needs: &str) -> Result<PathBuf, String
         .map_err(|e| format!("cannot run {}: {e}", python.display()))?;
     if !check.status.success() {
         return Err(format!(
-            "{} lacks {needs} (.ci/setup installs it): {}",
+            "{} lacks {needs} (.ci/setup installs {needs} in that environment): {}",
             python.display(),
             String::from_utf8_lossy(&check.stderr).trim()
         ));

@@ -1,29 +1,29 @@
 //! The Kubernetes manifests: checked against the API models, against each other and
-//! against the node's configuration.
+//! against the node's configuration. Every test here reads the manifests through
+//! python3-kubernetes under Debian's /usr/bin/python3 (`.ci/setup` installs it) and fails
+//! without it.
 
 use std::process::{Command, Stdio};
 
 use engram_tests::harness::node_binary;
 use serde_json::Value;
 
-use super::{GRACE_STEPS, available, deploy, must_run, output, runs, seconds};
+use super::{GRACE_STEPS, deploy, must_run, output, require, runs, seconds};
 
 /// Debian's /usr/bin/python3, where python3-yaml and python3-kubernetes live (the first
 /// `python3` on PATH may be a virtual environment's without them).
 const PYTHON: &str = "/usr/bin/python3";
 
-/// Whether python3-kubernetes is here (see [`available`](super::available)).
-fn kubernetes_models(test: &str) -> bool {
-    let found = runs(PYTHON, &["-c", "import kubernetes, yaml"]);
-    available("python3-kubernetes", found, "python3-kubernetes", test)
-}
-
 /// The Kubernetes documents of statefulset.yaml and secrets.yaml, checked against the API
-/// models; `None` (skipped) without python3-kubernetes outside CI.
-fn manifests(test: &str) -> Option<Vec<Value>> {
-    if !kubernetes_models(test) {
-        return None;
-    }
+/// models; fails the test without python3-kubernetes (see [`require`](super::require)).
+#[track_caller]
+fn manifests() -> Vec<Value> {
+    let found = runs(PYTHON, &["-c", "import kubernetes, yaml"]);
+    require(
+        &format!("{PYTHON} with the kubernetes and yaml modules"),
+        found,
+        "python3-kubernetes",
+    );
     let dir = deploy("kubernetes");
     let json = must_run(
         Command::new(PYTHON)
@@ -31,14 +31,12 @@ fn manifests(test: &str) -> Option<Vec<Value>> {
             .arg(dir.join("statefulset.yaml"))
             .arg(dir.join("secrets.yaml")),
     );
-    Some(serde_json::from_str(&json).expect("validate.py prints JSON"))
+    serde_json::from_str(&json).expect("validate.py prints JSON")
 }
 
 #[test]
 fn the_kubernetes_manifests_fit_the_api_models() {
-    let Some(documents) = manifests("the Kubernetes manifests' check") else {
-        return;
-    };
+    let documents = manifests();
     let kinds: Vec<_> = documents
         .iter()
         .map(|d| d["kind"].as_str().unwrap_or("?"))
@@ -169,9 +167,7 @@ fn toml(text: &str) -> Value {
 
 #[test]
 fn the_statefulset_mounts_every_file_its_config_names_and_probes_ready_and_health() {
-    let Some(documents) = manifests("the StatefulSet's checks") else {
-        return;
-    };
+    let documents = manifests();
     let set = find(&documents, "StatefulSet", "engram");
     let pod = &set["spec"]["template"]["spec"];
     let labels = &set["spec"]["template"]["metadata"]["labels"];
@@ -341,9 +337,7 @@ fn the_statefulset_mounts_every_file_its_config_names_and_probes_ready_and_healt
 
 #[test]
 fn the_configmaps_cluster_toml_passes_check_config_with_the_pods_environment() {
-    let Some(documents) = manifests("the ConfigMap's check-config") else {
-        return;
-    };
+    let documents = manifests();
     let text = find(&documents, "ConfigMap", "engram-config")["data"]["cluster.toml"]
         .as_str()
         .expect("cluster.toml")

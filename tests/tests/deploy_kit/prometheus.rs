@@ -1,6 +1,7 @@
 //! The Prometheus side of the kit: the alert rules and their unit tests, the scrape
 //! configuration, the Grafana dashboard's queries, and the metrics both read, against a real
-//! node.
+//! node. Every test here runs promtool (Debian's prometheus, which `.ci/setup` installs) and
+//! fails without it.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -11,7 +12,7 @@ use hyper::StatusCode;
 use serde_json::{Value, json};
 
 use super::promql::{Matcher, exposition, selectors};
-use super::{deploy, must_run, promtool, read};
+use super::{deploy, must_run, read, require_promtool};
 
 /// Labels that Prometheus attaches to every scraped series (never the node's own).
 const TARGET_LABELS: [&str; 2] = ["job", "instance"];
@@ -54,9 +55,7 @@ fn the_alert_rules_pass_promtool_and_their_unit_tests() {
             "alerts_test.yml does not test {alert}"
         );
     }
-    if !promtool("the promtool checks of the rules") {
-        return;
-    }
+    require_promtool();
     let promtool = |args: &[&str]| must_run(Command::new("promtool").args(args).current_dir(&dir));
     let checked = promtool(&["check", "rules", "alerts.yml"]);
     assert!(
@@ -147,9 +146,7 @@ fn the_dashboard_reads_its_datasource_variable_and_every_query_parses_as_promql(
         assert_eq!(variable["datasource"], source, "{}", variable["name"]);
     }
 
-    if !promtool("the PromQL check of the dashboard") {
-        return;
-    }
+    require_promtool();
     // Each query as a recording rule, Grafana's variables replaced by what they stand for.
     let rules: Vec<Value> = dashboard_queries(&dashboard)
         .iter()
@@ -181,6 +178,7 @@ fn the_dashboard_reads_its_datasource_variable_and_every_query_parses_as_promql(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_and_the_alerts_read_is_exported_by_a_real_node() {
+    require_promtool();
     let dashboard = dashboard();
     let mut read_by_kit: Vec<(String, String)> = dashboard_queries(&dashboard)
         .into_iter()
@@ -283,26 +281,24 @@ async fn every_metric_the_dashboard_and_the_alerts_read_is_exported_by_a_real_no
         .collect();
     println!("exported and on no panel or rule: {unread:?}");
 
-    if promtool("the exposition check") {
-        let mut lint = Command::new("promtool")
-            .args(["check", "metrics"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("promtool runs");
-        use std::io::Write;
-        lint.stdin
-            .take()
-            .expect("stdin")
-            .write_all(scrape.as_bytes())
-            .expect("scrape written");
-        let out = lint.wait_with_output().expect("promtool ends");
-        assert!(
-            out.status.success(),
-            "promtool check metrics: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let mut lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    use std::io::Write;
+    lint.stdin
+        .take()
+        .expect("stdin")
+        .write_all(scrape.as_bytes())
+        .expect("scrape written");
+    let out = lint.wait_with_output().expect("promtool ends");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -12,7 +12,11 @@
 use std::time::{Duration, Instant};
 
 use chrono::{Datelike, Timelike};
-use engram_storage::WorkQueue;
+use engram_inference::distil::DEFAULT_INTENT_TYPES;
+use engram_storage::data::UserData;
+use engram_storage::sqlite::SqliteOptions;
+use engram_storage::types::Intent;
+use engram_storage::{Keyspace, Store, WorkQueue};
 use engram_tests::chaos::{metric, queued_entries};
 use engram_tests::harness::{HttpClient, NodeSpec, Sandbox, turn};
 use hyper::StatusCode;
@@ -151,9 +155,42 @@ async fn a_turns_rule_intent_is_answered_at_once_and_the_models_result_replaces_
     assert!(metric(&client, "engram_distillation_summaries_total").await >= 2.0);
 }
 
+/// The stored versions of `user`'s intents, of every default type, oldest first per type, with
+/// the user's entries left in the distillation queue: read from the shared store.
+async fn stored_answers(store: &Store, user: &str) -> (Vec<Intent>, usize) {
+    let (ks, user) = (Keyspace::new("engram"), user.to_owned());
+    store
+        .read(move |txn| {
+            let mut u = UserData::new(txn, &ks, "default", &user);
+            let mut versions = Vec::new();
+            for intent_type in DEFAULT_INTENT_TYPES {
+                versions.extend(u.intents(intent_type)?);
+            }
+            Ok((versions, u.count_queued(WorkQueue::Distillation)?))
+        })
+        .await
+        .unwrap()
+}
+
+/// Where a stored version comes from: `rule` or `model`.
+fn source_of(version: &Intent) -> String {
+    let fields: Value = serde_json::from_str(&version.fields).unwrap();
+    fields["source"].as_str().unwrap_or_default().to_owned()
+}
+
+/// A SIGKILL with distillations pending loses none of them: each of six messages carries an
+/// intent the rules find (answered at once as the rules' version); the node is SIGKILLed
+/// with messages still queued for the model, read per user in the shared store (at least
+/// one); after the restart the queue empties while it keeps shrinking, and each message
+/// pending at the SIGKILL has its model answer stored exactly once: one version of the
+/// user's is the model's, of the type the rules found, and it is the active one; beside it
+/// at most the rules' version, inactive (kept when the answer came after the replace
+/// window); nothing is left in the user's queue. A lost answer leaves the rules' version
+/// alone; one stored twice past the window, two of the model's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkill_with_distillations_pending_loses_none_of_them() {
     let sandbox = Sandbox::new();
+    let store = Store::sqlite(&sandbox.shared_sqlite(), SqliteOptions::default()).unwrap();
     let mut node = distilling(sandbox.shared_node("distil-k"))
         .set("distillation.generation.max-batch", 2)
         .start()
@@ -164,9 +201,10 @@ async fn a_sigkill_with_distillations_pending_loses_none_of_them() {
         "快递五天了还没到，太慢了",
         "Please renew my streaming plan for another year",
         "能帮我约周五下午理发吗",
-        "谢谢你们的帮助",
-        "My new phone arrived with a cracked screen",
+        "帮我把视频会员续费一年",
+        "I want to complain: my new phone arrived with a cracked screen",
     ];
+    let mut rule_types = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let ack = client
             .must_post(
@@ -175,12 +213,32 @@ async fn a_sigkill_with_distillations_pending_loses_none_of_them() {
             )
             .await;
         assert_eq!(ack["distilling"], true, "{ack}");
+        let rule_type = ack["intents"][0]["intent_type"].as_str();
+        let rule_type =
+            rule_type.unwrap_or_else(|| panic!("the rules find an intent in {message}: {ack}"));
+        rule_types.push(rule_type.to_owned());
     }
     node.kill();
+    // What the model still owed when the node died, per user.
+    let mut owed = Vec::new();
+    for (i, rule_type) in rule_types.iter().enumerate() {
+        let user = format!("k{i}");
+        let (versions, queued) = stored_answers(&store, &user).await;
+        if queued > 0 {
+            assert_eq!(queued, 1, "{user}: one message queued");
+            assert!(
+                versions.len() == 1
+                    && source_of(&versions[0]) == "rule"
+                    && versions[0].intent_type == *rule_type,
+                "{user}: the rules' version alone before the model's answer: {versions:?}"
+            );
+            owed.push((user, rule_type.clone()));
+        }
+    }
     let pending = queued_entries(&sandbox, WorkQueue::Distillation).await;
+    assert_eq!(pending, owed.len(), "the queue holds the messages owed");
     assert!(pending > 0, "the model had not caught up with six messages");
     node.restart().await;
-    let client = node.client();
     // The bound is on progress: each answer may take up to MODEL_BOUND (a loaded machine
     // decodes slowly), but the queue must keep shrinking.
     let mut until = Instant::now() + MODEL_BOUND;
@@ -199,13 +257,33 @@ async fn a_sigkill_with_distillations_pending_loses_none_of_them() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Every message pending at the SIGKILL was answered by the restarted node.
-    let answered = metric(&client, "engram_distillation_model_answers_total").await;
-    assert!(
-        answered >= pending as f64,
-        "{pending} pending at the SIGKILL, {answered} answered after the restart"
+    // Every message pending at the SIGKILL has its answer stored by the restarted node, once.
+    for (user, rule_type) in &owed {
+        let (versions, queued) = stored_answers(&store, user).await;
+        assert_eq!(queued, 0, "{user}: nothing left in the queue");
+        let (models, rules): (Vec<&Intent>, Vec<&Intent>) =
+            versions.iter().partition(|v| source_of(v) == "model");
+        assert_eq!(
+            models.len(),
+            1,
+            "{user}: the model's answer stored once: {versions:?}"
+        );
+        let answer = models[0];
+        assert_eq!(answer.intent_type, *rule_type, "{user}: {versions:?}");
+        assert!(answer.active, "{user}: the answer is served: {versions:?}");
+        // The rules' version is replaced within the window (10 minutes), else kept inactive.
+        assert!(
+            rules.len() <= 1
+                && rules
+                    .iter()
+                    .all(|r| !r.active && r.intent_type == *rule_type && source_of(r) == "rule"),
+            "{user}: nothing stored but the answer and the rules' version: {versions:?}"
+        );
+    }
+    println!(
+        "{pending} of 6 distillations pending at the SIGKILL; each answer stored once after \
+         the restart"
     );
-    println!("{pending} of 6 distillations pending at the SIGKILL; all answered after the restart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -146,8 +146,11 @@ pub trait Engine: Send + Sync + 'static {
     }
 
     /// Called when a write transaction failed because the disk is full ([`Error::Full`]):
-    /// the backend may release room it kept for the node's own writes. Nothing by default.
-    fn disk_filled(&self) {}
+    /// the backend may release room it kept for the node's own writes; whether it released
+    /// some now (the transaction is then tried again, once). Nothing by default.
+    fn disk_filled(&self) -> bool {
+        false
+    }
 
     /// Whether clients' writes are to be refused for want of room ([`Error::Full`]) without
     /// being tried: the disk filled and has not room enough again. False by default.

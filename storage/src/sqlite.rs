@@ -357,6 +357,14 @@ impl Engine for SqliteEngine {
         if let Some(checkpointer) = &self.checkpointer {
             figures.extend(checkpointer.figures());
         }
+        if let Some(reserve) = &self.reserve {
+            figures.push(Figure::gauge(
+                "engram_sqlite_reserve_released",
+                "1 while the store's reserve is released for a full disk and clients' writes \
+                 are refused (507)",
+                if reserve.released() { 1.0 } else { 0.0 },
+            ));
+        }
         figures
     }
 
@@ -369,10 +377,8 @@ impl Engine for SqliteEngine {
         self.group.is_some()
     }
 
-    fn disk_filled(&self) {
-        if let Some(reserve) = &self.reserve {
-            reserve.release();
-        }
+    fn disk_filled(&self) -> bool {
+        self.reserve.as_ref().is_some_and(reserve::Reserve::release)
     }
 
     fn disk_full(&self) -> bool {

@@ -298,8 +298,10 @@ impl<'a> Attempts<'a> {
     /// After a failed attempt: the backoff to wait before trying again, or the error the
     /// transaction ends with.
     fn failed(&mut self, err: Error) -> Result<Duration> {
-        if matches!(err, Error::Full(_)) {
-            self.store.engine.disk_filled();
+        // The write that filled the disk (often the node's own: an audit entry, a heartbeat)
+        // is tried again in the room the backend releases for it.
+        if matches!(err, Error::Full(_)) && self.store.engine.disk_filled() {
+            return Ok(Duration::ZERO);
         }
         if !err.is_retryable() {
             return Err(err);

@@ -167,6 +167,11 @@ async fn a_full_disk_refuses_writes_with_507_keeps_serving_reads_and_resumes_whe
         acked.len(),
         "an acknowledged write is missing"
     );
+    assert_eq!(
+        exported_metric(&client, "engram_sqlite_reserve_released").await,
+        1.0,
+        "the reserve is released"
+    );
     let (status, code) = append(&client, user, "fill-more", "one more").await;
     assert_eq!(
         (status, code.as_str()),
@@ -194,6 +199,11 @@ async fn a_full_disk_refuses_writes_with_507_keeps_serving_reads_and_resumes_whe
     }
     let stored = must_read(&client, user).await;
     assert_eq!(stored, acked, "every write once, in the order sent");
+    assert_eq!(
+        exported_metric(&client, "engram_sqlite_reserve_released").await,
+        0.0,
+        "the reserve is kept again"
+    );
     // Every acknowledged write survives a SIGKILL.
     node.kill();
     node.restart().await;

@@ -93,9 +93,11 @@ impl Reserve {
         }
     }
 
-    /// Removes the reserve after a write failed for a full disk, once.
-    pub(crate) fn release(&self) {
-        if !self.released.swap(true, Ordering::SeqCst) {
+    /// Removes the reserve after a write failed for a full disk, once; whether it was
+    /// removed now.
+    pub(crate) fn release(&self) -> bool {
+        let now = !self.released.swap(true, Ordering::SeqCst);
+        if now {
             let _ = std::fs::remove_file(&self.path);
             tracing::warn!(
                 bytes = self.bytes,
@@ -103,6 +105,12 @@ impl Reserve {
                  clients' writes are refused until there is room again"
             );
         }
+        now
+    }
+
+    /// Whether the reserve is released (not kept now), without trying to make it again.
+    pub(crate) fn released(&self) -> bool {
+        self.released.load(Ordering::SeqCst)
     }
 
     /// Whether clients' writes are to be refused: the reserve is released and the filesystem

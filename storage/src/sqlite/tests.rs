@@ -612,7 +612,8 @@ fn the_reserve_is_kept_beside_the_file_released_on_a_full_disk_and_kept_again_wi
     let kept = std::fs::metadata(&reserve).unwrap();
     assert_eq!(kept.len(), 1 << 20, "written out in full");
     assert!(!engine.disk_full());
-    engine.disk_filled();
+    assert!(engine.disk_filled(), "released now");
+    assert!(!engine.disk_filled(), "released once");
     assert!(!reserve.exists(), "released for the node's own writes");
     // This filesystem has room: the next question makes the reserve again.
     assert!(!engine.disk_full());
@@ -626,7 +627,7 @@ fn the_reserve_is_kept_beside_the_file_released_on_a_full_disk_and_kept_again_wi
         },
     )
     .unwrap();
-    bare.disk_filled();
+    assert!(!bare.disk_filled());
     assert!(!bare.disk_full());
     assert!(!dir.path().join("bare.sqlite.reserve").exists());
 }

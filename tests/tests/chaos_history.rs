@@ -79,7 +79,8 @@ async fn the_history_checker_catches_stale_reads_the_final_state_check_passes() 
     let stale = broken.of("stale-read");
     assert!(
         !stale.is_empty(),
-        "the broken build's stale reads went unnoticed: {}",
+        "the broken build's stale reads went unnoticed (the fault is honoured by debug builds \
+         of the node only): {}",
         broken.describe(12)
     );
     let normal = move_users_and_read_through_the_old_owner(false).await;

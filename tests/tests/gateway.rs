@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use engram_tests::harness::{HttpClient, HttpError, Sandbox, turn};
+use engram_tests::history::{Call, History, Outcome as Ended};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 
@@ -145,29 +146,36 @@ async fn sigkill_under_load_loses_no_acknowledged_turn_and_retries_replay_them()
 
     let mut node = Sandbox::new().node("sigkill").start().await;
     let http = node.client();
+    // Two clients write each user at once: the history checks that appends acknowledged one
+    // after the other are stored in that order, whatever the SIGKILL.
+    let history = Arc::new(History::new());
     let acks = Arc::new(Mutex::new(Vec::<Ack>::new()));
     let in_doubt = Arc::new(Mutex::new(Vec::<(String, Value)>::new()));
     let running = Arc::new(AtomicUsize::new(CLIENTS));
     let killed = Arc::new(AtomicBool::new(false));
     let mut clients = Vec::new();
     for c in 0..CLIENTS {
-        let (http, acks, in_doubt, running, killed) = (
+        let (http, acks, in_doubt, running, killed, history) = (
             http.clone(),
             acks.clone(),
             in_doubt.clone(),
             running.clone(),
             killed.clone(),
+            history.clone(),
         );
         clients.push(tokio::spawn(async move {
             let user = format!("load-{}", c % USERS);
             for i in 0..PER_CLIENT {
                 let id = format!("kill-{c}-{i}");
                 let body = turn(&id, "s1", &format!("turn {id} of {user}"), "ok");
+                let op = history.invoke(c, &user, Call::Append(text_of(&body)));
                 // A 503 `not_owner` (a busy machine: leases not confirmed in time) asks for a
                 // retry, which a gateway sends with the same request id.
                 let outcome = http.append_turn_retrying(&user, &body).await;
                 match outcome {
                     Ok(reply) if reply.status == StatusCode::OK => {
+                        history.tried(op, 0, 200);
+                        history.complete(op, Ended::Ok(None));
                         let seq = reply.json()["seq"]
                             .as_u64()
                             .expect("an acknowledged turn has a seq");
@@ -183,6 +191,7 @@ async fn sigkill_under_load_loses_no_acknowledged_turn_and_retries_replay_them()
                             "{id} failed while the node was up: {outcome:?}"
                         );
                         // No answer: the turn may or may not have been written.
+                        history.complete(op, Ended::Unknown);
                         in_doubt.lock().unwrap().push((user.clone(), body));
                         break;
                     }
@@ -217,6 +226,21 @@ async fn sigkill_under_load_loses_no_acknowledged_turn_and_retries_replay_them()
         let user = format!("load-{u}");
         stored.insert(user.clone(), stored_turns(&http, &user, "s1").await);
     }
+    // Each user's list, by sequence number, as the history's final state.
+    let finals: HashMap<String, Vec<String>> = stored
+        .iter()
+        .map(|(user, turns)| {
+            let mut by_seq: Vec<(u64, String)> = turns
+                .iter()
+                .flat_map(|(text, seqs)| seqs.iter().map(move |s| (*s, text.clone())))
+                .collect();
+            by_seq.sort();
+            (user.clone(), by_seq.into_iter().map(|(_, t)| t).collect())
+        })
+        .collect();
+    let report = history.check(&finals, &[]);
+    eprintln!("history: {}", report.summary());
+    report.assert_clean();
     for (user, turns) in &stored {
         for (text, seqs) in turns {
             assert_eq!(

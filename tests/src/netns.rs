@@ -45,7 +45,8 @@ pub struct Lab {
     slowed: Mutex<BTreeSet<usize>>,
 }
 
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
+/// Runs `program` with `args`; an error, with its stderr, unless it ran and succeeded.
+pub fn run(program: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(program)
         .args(args)
         .output()

@@ -210,20 +210,43 @@ async fn a_full_disk_refuses_writes_with_507_keeps_serving_reads_and_resumes_whe
     assert_eq!(must_read(&node.client(), user).await, acked);
 }
 
-/// Sends a libfiu control command to node process `pid` (started under `fiu-run -x`).
-fn fiu(pid: u32, command: &str) {
-    run("fiu-ctrl", &["-c", command, &pid.to_string()]);
+/// Sends a libfiu control command to node process `pid` (started under `fiu-run -x -f
+/// FIFOS`). `fiu-ctrl` exits 0 even when the process refused or could not be reached, and
+/// says so on stderr only: anything there fails the test.
+fn fiu(fifos: &Path, pid: u32, command: &str) {
+    let out = Command::new("fiu-ctrl")
+        .args([
+            "-f",
+            fifos.to_str().unwrap(),
+            "-c",
+            command,
+            &pid.to_string(),
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("fiu-ctrl cannot run here ({e}): .ci/setup installs fiu-utils"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.trim().is_empty(),
+        "fiu-ctrl -c {command:?} {pid}: {stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_fsyncs_fail_stops_acknowledging_and_loses_nothing_acknowledged() {
     let sandbox = Sandbox::new();
     let ids = ["sync-a", "sync-b"];
-    // a runs under libfiu's POSIX preload, its failure points switched from outside.
+    // a runs under libfiu's POSIX preload, its failure points switched from outside through
+    // control pipes kept in the sandbox.
+    let fifos = sandbox.path().join("fiu-ctrl");
     let a = sandbox
         .shared_node(ids[0])
         .set("inference.enabled", false)
-        .wrapped(vec!["fiu-run".into(), "-x".into()])
+        .wrapped(vec![
+            "fiu-run".into(),
+            "-x".into(),
+            "-f".into(),
+            fifos.to_str().unwrap().into(),
+        ])
         .start()
         .await;
     let b = start(&sandbox, ids[1]).await;
@@ -245,8 +268,8 @@ async fn a_node_whose_fsyncs_fail_stops_acknowledging_and_loses_nothing_acknowle
     // cannot be made durable, so it must acknowledge nothing.
     let pid = nodes[0].pid().expect("a runs");
     let failed_before = exported_metric(&clients[0].1, "engram_lease_rounds_failed_total").await;
-    fiu(pid, "enable name=posix/io/sync/fdatasync");
-    fiu(pid, "enable name=posix/io/sync/fsync");
+    fiu(&fifos, pid, "enable name=posix/io/sync/fdatasync");
+    fiu(&fifos, pid, "enable name=posix/io/sync/fsync");
     let failing_at = Instant::now();
     metric_at_least(
         &clients[0].1,
@@ -271,8 +294,8 @@ async fn a_node_whose_fsyncs_fail_stops_acknowledging_and_loses_nothing_acknowle
         (served - failing_at).as_secs_f64()
     );
 
-    fiu(pid, "disable name=posix/io/sync/fdatasync");
-    fiu(pid, "disable name=posix/io/sync/fsync");
+    fiu(&fifos, pid, "disable name=posix/io/sync/fdatasync");
+    fiu(&fifos, pid, "disable name=posix/io/sync/fsync");
     settled(&clients, Duration::from_secs(60)).await;
     load.wait_for(50, Duration::from_secs(30)).await;
     load.stop_and_verify(&clients[1].1, &sandbox).await;

@@ -8,6 +8,7 @@
 pub mod chaos;
 pub mod harness;
 pub mod history;
+pub mod lab_cluster;
 pub mod load;
 pub mod modules;
 pub mod netns;

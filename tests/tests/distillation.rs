@@ -22,8 +22,9 @@ use engram_tests::harness::{HttpClient, NodeSpec, Sandbox, turn};
 use hyper::StatusCode;
 use serde_json::{Value, json};
 
-/// How long the model (the default 1.5B, loading after the node is ready) may take for a few
-/// messages on a busy 2-core machine.
+/// How long the model (the default 1.5B, loading after the node is ready) may go without
+/// progress (a token, an answer) on a busy 2-core machine; each wait below extends while it
+/// progresses.
 const MODEL_BOUND: Duration = Duration::from_secs(900);
 
 /// A node that runs the generative model at normal priority, one small round at a time.
@@ -44,7 +45,12 @@ async fn recall(client: &HttpClient, user: &str, intent_type: &str, all: bool) -
         .await
 }
 
-/// Waits until `check` holds of `user`'s versions of `intent_type` (newest first).
+/// The longest a wait for the model may last while it keeps generating (a machine that other
+/// work keeps busy slows it without bound; a model that never answers still ends the test).
+const MODEL_CAP: Duration = Duration::from_secs(2700);
+
+/// Waits until `check` holds of `user`'s versions of `intent_type` (newest first): as long as
+/// the node's model keeps generating tokens, or for [`MODEL_BOUND`] since it last did.
 async fn versions_until(
     client: &HttpClient,
     user: &str,
@@ -52,14 +58,23 @@ async fn versions_until(
     what: &str,
     check: impl Fn(&[Value]) -> bool,
 ) -> Vec<Value> {
-    let until = Instant::now() + MODEL_BOUND;
+    let started = Instant::now();
+    let (mut tokens, mut progressed) = (0.0, Instant::now());
     loop {
         let page = recall(client, user, intent_type, true).await;
         let versions = page["intents"].as_array().cloned().unwrap_or_default();
         if check(&versions) {
             return versions;
         }
-        assert!(Instant::now() < until, "{what}: still {versions:?}");
+        let now = metric(client, "engram_generation_tokens_total").await;
+        if now > tokens {
+            (tokens, progressed) = (now, Instant::now());
+        }
+        assert!(
+            progressed.elapsed() < MODEL_BOUND && started.elapsed() < MODEL_CAP,
+            "{what}: still {versions:?} ({tokens} tokens generated, the last {:?} ago)",
+            progressed.elapsed()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

@@ -24,11 +24,12 @@
 //! replays it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use engram_tests::chaos::{Gateway, Load, clients_of, settled, texts, user_of};
-use engram_tests::harness::{HttpClient, Sandbox, turn};
+use engram_tests::harness::{HttpClient, Node, Sandbox, turn};
 use engram_tests::lab_cluster::{
     FORWARDING_BACK, SERVED_AGAIN, SETTLE, SLOW_KBIT, USERS, WRITERS, lab, ms, seeded,
     start_in_lab, total, until_acknowledged,
@@ -39,6 +40,32 @@ use rand::Rng;
 
 /// One test at a time: three node processes and a load each, on a 2-core machine.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A settled cluster of `ids` in the lab under the chaos load, 50 writes in.
+struct Loaded<'a> {
+    nodes: Vec<Node>,
+    clients: Vec<(&'a str, HttpClient)>,
+    owners: HashMap<u32, String>,
+    gateway: Arc<Gateway>,
+    load: Load,
+}
+
+/// Starts `ids` in `lab`, waits until they settle, and starts the load through all of them.
+async fn start_loaded<'a>(lab: &Lab, sandbox: &Sandbox, ids: &[&'a str]) -> Loaded<'a> {
+    let nodes = start_in_lab(lab, sandbox, ids).await;
+    let clients = clients_of(ids, &nodes);
+    let owners = settled(&clients, SETTLE).await;
+    let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
+    let load = Load::start(&gateway, USERS, WRITERS);
+    load.wait_for(50, Duration::from_secs(30)).await;
+    Loaded {
+        nodes,
+        clients,
+        owners,
+        gateway,
+        load,
+    }
+}
 
 /// Checks through `client` that `text` is stored exactly once in `user`'s session.
 async fn stored_once(client: &HttpClient, user: &str, text: &str) {
@@ -177,12 +204,13 @@ async fn an_asymmetric_partition_either_way_loses_no_acknowledged_write_and_heal
     let lab = lab(3);
     let sandbox = Sandbox::new();
     let ids = ["asym-a", "asym-b", "asym-c"];
-    let nodes = start_in_lab(&lab, &sandbox, &ids).await;
-    let clients = clients_of(&ids, &nodes);
-    let owners = settled(&clients, SETTLE).await;
-    let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
-    let load = Load::start(&gateway, USERS, WRITERS);
-    load.wait_for(50, Duration::from_secs(30)).await;
+    let Loaded {
+        nodes: _nodes,
+        clients,
+        owners,
+        gateway,
+        load,
+    } = start_loaded(&lab, &sandbox, &ids).await;
     // Forwarding works both ways before the cut.
     until_acknowledged(
         &clients[0].1,
@@ -237,12 +265,13 @@ async fn a_node_whose_links_flap_keeps_its_shards_loses_no_acknowledged_write_an
     let lab = lab(3);
     let sandbox = Sandbox::new();
     let ids = ["flap-a", "flap-b", "flap-c"];
-    let nodes = start_in_lab(&lab, &sandbox, &ids).await;
-    let clients = clients_of(&ids, &nodes);
-    let owners = settled(&clients, SETTLE).await;
-    let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
-    let load = Load::start(&gateway, USERS, WRITERS);
-    load.wait_for(50, Duration::from_secs(30)).await;
+    let Loaded {
+        nodes: _nodes,
+        clients,
+        owners,
+        gateway,
+        load,
+    } = start_loaded(&lab, &sandbox, &ids).await;
 
     let before = rate(&load, 200, Duration::from_secs(60)).await;
     let victim = rng.random_range(0..ids.len());
@@ -326,12 +355,13 @@ async fn a_slow_link_to_one_node_keeps_every_user_served_and_loses_no_acknowledg
     let lab = lab(3);
     let sandbox = Sandbox::new();
     let ids = ["slow-a", "slow-b", "slow-c"];
-    let nodes = start_in_lab(&lab, &sandbox, &ids).await;
-    let clients = clients_of(&ids, &nodes);
-    let owners = settled(&clients, SETTLE).await;
-    let gateway = Gateway::new(clients.iter().map(|(_, c)| c.clone()).collect());
-    let load = Load::start(&gateway, USERS, WRITERS);
-    load.wait_for(50, Duration::from_secs(30)).await;
+    let Loaded {
+        nodes: _nodes,
+        clients,
+        owners,
+        gateway,
+        load,
+    } = start_loaded(&lab, &sandbox, &ids).await;
     let before = rate(&load, 200, Duration::from_secs(60)).await;
 
     lab.slow(2, SLOW_KBIT)
